@@ -1,0 +1,69 @@
+# The book's commands. `make book` builds the website; `make test` runs every check.
+# Both create the virtual environment (.venv) from the pinned requirements on first use.
+
+PYTHON ?= python3.11
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+NB     ?= --all
+export PYTHONHASHSEED := 0
+# Quiet, reproducible notebook kernels: no stray warnings about Jupyter's own paths.
+export JUPYTER_PLATFORM_DIRS := 1
+
+.PHONY: help venv book test lint drift unit notebooks site lab execute bench freeze clean
+
+help:
+	@echo "make book      build the website into _build/html (creates .venv on first use)"
+	@echo "make test      every check: lint, pairing drift, unit tests, nbval, book build, site"
+	@echo "make lab       open the notebooks in JupyterLab"
+	@echo "make execute   re-execute notebooks in place and refresh their .py twins (NB=path)"
+	@echo "make bench     execute every notebook and print the time each takes"
+
+$(STAMP): requirements.txt pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (set PYTHON=...)"; exit 1; }
+	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade "pip>=24"
+	$(BIN)/python -m pip install -q -r requirements.txt
+	$(BIN)/python -m pip install -q --no-deps --no-build-isolation -e .
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+book: $(STAMP)
+	$(BIN)/jupyter-book build . -W -n --keep-going
+
+lint: $(STAMP)
+	$(BIN)/ruff check helpers tests scripts notebooks/*.py
+	$(BIN)/ruff format --check helpers tests scripts notebooks/*.py
+
+# Pairing drift, stored outputs and notebook conventions (tests/test_notebooks.py).
+drift: $(STAMP)
+	$(BIN)/pytest -q tests/test_notebooks.py
+
+unit: $(STAMP)
+	$(BIN)/pytest -q -m "not site" -n 2 --dist loadfile
+
+# Strict nbval: every notebook re-executed, its outputs compared with the stored ones.
+notebooks: $(STAMP)
+	$(BIN)/pytest -q --nbval --nbval-current-env --nbval-cell-timeout=600 \
+		--nbval-sanitize-with tests/nbval_sanitize.cfg -p no:randomly notebooks/
+
+site: book
+	$(BIN)/pytest -q -m site tests/
+
+test: lint unit notebooks site
+
+lab: $(STAMP)
+	$(BIN)/jupyter lab notebooks/
+
+execute: $(STAMP)
+	$(BIN)/python scripts/execute.py $(NB)
+
+bench: $(STAMP)
+	$(BIN)/python scripts/execute.py --all --record book/benchmarks.csv
+
+freeze: $(STAMP)
+	$(BIN)/python -m pip freeze --exclude-editable | sed 's/+cpu$$//' > requirements.txt
+
+clean:
+	rm -rf _build .pytest_cache .ruff_cache .hypothesis

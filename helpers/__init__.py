@@ -1,0 +1,94 @@
+"""The model code of *Attention and Transformers, taught by running them*.
+
+Each chapter of the book builds a piece from scratch, then shows and uses the canonical
+version that lives here. The top level holds only what every chapter needs: seeding,
+picking a device, showing source code, and gluing numbers into the prose.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import random
+
+import numpy as np
+import torch
+
+__all__ = ["seed_everything", "get_device", "show_source", "glue"]
+__version__ = "0.1.0"
+
+
+def seed_everything(seed: int = 0) -> torch.Generator:
+    """Seed Python, NumPy and PyTorch (CPU and CUDA); return a torch.Generator with that seed.
+
+    Use the returned generator where a notebook wants its own stream of random numbers
+    that later cells cannot disturb.
+    """
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise TypeError(f"seed must be an int, got {type(seed).__name__} ({seed!r})")
+    if not 0 <= seed < 2**32:
+        raise ValueError(f"seed must be in [0, 2**32), got {seed}; pick a smaller non-negative int")
+    random.seed(seed)
+    np.random.seed(seed)  # noqa: NPY002 - seeds the legacy global generator on purpose
+    torch.manual_seed(seed)  # also seeds every CUDA device
+    os.environ["PYTHONHASHSEED"] = str(seed)
+    return torch.Generator().manual_seed(seed)
+
+
+def get_device(prefer: str | None = None) -> torch.device:
+    """The best available device: CUDA, then Apple's MPS, then the CPU.
+
+    ``prefer`` forces one ("cpu", "cuda", "mps"); asking for one that is missing is an error.
+    """
+    available = {
+        "cuda": torch.cuda.is_available(),
+        "mps": getattr(torch.backends, "mps", None) is not None
+        and torch.backends.mps.is_available(),
+        "cpu": True,
+    }
+    if prefer is not None:
+        if prefer not in available:
+            raise ValueError(f"prefer must be one of {sorted(available)}, got {prefer!r}")
+        if not available[prefer]:
+            raise ValueError(f"device {prefer!r} is not available here; use prefer=None or 'cpu'")
+        return torch.device(prefer)
+    for name in ("cuda", "mps"):
+        if available[name]:
+            return torch.device(name)
+    return torch.device("cpu")
+
+
+def show_source(obj) -> object:
+    """Display the source code of a function, class or module, highlighted.
+
+    Returns an IPython ``Markdown`` object (a fenced code block), so the rendered book shows
+    it as code; outside IPython it returns the source as a plain string.
+    """
+    try:
+        source = inspect.getsource(obj)
+    except (TypeError, OSError) as error:
+        raise TypeError(
+            f"cannot show the source of {obj!r}: pass a function, class or module "
+            f"defined in Python ({error})"
+        ) from None
+    try:
+        from IPython.display import Markdown
+    except ImportError:  # pragma: no cover - IPython ships with every notebook
+        return source
+    return Markdown(f"```python\n{source.rstrip()}\n```")
+
+
+def glue(name: str, value, display: bool = False):
+    """Store ``value`` under ``name`` for the book's prose (myst-nb ``{glue}`` roles).
+
+    Works without myst-nb too (on Colab, say): the value is then simply returned, so a
+    notebook runs everywhere. Floats should be rounded by the caller to what the prose shows.
+    """
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ValueError(f"glue name must be an identifier-like string, got {name!r}")
+    try:
+        from myst_nb import glue as myst_glue
+    except ImportError:
+        return value
+    myst_glue(name, value, display=display)
+    return value

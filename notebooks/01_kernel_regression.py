@@ -1,0 +1,542 @@
+# ---
+# jupyter:
+#   jupytext:
+#     cell_metadata_filter: -execution,-ExecuteTime
+#     formats: ipynb,py:percent
+#     notebook_metadata_filter: kernelspec,jupytext,-jupytext.text_representation.jupytext_version
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Attention as kernel regression
+#
+# Attention is older than neural networks. In 1964 Nadaraya and Watson
+# {cite}`nadaraya1964,watson1964` predicted a value at a new point by averaging the values
+# they had already seen, each weighted by how close its point was to the new one. Replace
+# "point" by *key*, "new point" by *query* and "how close" by a *score*, and you have the
+# attention mechanism at the heart of every Transformer {cite}`vaswani2017attention`.
+#
+# This chapter builds that estimator from scratch on a toy problem, watches what its one
+# hyperparameter (the kernel width) does, learns that width by gradient descent, and ends
+# with the step from distance-based scores to the dot-product scores of the next chapters.
+
+# %% tags=["hide-cell"]
+# Setup: on Colab, install the book's helpers; everywhere, import, seed and pick a device.
+import sys
+
+if "google.colab" in sys.modules:
+    import subprocess
+
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "attention-book-helpers @ git+https://github.com/attention-book/attention-book",
+        ],
+        check=True,
+    )
+
+import helpers
+from helpers.plotting import use_book_style
+
+use_book_style()
+helpers.seed_everything(0)
+device = helpers.get_device()
+
+# %%
+import altair as alt
+import matplotlib.pyplot as plt
+import pandas as pd
+import torch
+
+from helpers import glue, show_source
+from helpers.kernel import (
+    check_kernel_regression,
+    fit_width,
+    gaussian_kernel,
+    make_regression_data,
+    nadaraya_watson,
+    nearest_neighbour,
+    true_function,
+)
+
+# %% [markdown]
+# ## A regression problem with no model
+#
+# We sample 80 noisy points from the curve $f(x) = 2\sin(x) + x$ on $[0, 10)$. The task: predict
+# $f$ at any new $x$, using nothing but the 80 pairs $(x_j, y_j)$. No parameters, no training
+# (yet). The data come from a seeded generator, so every run of this page sees the same points.
+
+# %%
+generator = torch.Generator().manual_seed(0)
+x_train, y_train = make_regression_data(num_points=80, noise=1.0, generator=generator)
+x_query = torch.linspace(0, 10, 200)  # where we want predictions
+y_true = true_function(x_query)
+print(
+    f"x_train {tuple(x_train.shape)}, y_train {tuple(y_train.shape)}, x_query {tuple(x_query.shape)}"
+)
+
+# %% tags=["hide-input"]
+fig, ax = plt.subplots(figsize=(7, 3))
+ax.plot(x_query, y_true, "k--", label="truth $f(x)$")
+ax.plot(x_train, y_train, "o", ms=3.5, alpha=0.6, label="training data")
+ax.set(xlabel="$x$", ylabel="$y$")
+ax.legend()
+plt.show()
+
+# %% [markdown]
+# **Figure.** The 80 training points scatter around the dashed truth with noise of standard
+# deviation 1; an estimator should follow the dashed curve, not the individual points.
+#
+# ## The Nadaraya-Watson estimator
+#
+# For a query $q$, predict a weighted average of the training targets (the *values* $v_j = y_j$),
+# with weights given by a kernel $K$ of the distance between $q$ and each training input (the
+# *keys* $k_j = x_j$):
+#
+# $$
+# \hat f(q) = \sum_{j=1}^{n} a_j(q)\, v_j, \qquad
+# a_j(q) = \frac{K(q - k_j)}{\sum_{l=1}^{n} K(q - k_l)}, \qquad
+# K(d) = \exp\!\left(-\frac{d^2}{2\sigma^2}\right).
+# $$
+#
+# The weights are non-negative and sum to one over the keys, so $\hat f(q)$ is a *convex
+# combination* of the values. Because the Gaussian kernel is an exponential, the weights are
+# exactly a softmax of the *scores* $s_j = -(q - k_j)^2 / (2\sigma^2)$:
+#
+# $$
+# a_j(q) = \frac{\exp(s_j)}{\sum_l \exp(s_l)} = \operatorname{softmax}(s)_j .
+# $$
+#
+# That is the whole of attention: scores between a query and keys, a softmax over the keys, a
+# weighted sum of values. Here it is from scratch, for all queries at once: a matrix of
+# pairwise differences of shape (queries, keys), one softmax per row.
+
+
+# %%
+def kernel_regression_from_scratch(queries, keys, values, width):
+    differences = queries[:, None] - keys[None, :]  # (Tq, Tk)
+    scores = -(differences**2) / (2 * width**2)
+    weights = torch.softmax(scores, dim=1)  # each query's weights sum to one over the keys
+    return weights @ values, weights
+
+
+predictions, weights = kernel_regression_from_scratch(x_query, x_train, y_train, width=0.5)
+print(f"weights {tuple(weights.shape)}, predictions {tuple(predictions.shape)}")
+
+# %% [markdown]
+# The book's canonical version lives in `helpers.kernel`. It is the same computation with input
+# checks and an optional mask (which we will need below); from here on we use it.
+
+# %%
+show_source(nadaraya_watson)
+
+# %%
+package_predictions, package_weights = nadaraya_watson(x_query, x_train, y_train, width=0.5)
+torch.testing.assert_close(package_predictions, predictions)
+torch.testing.assert_close(package_weights, weights)
+assert (weights >= 0).all()
+torch.testing.assert_close(weights.sum(dim=1), torch.ones(len(x_query)))
+
+# %% [markdown]
+# The weights are non-negative and every row sums to one, as the formula promises. The softmax
+# form matters in practice too: dividing raw kernel values by their sum gives $0/0$ when a
+# narrow kernel sits far from every key, while the softmax subtracts the largest score first and
+# stays finite.
+
+# %%
+far_query = torch.tensor([30.0])  # far outside the data
+raw = gaussian_kernel(far_query[:, None] - x_train[None, :], width=0.1)
+print(
+    "raw kernel sum:", raw.sum().item(), "-> naive normalization:", (raw / raw.sum())[0, 0].item()
+)
+prediction, _ = nadaraya_watson(far_query, x_train, y_train, width=0.1)
+print(f"softmax form predicts {prediction.item():.3f} (the value of the nearest key)")
+assert raw.sum() == 0 and torch.isfinite(prediction).all()
+
+# %% [markdown]
+# ## The kernel width is the whole story
+#
+# The only hyperparameter is the width $\sigma$. It decides how many keys a query effectively
+# attends to. The figure sweeps it over four values.
+
+# %% tags=["hide-input"]
+widths = [0.1, 0.3, 1.0, 3.0]
+fig, axes = plt.subplots(3, 4, figsize=(12, 8), sharey="row")
+offsets = torch.linspace(-4, 4, 200)
+for column, width in enumerate(widths):
+    fit, attention = nadaraya_watson(x_query, x_train, y_train, width=width)
+    axes[0, column].plot(offsets, gaussian_kernel(offsets, width), color="k")
+    axes[0, column].set(title=rf"$\sigma = {width}$", xlabel="$q - k$")
+    axes[1, column].plot(x_train, y_train, "o", ms=2.5, alpha=0.4, label="data")
+    axes[1, column].plot(x_query, y_true, "k--", lw=1, label="truth")
+    axes[1, column].plot(x_query, fit, lw=2, label="estimate")
+    axes[1, column].set(xlabel="$x$", ylim=(-5, 16))
+    axes[2, column].imshow(attention, cmap="Reds", aspect="auto", extent=(0, 80, 10, 0))
+    axes[2, column].set(xlabel="key index (sorted $x_j$)", ylabel="query $x$")
+    axes[2, column].grid(False)
+axes[0, 0].set_ylabel("kernel $K$")
+axes[1, 0].set_ylabel("$y$")
+axes[1, 0].legend(loc="upper left")
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# **Figure.** Columns are kernel widths. Top: the kernel. Middle: the estimate against the truth.
+# Bottom: the attention weights, one row per query, one column per training point. A narrow
+# kernel ($\sigma=0.1$) puts almost all weight on one or two neighbours, so the estimate jumps
+# with the noise; a wide one ($\sigma=3$) spreads weight over most of the data, so the estimate
+# is smooth but flattened, missing the sine's peaks and valleys. The band of weights along the
+# diagonal widens from left to right.
+#
+# ### Bias and variance, measured
+#
+# "Jumps with the noise" is variance; "flattened" is bias. We can measure both: draw many
+# training sets from the same curve, fit each, and split the mean squared error against the truth
+# into the squared bias of the average fit and the variance of the fits around it.
+
+# %%
+width_grid = torch.logspace(-1.5, 0.7, 30)  # 0.03 ... 5
+num_datasets = 40
+data_generator = torch.Generator().manual_seed(1)
+datasets = [make_regression_data(80, generator=data_generator) for _ in range(num_datasets)]
+rows = []
+for width in width_grid.tolist():
+    fits = torch.stack([nadaraya_watson(x_query, x, y, width)[0] for x, y in datasets])
+    bias_squared = ((fits.mean(0) - y_true) ** 2).mean().item()
+    variance = fits.var(0, unbiased=False).mean().item()
+    rows.append({"width": width, "bias²": bias_squared, "variance": variance})
+errors = pd.DataFrame(rows)
+errors["error"] = errors["bias²"] + errors["variance"]
+best = errors.loc[errors["error"].idxmin()]
+errors.iloc[::6].round(3)
+
+# %% tags=["hide-input"]
+fig, ax = plt.subplots(figsize=(7, 3.2))
+for column, style in [("bias²", "-"), ("variance", "-"), ("error", "k--")]:
+    ax.plot(errors["width"], errors[column], style, label=column, lw=2)
+ax.axvline(best["width"], color="grey", lw=1)
+ax.set(xscale="log", yscale="log", xlabel=r"kernel width $\sigma$", ylabel="mean squared error")
+ax.legend()
+plt.show()
+
+# %% [markdown]
+# **Figure.** Averaged over 40 training sets: the variance (the fit's sensitivity to the noise
+# it happened to see) falls as the kernel widens (up to $\sigma \approx 1$, then it levels
+# off), the squared bias (the average fit's distance from the truth) rises steeply, and their
+# sum, the expected error, is smallest in between (grey line).
+
+# %%
+narrow_to_wide = errors[errors["width"] < 1]
+assert narrow_to_wide["variance"].is_monotonic_decreasing
+assert errors["variance"].iloc[0] > 5 * errors["variance"].iloc[-1]
+assert errors["bias²"].iloc[-1] > 100 * errors["bias²"].iloc[0]
+assert errors["error"].iloc[0] > best["error"] < errors["error"].iloc[-1]
+glue("ch1_best_width", round(best["width"], 2))
+glue("ch1_best_error", round(best["error"], 3))
+glue("ch1_narrow_error", round(errors["error"].iloc[0], 2))
+glue("ch1_wide_error", round(errors["error"].iloc[-1], 2))
+glue("ch1_narrow_width", round(errors["width"].iloc[0], 2))
+glue("ch1_wide_width", round(errors["width"].iloc[-1], 1))
+
+# %% [markdown]
+# The expected error is smallest, {glue:text}`ch1_best_error`, at $\sigma \approx$
+# {glue:text}`ch1_best_width`; at $\sigma=$ {glue:text}`ch1_narrow_width` it is
+# {glue:text}`ch1_narrow_error` (variance dominates) and at $\sigma=$
+# {glue:text}`ch1_wide_width` it is {glue:text}`ch1_wide_error` (bias dominates).
+#
+# ### Scrub the width yourself
+#
+# The chart below was computed in Python for 16 widths and embedded in the page, so it works on
+# the static website with no kernel running. Drag the slider: the estimate (left) and the
+# attention weights of three queries over the training points (right) are redrawn.
+
+# %%
+slider_widths = torch.logspace(-1.3, 0.5, 16)
+probe_queries = torch.tensor([2.0, 5.0, 8.0])
+fit_rows, weight_rows = [], []
+for step, width in enumerate(slider_widths.tolist()):
+    fit, _ = nadaraya_watson(x_query, x_train, y_train, width)
+    fit_rows += [
+        {"step": step, "width": width, "x": q, "estimate": v}
+        for q, v in zip(x_query.tolist(), fit.tolist(), strict=True)
+    ]
+    _, probe_weights = nadaraya_watson(probe_queries, x_train, y_train, width)
+    for query, row in zip(probe_queries.tolist(), probe_weights.tolist(), strict=True):
+        weight_rows += [
+            {"step": step, "width": width, "query": query, "key": k, "weight": a}
+            for k, a in zip(x_train.tolist(), row, strict=True)
+        ]
+fits_table = pd.DataFrame(fit_rows).round(4)
+weights_table = pd.DataFrame(weight_rows).round(4)
+print(f"{len(fits_table)} fit rows and {len(weights_table)} weight rows embedded in the chart")
+
+# %% tags=["hide-input"]
+step = alt.param(
+    name="width_step",
+    value=8,
+    bind=alt.binding_range(min=0, max=15, step=1, name="width index (0 = narrowest) "),
+)
+points = pd.DataFrame({"x": x_train.tolist(), "y": y_train.tolist()})
+truth = pd.DataFrame({"x": x_query.tolist(), "truth": y_true.tolist()})
+data_layer = (
+    alt.Chart(points)
+    .mark_circle(size=18, opacity=0.4, color="gray")
+    .encode(x=alt.X("x:Q", title="x"), y=alt.Y("y:Q", title="y"))
+)
+truth_layer = (
+    alt.Chart(truth).mark_line(strokeDash=[4, 3], color="black").encode(x="x:Q", y="truth:Q")
+)
+fit_layer = (
+    alt.Chart(fits_table)
+    .mark_line(strokeWidth=3)
+    .encode(
+        x="x:Q", y="estimate:Q", tooltip=[alt.Tooltip("width:Q", format=".3f"), "x:Q", "estimate:Q"]
+    )
+    .transform_filter(alt.datum.step == step)
+)
+weights_layer = (
+    alt.Chart(weights_table)
+    .mark_line(point=True)
+    .encode(
+        x=alt.X("key:Q", title="training point x_j (key)"),
+        y=alt.Y("weight:Q", title="attention weight"),
+        color=alt.Color("query:N", title="query x"),
+        tooltip=[alt.Tooltip("width:Q", format=".3f"), "query:Q", "key:Q", "weight:Q"],
+    )
+    .transform_filter(alt.datum.step == step)
+)
+left = (data_layer + truth_layer + fit_layer).properties(width=330, height=240, title="estimate")
+right = weights_layer.properties(width=330, height=240, title="weights of three queries")
+alt.hconcat(left, right).add_params(step)
+
+# %% [markdown]
+# **Figure.** Interactive: move the slider to change the kernel width. As it grows, the three
+# weight curves on the right spread out and flatten, and the estimate on the left goes from
+# chasing individual points to a smooth, flattened curve. Hover a line for exact values.
+#
+# ## Soft lookup versus hard lookup
+#
+# A dictionary lookup returns the value of the one key that matches. *Nearest-neighbour*
+# regression is its closest numeric cousin: return the value of the closest key, a one-hot
+# weight vector. Attention is the soft version: every key contributes, in proportion to its
+# similarity.
+
+# %%
+hard_predictions, hard_weights = nearest_neighbour(x_query, x_train, y_train)
+soft_predictions, soft_weights = nadaraya_watson(
+    x_query, x_train, y_train, width=float(best["width"])
+)
+hard_error = ((hard_predictions - y_true) ** 2).mean().item()
+soft_error = ((soft_predictions - y_true) ** 2).mean().item()
+assert (hard_weights.sum(1) == 1).all() and (hard_weights.max(1).values == 1).all()
+assert soft_error < hard_error
+glue("ch1_hard_error", round(hard_error, 3))
+glue("ch1_soft_error", round(soft_error, 3))
+
+# %% tags=["hide-input"]
+fig, axes = plt.subplots(1, 2, figsize=(11, 3.2), sharey=True)
+for ax, name, estimate in [
+    (axes[0], "hard: nearest neighbour", hard_predictions),
+    (axes[1], "soft: Nadaraya-Watson", soft_predictions),
+]:
+    ax.plot(x_train, y_train, "o", ms=2.5, alpha=0.4)
+    ax.plot(x_query, y_true, "k--", lw=1)
+    ax.plot(
+        x_query, estimate, lw=2, drawstyle="steps-mid" if name.startswith("hard") else "default"
+    )
+    ax.set(title=name, xlabel="$x$")
+axes[0].set_ylabel("$y$")
+plt.show()
+
+# %% [markdown]
+# **Figure.** Left, the hard lookup copies the nearest noisy label: a staircase that reproduces
+# every bit of noise (error {glue:text}`ch1_hard_error` against the truth). Right, the soft
+# lookup at the best width averages neighbours and lands much closer (error
+# {glue:text}`ch1_soft_error`). A softmax is also differentiable, an argmax is not: that is
+# what lets attention be *learned*.
+#
+# ```{admonition} Pitfall: normalizing the kernel over the wrong axis
+# :class: warning
+# A common way to write this estimator builds the kernel matrix `K` of shape (queries, keys)
+# and normalizes it with `K / K.sum(0)`. `sum(0)` adds up *each column*, that is over the
+# queries, so each key's weights sum to one across the queries, not each query's weights
+# across the keys. The rows, which are what multiply the values, then sum to anything.
+# The cell below runs that version: its row sums are far from one and the estimate is a
+# shrunken, distorted copy of the curve. The fix is `K / K.sum(1, keepdim=True)`, or better a
+# softmax over `dim=-1`. `tests/test_kernel.py::test_weights_normalize_over_keys` pins it.
+# ```
+
+# %%
+kernel_matrix = gaussian_kernel(x_query[:, None] - x_train[None, :], width=0.5)  # (200, 80)
+wrong_weights = kernel_matrix / kernel_matrix.sum(0)  # normalized over the queries: the bug
+right_weights = kernel_matrix / kernel_matrix.sum(1, keepdim=True)  # over the keys
+wrong_row_sums = wrong_weights.sum(1)
+print(f"row sums with sum(0): min {wrong_row_sums.min():.3f}, max {wrong_row_sums.max():.3f}")
+torch.testing.assert_close(right_weights.sum(1), torch.ones(200))
+torch.testing.assert_close(right_weights, nadaraya_watson(x_query, x_train, y_train, 0.5)[1])
+assert wrong_row_sums.max() < 0.9
+glue("ch1_wrong_row_sum_max", round(wrong_row_sums.max().item(), 2))
+
+# %% tags=["hide-input"]
+fig, ax = plt.subplots(figsize=(7, 3))
+ax.plot(x_train, y_train, "o", ms=2.5, alpha=0.4, label="data")
+ax.plot(x_query, y_true, "k--", lw=1, label="truth")
+ax.plot(x_query, right_weights @ y_train, lw=2, label="rows normalized (right)")
+ax.plot(x_query, wrong_weights @ y_train, lw=2, label="columns normalized (bug)")
+ax.set(xlabel="$x$", ylabel="$y$")
+ax.legend(loc="upper left")
+plt.show()
+
+# %% [markdown]
+# **Figure.** With the columns normalized, no row of weights sums to more than
+# {glue:text}`ch1_wrong_row_sum_max`, so the estimate (red) is a scaled-down version of the
+# right one (orange): not an average of the values at all.
+#
+# ## Learning the width: parametric attention pooling
+#
+# So far we picked $\sigma$ by looking at the truth, which a real problem does not give us. We
+# can instead make $\sigma$ a parameter and minimize the squared error on the training points by
+# gradient descent (`helpers.kernel.LearnedWidthRegression` stores $\log\sigma$ so the width stays
+# positive). One subtlety decides whether this works: each training point is also a key. If a
+# point may attend to itself, the loss is minimized by shrinking $\sigma$ to zero, so that every
+# point predicts its own label perfectly. The fix is a mask that hides each point's own key
+# (*leave-one-out*): the first mask of this book, and the subject of the next chapter.
+
+# %%
+show_source(fit_width)
+
+# %%
+loo_model, loo_losses, loo_widths = fit_width(
+    x_train, y_train, initial_width=2.0, steps=200, leave_one_out=True
+)
+self_model, self_losses, self_widths = fit_width(
+    x_train, y_train, initial_width=2.0, steps=200, leave_one_out=False
+)
+learned_width = loo_widths[-1]
+learned_error = (
+    ((nadaraya_watson(x_query, x_train, y_train, learned_width)[0] - y_true) ** 2).mean().item()
+)
+glue("ch1_learned_width", round(learned_width, 2))
+glue("ch1_learned_error", round(learned_error, 3))
+glue("ch1_self_width", round(self_widths[-1], 3))
+assert 0.5 * best["width"] < learned_width < 2 * best["width"]  # near the best width
+assert self_widths[-1] < 0.1 * learned_width  # without the mask, the width collapses
+assert loo_losses[-1] < loo_losses[0]
+
+# %% tags=["hide-input"]
+fig, axes = plt.subplots(1, 2, figsize=(11, 3.2))
+axes[0].plot(loo_losses, label="leave-one-out")
+axes[0].plot(self_losses, label="may attend to itself")
+axes[0].set(xlabel="gradient step", ylabel="training MSE", title="loss")
+axes[1].plot(loo_widths, label="leave-one-out")
+axes[1].plot(self_widths, label="may attend to itself")
+axes[1].axhline(best["width"], color="grey", lw=1, label="best width (from the truth)")
+axes[1].set(xlabel="gradient step", ylabel=r"$\sigma$", yscale="log", title="kernel width")
+axes[1].legend()
+plt.show()
+
+# %% [markdown]
+# **Figure.** With leave-one-out masking (blue) the width settles at
+# {glue:text}`ch1_learned_width`, close to the best width {glue:text}`ch1_best_width` that we
+# found with access to the truth, and its error against the truth is
+# {glue:text}`ch1_learned_error`. When each point may attend to itself (orange) the training
+# loss keeps falling because the width collapses (to {glue:text}`ch1_self_width` after 200
+# steps): a perfect memorizer that has learned nothing.
+#
+# ## From distances to dot products
+#
+# The vocabulary of the rest of the book is now in place. A **query** asks; **keys** are
+# compared with it through a **score** (here a negative squared distance); a softmax turns the
+# scores into **attention weights**; the output is the weighted average of the **values**.
+# Transformers make two changes {cite}`vaswani2017attention`. First, queries, keys and values
+# become vectors computed from the inputs by learned linear maps. Second, the score becomes a
+# dot product, which is cheap to compute for all pairs at once as a matrix product. The two
+# scores are closer than they look. Expanding the square,
+#
+# $$
+# -\frac{(q - k_j)^2}{2\sigma^2} = \frac{q\,k_j}{\sigma^2} - \frac{k_j^2}{2\sigma^2} - \frac{q^2}{2\sigma^2},
+# $$
+#
+# and the last term is the same for every key, so the softmax ignores it: Gaussian-kernel
+# attention *is* dot-product attention with a scale $1/\sigma^2$ plus a per-key bias. The cell
+# checks this numerically.
+
+# %%
+width = 0.5
+dot_scores = x_query[:, None] * x_train[None, :] / width**2 - x_train[None, :] ** 2 / (2 * width**2)
+torch.testing.assert_close(
+    torch.softmax(dot_scores, dim=-1), nadaraya_watson(x_query, x_train, y_train, width)[1]
+)
+
+# %% [markdown]
+# The next chapter looks at masks, the tool we just used to stop a point from seeing its own
+# label, in general; chapter 3 then builds scaled dot-product attention.
+#
+# ## Exercises
+#
+# 1. **A different kernel.** Write `laplace_regression(queries, keys, values, width)` that uses
+#    the Laplace kernel $K(d) = \exp(-|d| / \sigma)$ and returns one prediction per query. Check
+#    it with `helpers.kernel.check_kernel_regression(laplace_regression)`.
+#
+# ```{admonition} Solution
+# :class: dropdown
+# The scores are $-|q - k|/\sigma$; the rest is unchanged.
+#
+# ```python
+# def laplace_regression(queries, keys, values, width):
+#     scores = -(queries[:, None] - keys[None, :]).abs() / width
+#     return torch.softmax(scores, dim=-1) @ values
+# ```
+# ```
+#
+#
+# %%
+# def laplace_regression(queries, keys, values, width):
+#     scores = -(queries[:, None] - keys[None, :]).abs() / width
+#     return torch.softmax(scores, dim=-1) @ values
+#
+#
+# print(check_kernel_regression(laplace_regression))
+#
+# %% [markdown]
+# 2. **The limits of the width.** Without running code, say what $\hat f$ becomes as
+#    $\sigma \to \infty$ and as $\sigma \to 0$. Then check your answer numerically.
+#
+# ```{admonition} Solution
+# :class: dropdown
+# As $\sigma \to \infty$ every score tends to the same value, the weights become uniform and
+# $\hat f(q)$ is the mean of all training targets, a constant. As $\sigma \to 0$ the largest
+# score dominates the softmax and $\hat f(q)$ becomes the target of the nearest training point:
+# soft lookup turns into hard lookup. The cell below checks both.
+# ```
+
+# %%
+very_wide, _ = nadaraya_watson(x_query, x_train, y_train, width=1e4)
+very_narrow, _ = nadaraya_watson(x_query, x_train, y_train, width=1e-3)
+torch.testing.assert_close(very_wide, y_train.mean().expand(200), atol=1e-3, rtol=0)
+torch.testing.assert_close(very_narrow, hard_predictions, atol=0.05, rtol=0)
+
+# %% [markdown]
+# 3. **Why leave-one-out?** In the width-learning experiment, what is the training loss of the
+#    model that may attend to itself in the limit $\sigma \to 0$, and why is that loss useless for
+#    choosing $\sigma$?
+#
+# ```{admonition} Solution
+# :class: dropdown
+# With $\sigma \to 0$ each training point puts all its weight on itself (its own key is at
+# distance 0), so it predicts its own label and the training loss tends to 0, whatever the
+# noise. The loss rewards memorizing, so it always prefers a narrower kernel. Hiding each
+# point's own key turns the training loss into a leave-one-out estimate of the error on new
+# points, which is minimized by a useful width.
+# ```

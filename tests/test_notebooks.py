@@ -1,0 +1,109 @@
+"""Book-level checks of the notebooks: pairing drift, stored outputs, conventions, toc.
+
+Strict nbval (``make notebooks``) re-executes the notebooks and compares outputs; these
+checks make sure there is something to compare and that the two twins say the same thing.
+"""
+
+import json
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
+REPOSITORY = CONFIG["repository"]["url"]
+ids = [path.stem for path in NOTEBOOKS]
+
+
+def test_there_are_notebooks():
+    assert NOTEBOOKS, "no notebooks found in notebooks/"
+
+
+def code_cells(path):
+    return [c for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=ids)
+def test_twin_equals_the_jupytext_regeneration(path, tmp_path):
+    twin = path.with_suffix(".py")
+    assert twin.exists(), f"{path.name} has no .py twin; run `make execute NB={path}`"
+    regenerated = tmp_path / twin.name
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "jupytext",
+            "--quiet",
+            "--to",
+            "py:percent",
+            "-o",
+            regenerated,
+            path,
+        ],
+        check=True,
+        cwd=ROOT,
+    )
+    assert regenerated.read_text() == twin.read_text(), (
+        f"{twin.name} and {path.name} have drifted apart: edit one, then run "
+        f"`make execute NB={path.relative_to(ROOT)}` to execute it and rewrite both"
+    )
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=ids)
+def test_notebook_is_stored_executed_without_errors(path):
+    cells = [c for c in code_cells(path) if "".join(c["source"]).strip()]
+    unexecuted = [i for i, c in enumerate(cells) if c["execution_count"] is None]
+    assert not unexecuted, f"{path.name}: code cells {unexecuted} are stored unexecuted"
+    counts = [c["execution_count"] for c in cells]
+    assert counts == list(range(1, len(cells) + 1)), f"{path.name}: not executed top to bottom"
+    errors = [o for c in cells for o in c["outputs"] if o["output_type"] == "error"]
+    assert not errors, f"{path.name}: stored with an error output"
+    assert any(c["outputs"] for c in cells), f"{path.name}: stored without outputs"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=ids)
+def test_first_code_cell_is_the_hidden_setup_cell(path):
+    setup = code_cells(path)[0]
+    source = "".join(setup["source"])
+    assert "hide-cell" in setup["metadata"].get("tags", []), "setup cell must be tagged hide-cell"
+    assert f"git+{REPOSITORY}" in source, (
+        f"the Colab install line must use the repository URL of _config.yml ({REPOSITORY})"
+    )
+    assert '"google.colab" in sys.modules' in source
+    assert "helpers.seed_everything(" in source
+    assert "helpers.get_device()" in source
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=ids)
+def test_every_glue_role_has_a_glued_value(path):
+    cells = json.loads(path.read_text())["cells"]
+    markdown = "".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    used = set(re.findall(r"\{glue(?::\w+)?\}`([A-Za-z_][\w]*)", markdown))
+    glued = set()
+    for cell in cells:
+        for output in cell.get("outputs", []):
+            key = output.get("metadata", {}).get("scrapbook", {}).get("name")
+            if key:
+                glued.add(key)
+    assert used <= glued, f"{path.name}: glue keys used but never glued: {sorted(used - glued)}"
+
+
+def test_toc_lists_exactly_the_notebooks():
+    toc = (ROOT / "_toc.yml").read_text()
+    listed = set(re.findall(r"file:\s*notebooks/(\S+)", toc))
+    assert listed == set(ids), f"_toc.yml and notebooks/ disagree: {sorted(listed ^ set(ids))}"
+
+
+def test_glue_names_are_unique_across_the_book():
+    seen = {}
+    for path in NOTEBOOKS:
+        for cell in json.loads(path.read_text())["cells"]:
+            for output in cell.get("outputs", []):
+                key = output.get("metadata", {}).get("scrapbook", {}).get("name")
+                if key:
+                    assert seen.setdefault(key, path.name) == path.name, f"{key} glued twice"

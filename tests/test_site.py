@@ -1,0 +1,90 @@
+"""Checks of the built website (``make site`` builds it first): launch buttons, downloads, glue.
+
+These read the static HTML in _build/html; the browser tests drive the same pages in Chromium.
+"""
+
+import ast
+import html
+import json
+import pathlib
+import re
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.site
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+SITE = ROOT / "_build" / "html"
+CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
+OWNER_REPO = CONFIG["repository"]["url"].removeprefix("https://github.com/")
+BRANCH = CONFIG["repository"]["branch"]
+CHAPTERS = re.findall(r"file:\s*notebooks/(\S+)", (ROOT / "_toc.yml").read_text())
+
+
+@pytest.fixture(scope="module", autouse=True)
+def site_is_built():
+    if not (SITE / "index.html").exists():
+        pytest.fail("no _build/html: run `make book` (or `make site`, which builds it first)")
+
+
+def page(stem):
+    return (SITE / "notebooks" / f"{stem}.html").read_text()
+
+
+def test_every_chapter_has_a_page():
+    assert CHAPTERS
+    for stem in CHAPTERS:
+        assert (SITE / "notebooks" / f"{stem}.html").exists(), stem
+
+
+@pytest.mark.parametrize("stem", CHAPTERS)
+def test_launch_buttons_point_at_the_chapter_notebook(stem):
+    text = page(stem)
+    path = f"notebooks/{stem}.ipynb"
+    colab = f"https://colab.research.google.com/github/{OWNER_REPO}/blob/{BRANCH}/{path}"
+    binder = f"https://mybinder.org/v2/gh/{OWNER_REPO}/{BRANCH}?urlpath=lab/tree/{path}"
+    assert f'href="{colab}"' in text
+    assert f'href="{html.escape(binder)}"' in text or f'href="{binder}"' in text
+    assert f'href="https://github.com/{OWNER_REPO}"' in text  # repository button
+    assert f"github.com/{OWNER_REPO}/issues/new" in text  # issues button
+
+
+@pytest.mark.parametrize("stem", CHAPTERS)
+def test_download_button_serves_the_notebook(stem):
+    assert f'href="../_sources/notebooks/{stem}.ipynb"' in page(stem)
+    downloaded = SITE / "_sources" / "notebooks" / f"{stem}.ipynb"
+    stored = ROOT / "notebooks" / f"{stem}.ipynb"
+    assert json.loads(downloaded.read_text()) == json.loads(stored.read_text())
+
+
+def glued_values(stem):
+    values = {}
+    notebook = json.loads((ROOT / "notebooks" / f"{stem}.ipynb").read_text())
+    for cell in notebook["cells"]:
+        for output in cell.get("outputs", []):
+            name = output.get("metadata", {}).get("scrapbook", {}).get("name")
+            if name:
+                values[name] = output["data"]["application/papermill.record/text/plain"]
+    return notebook, values
+
+
+@pytest.mark.parametrize("stem", CHAPTERS)
+def test_glued_numbers_appear_in_the_prose(stem):
+    notebook, values = glued_values(stem)
+    markdown = "".join(
+        "".join(c["source"]) for c in notebook["cells"] if c["cell_type"] == "markdown"
+    )
+    text = html.unescape(re.sub(r"<[^>]+>", "", page(stem)))
+    roles = re.findall(r"\{glue:text\}`(\w+)(?::([^`]+))?`", markdown)
+    for name, spec in roles:
+        stored = values[name]
+        shown = format(ast.literal_eval(stored), spec) if spec else stored.strip("'\"")
+        assert shown in text, f"{stem}: glued {name} = {shown} not found on the page"
+
+
+@pytest.mark.parametrize("stem", CHAPTERS)
+def test_pages_load_mathjax_and_hide_the_setup_cell(stem):
+    text = page(stem)
+    assert "mathjax" in text.lower()
+    assert "tag_hide-cell" in text

@@ -78,17 +78,26 @@ def show_source(obj) -> object:
     return Markdown(f"```python\n{source.rstrip()}\n```")
 
 
-def glue(name: str, value, display: bool = False):
+def glue(name: str, value, display: bool = False) -> None:
     """Store ``value`` under ``name`` for the book's prose (myst-nb ``{glue}`` roles).
 
-    Works without myst-nb too (on Colab, say): the value is then simply returned, so a
-    notebook runs everywhere. Floats should be rounded by the caller to what the prose shows.
+    NumPy and PyTorch scalars are stored as plain Python numbers, so the page shows ``0.31``
+    rather than ``np.float64(0.31)``; round floats to what the text shows before gluing.
+    Works without myst-nb too (on Colab, say): then it does nothing, so a notebook runs
+    everywhere. Returns None, so a glue call at the end of a cell displays nothing.
     """
     if not isinstance(name, str) or not name.isidentifier():
         raise ValueError(f"glue name must be an identifier-like string, got {name!r}")
+    if isinstance(value, (np.generic, torch.Tensor)):
+        if isinstance(value, torch.Tensor) and value.numel() != 1:
+            raise ValueError(
+                f"glue {name!r}: got a tensor of shape {tuple(value.shape)}; glue one number "
+                "(call .item() on a one-element tensor) or a string"
+            )
+        value = value.item()
     try:
         from myst_nb import glue as myst_glue
     except ImportError:
-        return value
+        return None
     myst_glue(name, value, display=display)
-    return value
+    return None

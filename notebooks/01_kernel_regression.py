@@ -233,7 +233,8 @@ plt.show()
 # %% [markdown]
 # **Figure.** Averaged over 40 training sets: the variance (the fit's sensitivity to the noise
 # it happened to see) falls as the kernel widens (up to $\sigma \approx 1$, then it levels
-# off), the squared bias (the average fit's distance from the truth) rises steeply, and their
+# off), the squared bias (the average fit's distance from the truth) rises steeply after a small
+# dip, and their
 # sum, the expected error, is smallest in between (grey line).
 
 # %%
@@ -489,26 +490,27 @@ torch.testing.assert_close(
 #    the Laplace kernel $K(d) = \exp(-|d| / \sigma)$ and returns one prediction per query. Check
 #    it with `helpers.kernel.check_kernel_regression(laplace_regression)`.
 #
-# ```{admonition} Solution
+# :::{admonition} Solution
 # :class: dropdown
-# The scores are $-|q - k|/\sigma$; the rest is unchanged.
+# The scores are $-|q - k|/\sigma$; the rest is unchanged. The next cell runs this solution
+# through the checker (its code is folded).
 #
 # ```python
 # def laplace_regression(queries, keys, values, width):
 #     scores = -(queries[:, None] - keys[None, :]).abs() / width
 #     return torch.softmax(scores, dim=-1) @ values
 # ```
-# ```
-#
-#
-# %%
-# def laplace_regression(queries, keys, values, width):
-#     scores = -(queries[:, None] - keys[None, :]).abs() / width
-#     return torch.softmax(scores, dim=-1) @ values
-#
-#
-# print(check_kernel_regression(laplace_regression))
-#
+# :::
+
+
+# %% tags=["hide-input"]
+def laplace_regression(queries, keys, values, width):
+    scores = -(queries[:, None] - keys[None, :]).abs() / width
+    return torch.softmax(scores, dim=-1) @ values
+
+
+print(check_kernel_regression(laplace_regression))
+
 # %% [markdown]
 # 2. **The limits of the width.** Without running code, say what $\hat f$ becomes as
 #    $\sigma \to \infty$ and as $\sigma \to 0$. Then check your answer numerically.

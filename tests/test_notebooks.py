@@ -99,6 +99,18 @@ def test_toc_lists_exactly_the_notebooks():
     assert listed == set(ids), f"_toc.yml and notebooks/ disagree: {sorted(listed ^ set(ids))}"
 
 
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=ids)
+def test_glued_values_are_plain_numbers_or_text(path):
+    for cell in json.loads(path.read_text())["cells"]:
+        for output in cell.get("outputs", []):
+            name = output.get("metadata", {}).get("scrapbook", {}).get("name")
+            text = output.get("data", {}).get("application/papermill.record/text/plain", "")
+            assert not (name and re.match(r"(np\.|numpy\.|tensor\()", text)), (
+                f"{path.name}: {name} is glued as {text}; glue a Python number (helpers.glue "
+                "converts NumPy/torch scalars)"
+            )
+
+
 def test_glue_names_are_unique_across_the_book():
     seen = {}
     for path in NOTEBOOKS:

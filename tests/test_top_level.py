@@ -44,7 +44,15 @@ def test_show_source_renders_a_python_code_block():
         helpers.show_source(3)
 
 
-def test_glue_returns_the_value_and_checks_the_name():
-    assert helpers.glue("some_name", 1.5) == 1.5
+def test_glue_stores_plain_numbers_and_checks_its_arguments(monkeypatch):
+    stored = {}
+    monkeypatch.setattr("myst_nb.glue", lambda name, value, display: stored.update({name: value}))
+    assert helpers.glue("numpy_scalar", np.float64(0.25)) is None
+    helpers.glue("tensor_scalar", torch.tensor(3))
+    helpers.glue("plain", "text")
+    assert stored == {"numpy_scalar": 0.25, "tensor_scalar": 3, "plain": "text"}
+    assert type(stored["numpy_scalar"]) is float
     with pytest.raises(ValueError, match="identifier"):
         helpers.glue("not a name", 1)
+    with pytest.raises(ValueError, match="one number"):
+        helpers.glue("vector", torch.ones(3))

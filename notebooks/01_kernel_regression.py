@@ -127,11 +127,15 @@ plt.show()
 def kernel_regression_from_scratch(queries, keys, values, width):
     differences = queries[:, None] - keys[None, :]  # (Tq, Tk)
     scores = -(differences**2) / (2 * width**2)
-    weights = torch.softmax(scores, dim=1)  # each query's weights sum to one over the keys
+    weights = torch.softmax(
+        scores, dim=1
+    )  # each query's weights sum to one over the keys
     return weights @ values, weights
 
 
-predictions, weights = kernel_regression_from_scratch(x_query, x_train, y_train, width=0.5)
+predictions, weights = kernel_regression_from_scratch(
+    x_query, x_train, y_train, width=0.5
+)
 print(f"weights {tuple(weights.shape)}, predictions {tuple(predictions.shape)}")
 
 # %% [markdown]
@@ -142,7 +146,9 @@ print(f"weights {tuple(weights.shape)}, predictions {tuple(predictions.shape)}")
 show_source(nadaraya_watson)
 
 # %%
-package_predictions, package_weights = nadaraya_watson(x_query, x_train, y_train, width=0.5)
+package_predictions, package_weights = nadaraya_watson(
+    x_query, x_train, y_train, width=0.5
+)
 torch.testing.assert_close(package_predictions, predictions)
 torch.testing.assert_close(package_weights, weights)
 assert (weights >= 0).all()
@@ -158,7 +164,10 @@ torch.testing.assert_close(weights.sum(dim=1), torch.ones(len(x_query)))
 far_query = torch.tensor([30.0])  # far outside the data
 raw = gaussian_kernel(far_query[:, None] - x_train[None, :], width=0.1)
 print(
-    "raw kernel sum:", raw.sum().item(), "-> naive normalization:", (raw / raw.sum())[0, 0].item()
+    "raw kernel sum:",
+    raw.sum().item(),
+    "-> naive normalization:",
+    (raw / raw.sum())[0, 0].item(),
 )
 prediction, _ = nadaraya_watson(far_query, x_train, y_train, width=0.1)
 print(f"softmax form predicts {prediction.item():.3f} (the value of the nearest key)")
@@ -209,7 +218,9 @@ plt.show()
 width_grid = torch.logspace(-1.5, 0.7, 30)  # 0.03 ... 5
 num_datasets = 40
 data_generator = torch.Generator().manual_seed(1)
-datasets = [make_regression_data(80, generator=data_generator) for _ in range(num_datasets)]
+datasets = [
+    make_regression_data(80, generator=data_generator) for _ in range(num_datasets)
+]
 rows = []
 for width in width_grid.tolist():
     fits = torch.stack([nadaraya_watson(x_query, x, y, width)[0] for x, y in datasets])
@@ -226,7 +237,12 @@ fig, ax = plt.subplots(figsize=(7, 3.2))
 for column, style in [("bias²", "-"), ("variance", "-"), ("error", "k--")]:
     ax.plot(errors["width"], errors[column], style, label=column, lw=2)
 ax.axvline(best["width"], color="grey", lw=1)
-ax.set(xscale="log", yscale="log", xlabel=r"kernel width $\sigma$", ylabel="mean squared error")
+ax.set(
+    xscale="log",
+    yscale="log",
+    xlabel=r"kernel width $\sigma$",
+    ylabel="mean squared error",
+)
 ax.legend()
 plt.show()
 
@@ -280,7 +296,9 @@ for step, width in enumerate(slider_widths.tolist()):
         ]
 fits_table = pd.DataFrame(fit_rows).round(4)
 weights_table = pd.DataFrame(weight_rows).round(4)
-print(f"{len(fits_table)} fit rows and {len(weights_table)} weight rows embedded in the chart")
+print(
+    f"{len(fits_table)} fit rows and {len(weights_table)} weight rows embedded in the chart"
+)
 
 # %% tags=["hide-input"]
 step = alt.param(
@@ -296,13 +314,17 @@ data_layer = (
     .encode(x=alt.X("x:Q", title="x"), y=alt.Y("y:Q", title="y"))
 )
 truth_layer = (
-    alt.Chart(truth).mark_line(strokeDash=[4, 3], color="black").encode(x="x:Q", y="truth:Q")
+    alt.Chart(truth)
+    .mark_line(strokeDash=[4, 3], color="black")
+    .encode(x="x:Q", y="truth:Q")
 )
 fit_layer = (
     alt.Chart(fits_table)
     .mark_line(strokeWidth=3)
     .encode(
-        x="x:Q", y="estimate:Q", tooltip=[alt.Tooltip("width:Q", format=".3f"), "x:Q", "estimate:Q"]
+        x="x:Q",
+        y="estimate:Q",
+        tooltip=[alt.Tooltip("width:Q", format=".3f"), "x:Q", "estimate:Q"],
     )
     .transform_filter(alt.datum.step == step)
 )
@@ -317,8 +339,19 @@ weights_layer = (
     )
     .transform_filter(alt.datum.step == step)
 )
-left = (data_layer + truth_layer + fit_layer).properties(width=330, height=240, title="estimate")
-right = weights_layer.properties(width=330, height=240, title="weights of three queries")
+width_label = (
+    alt.Chart(pd.DataFrame({"step": range(16), "width": slider_widths.tolist()}))
+    .mark_text(align="left", x=8, y=12, fontSize=13)
+    .encode(text=alt.Text("label:N"))
+    .transform_filter(alt.datum.step == step)
+    .transform_calculate(label="'σ = ' + format(datum.width, '.3f')")
+)
+left = (data_layer + truth_layer + fit_layer + width_label).properties(
+    width=330, height=240, title="estimate"
+)
+right = weights_layer.properties(
+    width=330, height=240, title="weights of three queries"
+)
 alt.hconcat(left, right).add_params(step)
 
 # %% [markdown]
@@ -354,7 +387,10 @@ for ax, name, estimate in [
     ax.plot(x_train, y_train, "o", ms=2.5, alpha=0.4)
     ax.plot(x_query, y_true, "k--", lw=1)
     ax.plot(
-        x_query, estimate, lw=2, drawstyle="steps-mid" if name.startswith("hard") else "default"
+        x_query,
+        estimate,
+        lw=2,
+        drawstyle="steps-mid" if name.startswith("hard") else "default",
     )
     ax.set(title=name, xlabel="$x$")
 axes[0].set_ylabel("$y$")
@@ -379,13 +415,21 @@ plt.show()
 # ```
 
 # %%
-kernel_matrix = gaussian_kernel(x_query[:, None] - x_train[None, :], width=0.5)  # (200, 80)
-wrong_weights = kernel_matrix / kernel_matrix.sum(0)  # normalized over the queries: the bug
+kernel_matrix = gaussian_kernel(
+    x_query[:, None] - x_train[None, :], width=0.5
+)  # (200, 80)
+wrong_weights = kernel_matrix / kernel_matrix.sum(
+    0
+)  # normalized over the queries: the bug
 right_weights = kernel_matrix / kernel_matrix.sum(1, keepdim=True)  # over the keys
 wrong_row_sums = wrong_weights.sum(1)
-print(f"row sums with sum(0): min {wrong_row_sums.min():.3f}, max {wrong_row_sums.max():.3f}")
+print(
+    f"row sums with sum(0): min {wrong_row_sums.min():.3f}, max {wrong_row_sums.max():.3f}"
+)
 torch.testing.assert_close(right_weights.sum(1), torch.ones(200))
-torch.testing.assert_close(right_weights, nadaraya_watson(x_query, x_train, y_train, 0.5)[1])
+torch.testing.assert_close(
+    right_weights, nadaraya_watson(x_query, x_train, y_train, 0.5)[1]
+)
 assert wrong_row_sums.max() < 0.9
 glue("ch1_wrong_row_sum_max", round(wrong_row_sums.max().item(), 2))
 
@@ -401,8 +445,8 @@ plt.show()
 
 # %% [markdown]
 # **Figure.** With the columns normalized, no row of weights sums to more than
-# {glue:text}`ch1_wrong_row_sum_max`, so the estimate (red) is a scaled-down version of the
-# right one (orange): not an average of the values at all.
+# {glue:text}`ch1_wrong_row_sum_max`, so the buggy estimate (green) is a scaled-down, distorted
+# version of the right one (orange): not an average of the values at all.
 #
 # ## Learning the width: parametric attention pooling
 #
@@ -426,7 +470,9 @@ self_model, self_losses, self_widths = fit_width(
 )
 learned_width = loo_widths[-1]
 learned_error = (
-    ((nadaraya_watson(x_query, x_train, y_train, learned_width)[0] - y_true) ** 2).mean().item()
+    ((nadaraya_watson(x_query, x_train, y_train, learned_width)[0] - y_true) ** 2)
+    .mean()
+    .item()
 )
 glue("ch1_learned_width", round(learned_width, 2))
 glue("ch1_learned_error", round(learned_error, 3))
@@ -443,7 +489,9 @@ axes[0].set(xlabel="gradient step", ylabel="training MSE", title="loss")
 axes[1].plot(loo_widths, label="leave-one-out")
 axes[1].plot(self_widths, label="may attend to itself")
 axes[1].axhline(best["width"], color="grey", lw=1, label="best width (from the truth)")
-axes[1].set(xlabel="gradient step", ylabel=r"$\sigma$", yscale="log", title="kernel width")
+axes[1].set(
+    xlabel="gradient step", ylabel=r"$\sigma$", yscale="log", title="kernel width"
+)
 axes[1].legend()
 plt.show()
 
@@ -475,9 +523,12 @@ plt.show()
 
 # %%
 width = 0.5
-dot_scores = x_query[:, None] * x_train[None, :] / width**2 - x_train[None, :] ** 2 / (2 * width**2)
+dot_scores = x_query[:, None] * x_train[None, :] / width**2 - x_train[None, :] ** 2 / (
+    2 * width**2
+)
 torch.testing.assert_close(
-    torch.softmax(dot_scores, dim=-1), nadaraya_watson(x_query, x_train, y_train, width)[1]
+    torch.softmax(dot_scores, dim=-1),
+    nadaraya_watson(x_query, x_train, y_train, width)[1],
 )
 
 # %% [markdown]

@@ -1,0 +1,641 @@
+# ---
+# jupyter:
+#   jupytext:
+#     cell_metadata_filter: -execution,-ExecuteTime
+#     formats: ipynb,py:percent
+#     notebook_metadata_filter: kernelspec,jupytext,-jupytext.text_representation.jupytext_version
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Scaled dot-product attention
+#
+# Chapter 1 scored a query against keys with a kernel of their distance. Transformers score
+# with a dot product instead, divide by the square root of the width, and apply the result to
+# whole matrices of queries at once {cite}`vaswani2017attention`:
+#
+# $$
+# \operatorname{Attention}(Q, K, V) = \operatorname{softmax}\!\left(\frac{Q K^\top}{\sqrt{d}}
+# \right) V .
+# $$
+#
+# This chapter builds it from scratch and checks it against the book's `helpers` and against
+# PyTorch; asks why the $\sqrt{d}$ is there and answers with an experiment; verifies that
+# every output is a convex combination of values; measures what the computation costs as the
+# sequence grows; and looks closely at what attention dropout does to the weights.
+
+# %% tags=["hide-cell"]
+# Setup: on Colab, install the book's helpers; everywhere, import, seed and pick a device.
+import sys
+
+if "google.colab" in sys.modules:
+    import subprocess
+
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "attention-book-helpers @ git+https://github.com/attention-book/attention-book",
+        ],
+        check=True,
+    )
+
+import helpers
+from helpers.plotting import use_book_style
+
+use_book_style()
+helpers.seed_everything(0)
+device = helpers.get_device()
+
+# %%
+import math
+import time
+
+import matplotlib.pyplot as plt
+import pandas as pd
+import seaborn as sns
+import torch
+import torch.nn.functional as F
+
+from helpers import glue, show_source
+from helpers.attention import (
+    MultiHeadAttention,
+    SingleHeadAttention,
+    check_attention,
+    scaled_dot_product_attention,
+)
+from helpers.plotting import heatmap
+
+# %% [markdown]
+# ## The formula and its shapes
+#
+# There are $T_q$ queries and $T_k$ keys, each a vector of width $d$, and one value of width
+# $d_v$ per key. Stack them as rows:
+#
+# | matrix | shape | role |
+# | --- | --- | --- |
+# | $Q$ | $T_q \times d$ | what each position is looking for |
+# | $K$ | $T_k \times d$ | what each position offers to be found by |
+# | $V$ | $T_k \times d_v$ | what each position hands over when found |
+# | $S = QK^\top / \sqrt{d}$ | $T_q \times T_k$ | score of every query against every key |
+# | $A = \operatorname{softmax}(S)$, row by row | $T_q \times T_k$ | attention weights |
+# | $AV$ | $T_q \times d_v$ | one output per query |
+#
+# The softmax runs along each row, that is over the keys: every query distributes one unit of
+# attention among the keys. Queries and keys must share the width $d$ (they meet in a dot
+# product); the values may have any width, and $T_q$ need not equal $T_k$. Extra leading
+# dimensions (batch, heads) simply ride along.
+#
+# From scratch, that is three lines:
+
+
+# %%
+def attention_from_scratch(q, k, v):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (..., Tq, Tk)
+    weights = scores.softmax(dim=-1)  # over the keys
+    return weights @ v, weights  # (..., Tq, dv), (..., Tq, Tk)
+
+
+generator = torch.Generator().manual_seed(0)
+q = torch.randn(3, 4, generator=generator)  # Tq = 3 queries of width d = 4
+k = torch.randn(5, 4, generator=generator)  # Tk = 5 keys
+v = torch.randn(5, 2, generator=generator)  # one value of width dv = 2 per key
+output, weights = attention_from_scratch(q, k, v)
+print(f"output {tuple(output.shape)}, weights {tuple(weights.shape)}")
+
+# %% [markdown]
+# The same computation written with `einsum` names every index, which some readers find
+# clearer: `q` is indexed by (query $i$, feature $f$), `k` by (key $j$, feature $f$), and the
+# score sums over the shared feature.
+
+
+# %%
+def attention_einsum(q, k, v):
+    scores = torch.einsum("...if,...jf->...ij", q, k) / math.sqrt(q.shape[-1])
+    weights = scores.softmax(dim=-1)
+    return torch.einsum("...ij,...jd->...id", weights, v), weights
+
+
+torch.testing.assert_close(attention_einsum(q, k, v), (output, weights))
+
+# %% [markdown]
+# ```{admonition} Pitfall: an einsum without an ellipsis works for one sequence only
+# :class: warning
+# Source 000 writes its scores as `einsum("ik, jk -> ij", q, k)` and checks that the mask has
+# exactly the scores' shape. Both are fine for a single unbatched sequence, which is all that
+# source runs them on, but the subscripts name exactly two axes, so a batch of sequences or of
+# heads is an error (below), and an exact-shape check rejects a `(Tq, Tk)` mask that would
+# broadcast. The ellipsis `...` lets leading axes ride along. `helpers` accepts any leading
+# axes and broadcasting masks; `test_sdpa_matches_pytorch` draws random shapes with zero to two
+# batch axes, and `test_mask_shapes_2d_3d_4d_broadcast` pins the broadcasting.
+# ```
+
+# %%
+batched_q = torch.randn(2, 3, 4, generator=generator)  # a batch of 2 sequences
+try:
+    torch.einsum("ik,jk->ij", batched_q, batched_q)
+except RuntimeError as error:
+    print(f"RuntimeError: {error}")
+print(
+    "with ...:", tuple(torch.einsum("...ik,...jk->...ij", batched_q, batched_q).shape)
+)
+
+# %% [markdown]
+# The book's version in `helpers.attention` adds input checks, a boolean mask (chapter 2),
+# attention dropout (the end of this chapter) and a defined result for queries that may see no
+# key at all. Its source:
+
+# %%
+show_source(scaled_dot_product_attention)
+
+# %% [markdown]
+# It agrees with ours and with PyTorch's fused `F.scaled_dot_product_attention`, here on a
+# batch of 2 sequences with 3 heads, the shapes multi-head attention will use in chapter 4:
+
+# %%
+q4 = torch.randn(2, 3, 6, 8, generator=generator)  # (B, H, Tq, d)
+k4 = torch.randn(2, 3, 7, 8, generator=generator)  # (B, H, Tk, d)
+v4 = torch.randn(2, 3, 7, 5, generator=generator)  # (B, H, Tk, dv)
+ours, ours_weights = attention_from_scratch(q4, k4, v4)
+package, package_weights = scaled_dot_product_attention(q4, k4, v4)
+torch.testing.assert_close(package, ours)
+torch.testing.assert_close(package_weights, ours_weights)
+torch.testing.assert_close(F.scaled_dot_product_attention(q4, k4, v4), ours)
+print(f"output {tuple(package.shape)}, weights {tuple(package_weights.shape)}")
+
+# %% [markdown]
+# From here on the chapter uses `scaled_dot_product_attention` from `helpers`.
+#
+# ## Outputs are convex combinations of the values
+#
+# Every row of weights is non-negative and sums to one, so every output row is a weighted
+# average of the value rows: a point inside their convex hull. In particular each coordinate
+# of an output lies between the smallest and the largest value in that coordinate.
+
+# %%
+assert (weights >= 0).all()
+torch.testing.assert_close(weights.sum(dim=-1), torch.ones(3))
+by_hand = sum(weights[2, j] * v[j] for j in range(5))  # query 2, written out
+torch.testing.assert_close(by_hand, output[2])
+assert (output >= v.min(dim=0).values - 1e-6).all()
+assert (output <= v.max(dim=0).values + 1e-6).all()
+print("weights of query 2:", [round(w, 3) for w in weights[2].tolist()])
+
+# %% tags=["hide-input"]
+fig, (ax_weights, ax_points) = plt.subplots(1, 2, figsize=(8, 3.2))
+heatmap(weights, ax=ax_weights, title="attention weights A", vmin=0, vmax=1)
+ax_points.scatter(v[:, 0], v[:, 1], s=60, marker="s", label="values $v_j$")
+ax_points.scatter(
+    output[:, 0], output[:, 1], s=60, marker="*", label="outputs $(AV)_i$"
+)
+for i, (x, y) in enumerate(output.tolist()):
+    ax_points.annotate(f"query {i}", (x, y), textcoords="offset points", xytext=(5, 5))
+ax_points.set(
+    xlabel="value coordinate 1", ylabel="value coordinate 2", title="outputs vs values"
+)
+ax_points.legend(loc="best")
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# **Figure.** Left: each row of the weight matrix is one query's distribution over the five
+# keys. Right: the outputs (stars) all land inside the region spanned by the five values
+# (squares); a query whose weights concentrate on one key lands near that key's value.
+#
+# ```{admonition} Pitfall: source 003's attention names variables that do not exist and swaps queries and keys
+# :class: warning
+# One of the book's source texts writes its attention function with parameters `q, k, v` but
+# computes the scores from `query` and `key`, names that exist nowhere in the function (a
+# `NameError` on the first call; the same function also writes `is Not None`, a
+# `SyntaxError`). Once those are corrected just enough to run, its self-attention module calls
+# the function as `attention(k, q, v)`: keys in the queries' place. The cells below show when
+# that is harmless and when it is a bug. The fix is the order `attention(q, k, v)`, which
+# `SingleHeadAttention` in `helpers.attention` uses; the test
+# `test_queries_and_keys_are_not_swapped` in `tests/test_attention.py` pins that changing one
+# query moves only that query's output row.
+# ```
+#
+# First the symptom as written: the function fails before computing anything.
+
+
+# %%
+def attention_as_written(q, k, v):
+    scores = torch.bmm(query, key.transpose(1, 2))  # noqa: F821 (the source's names)
+    return (scores / q.shape[-1] ** 0.5).softmax(dim=-1) @ v
+
+
+try:
+    attention_as_written(q4[:, 0], k4[:, 0], v4[:, 0])
+except NameError as error:
+    print(f"NameError: {error}")
+try:
+    compile("if mask is Not None:\n    pass", "<source 003>", "exec")
+except SyntaxError as error:
+    print(f"SyntaxError: {error.msg}")
+
+
+# %% [markdown]
+# Now the swapped call. A swapped head computes $\operatorname{softmax}(K Q^\top/\sqrt d)V$
+# with its projections $W_K$ and $W_Q$. In **self-attention** queries and keys are
+# projections of the same tokens, so that is exactly a correct head whose $W_Q$ and $W_K$ trade
+# places: the same family of functions with the two matrices relabeled. A model trained that
+# way learns the relabeled weights, and nothing is lost. The cell checks this on a causal
+# self-attention head.
+
+
+# %%
+def swapped_head(head, query, key, value, mask=None):
+    return scaled_dot_product_attention(
+        head.key(key), head.query(query), head.value(value), mask
+    )
+
+
+torch.manual_seed(0)
+head = SingleHeadAttention(d_model=8, d_head=4)
+relabeled = SingleHeadAttention(d_model=8, d_head=4)
+relabeled.load_state_dict(
+    {
+        **head.state_dict(),
+        "query.weight": head.key.weight,
+        "key.weight": head.query.weight,
+    }
+)
+x = torch.randn(2, 6, 8)
+causal = torch.ones(6, 6, dtype=torch.bool).tril()
+torch.testing.assert_close(
+    swapped_head(head, x, x, x, causal), relabeled(x, x, x, causal)
+)
+print("self-attention: swapped head == correct head with W_Q and W_K exchanged")
+
+# %% [markdown]
+# In **cross-attention** the queries come from one sequence (a decoder's tokens) and the keys
+# and values from another (the encoder's). Swapping them is a genuine bug. When the lengths
+# differ it cannot run: the weights come out $T_k \times T_q$ and no longer match the $T_k$
+# values (with the source's plain `torch.bmm` a shape error; here `helpers` says which shapes
+# disagree):
+
+# %%
+decoder_tokens = torch.randn(2, 3, 8)  # Tq = 3
+encoder_tokens = torch.randn(2, 5, 8)  # Tk = 5
+try:
+    swapped_head(head, decoder_tokens, encoder_tokens, encoder_tokens)
+except ValueError as error:
+    print(f"ValueError: {error}")
+
+# %% [markdown]
+# When they happen to be equal it runs silently, and worse: output row $i$ is now driven by
+# key $i$ of the *encoder*, not by query $i$ of the decoder. Change the first decoder token and
+# compare which output rows move.
+
+# %%
+decoder_tokens = torch.randn(1, 5, 8)
+nudged = decoder_tokens.clone()
+nudged[0, 0] += 1.0
+moved = {}
+for name, attend in {
+    "correct": head,
+    "swapped": lambda *a: swapped_head(head, *a),
+}.items():
+    before, _ = attend(decoder_tokens, encoder_tokens[:1], encoder_tokens[:1])
+    after, _ = attend(nudged, encoder_tokens[:1], encoder_tokens[:1])
+    moved[name] = ((after - before).abs().amax(dim=-1) > 1e-6)[0].tolist()
+    print(f"{name:8s} rows that moved: {moved[name]}")
+assert moved["correct"] == [True, False, False, False, False]
+assert all(moved["swapped"])
+
+# %% [markdown]
+# ## Why divide by $\sqrt{d}$?
+#
+# Suppose the entries of a query and a key are independent with mean 0 and variance 1. Their
+# dot product $q \cdot k = \sum_{f=1}^{d} q_f k_f$ is a sum of $d$ independent terms of
+# variance 1, so its variance is $d$. Wide heads therefore produce large scores, and a softmax
+# of large scores is nearly one-hot: one key takes almost all the weight, and the gradient of
+# the softmax, $\partial a_i / \partial s_j = a_i(\delta_{ij} - a_j)$, is nearly zero. Dividing
+# by $\sqrt{d}$ brings the variance back to 1 whatever the width. The experiment below
+# measures all three effects for widths from 4 to 1024, with 16 keys per query.
+
+# %%
+widths = [4, 16, 64, 256, 1024]
+num_queries, num_keys = 2000, 16
+
+
+def softmax_jacobian_norm(weights):
+    """Frobenius norm of diag(a) - a a^T, the softmax's Jacobian, for each row a."""
+    squares = weights.pow(2).sum(-1)
+    return (squares - 2 * weights.pow(3).sum(-1) + squares**2).clamp_min(0).sqrt()
+
+
+rows = []
+for width in widths:
+    q_rand = torch.randn(num_queries, 1, width, generator=generator)
+    k_rand = torch.randn(num_queries, num_keys, width, generator=generator)
+    raw = (q_rand @ k_rand.transpose(-2, -1)).squeeze(1)  # (queries, keys)
+    for scaling, scores in (("none", raw), ("1/sqrt(d)", raw / math.sqrt(width))):
+        attn = scores.softmax(dim=-1)
+        rows.append(
+            {
+                "d": width,
+                "scaling": scaling,
+                "score variance": scores.var().item(),
+                "largest weight": attn.amax(dim=-1).mean().item(),
+                "softmax gradient norm": softmax_jacobian_norm(attn).mean().item(),
+            }
+        )
+scaling_table = pd.DataFrame(rows)
+scaling_table.round(3)
+
+# %% tags=["hide-input"]
+fig, axes = plt.subplots(1, 3, figsize=(11, 3.2))
+columns = ["score variance", "largest weight", "softmax gradient norm"]
+for ax, column in zip(axes, columns, strict=True):
+    sns.lineplot(scaling_table, x="d", y=column, hue="scaling", marker="o", ax=ax)
+    ax.set(xscale="log", title=column)
+axes[0].set_yscale("log")
+axes[1].axhline(1 / num_keys, color="grey", ls=":", label="uniform, 1/16")
+axes[1].legend()
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# **Figure.** Left: without scaling the score variance grows like $d$ (a straight line on
+# log-log axes); with it, it stays at 1. Middle: the average largest weight climbs towards 1
+# without scaling, the softmax turning into a hard maximum, while scaled weights keep the same
+# spread at every width. Right: the softmax's gradient shrinks as it saturates, so a
+# wide unscaled head would barely learn.
+
+# %%
+at = scaling_table.set_index(["d", "scaling"])
+unscaled, scaled = at.loc[(1024, "none")], at.loc[(1024, "1/sqrt(d)")]
+for width in widths:
+    assert abs(at.loc[(width, "none"), "score variance"] / width - 1) < 0.1
+    assert abs(at.loc[(width, "1/sqrt(d)"), "score variance"] - 1) < 0.1
+assert unscaled["largest weight"] > 0.9 > 0.5 > scaled["largest weight"]
+gradient_ratio = scaled["softmax gradient norm"] / unscaled["softmax gradient norm"]
+assert gradient_ratio > 3
+glue("ch3_var_unscaled", round(float(unscaled["score variance"])))
+glue("ch3_var_scaled", round(float(scaled["score variance"]), 2))
+glue("ch3_maxw_unscaled", round(float(unscaled["largest weight"]), 2))
+glue("ch3_maxw_scaled", round(float(scaled["largest weight"]), 2))
+glue("ch3_gradient_ratio", round(float(gradient_ratio), 1))
+print(
+    f"d = 1024, unscaled vs scaled: variance {unscaled['score variance']:.0f} vs "
+    f"{scaled['score variance']:.2f}, largest weight {unscaled['largest weight']:.2f} vs "
+    f"{scaled['largest weight']:.2f}, gradient ratio {gradient_ratio:.1f}"
+)
+
+# %% [markdown]
+# At $d = 1024$ the unscaled scores have variance {glue:text}`ch3_var_unscaled` (scaled:
+# {glue:text}`ch3_var_scaled:.2f`), the largest of 16 weights averages
+# {glue:text}`ch3_maxw_unscaled:.2f` (scaled: {glue:text}`ch3_maxw_scaled:.2f`), and the softmax's
+# gradient is {glue:text}`ch3_gradient_ratio:.1f` times larger with the scaling than without.
+# The scale is not about the values being large; it is about keeping the softmax in the range
+# where it still compares keys rather than just picking one.
+#
+# ## What it costs as sequences grow
+#
+# The weight matrix has one entry per (query, key) pair: for self-attention over $T$ tokens,
+# $T^2$ entries per head, and the two matrix products cost $O(T^2 d)$ operations. Our
+# from-scratch version stores that matrix in full; PyTorch's fused kernel computes the same
+# output in blocks without keeping all of it when the weights are not asked for. The
+# benchmark below times both for one sequence with 4 heads of width 64 (the `helpers`
+# version is the from-scratch one plus input checks), on one CPU thread. Each measurement is
+# the fastest of 3 timed loops, each long enough to last at least 50 ms, after 2 warm-up
+# calls. Timings depend on the machine and its load (this page was built on 2 shared CPU
+# cores), so the book's tests do not compare this cell's output; read the ratio column.
+
+# %%
+num_heads, d_head = 4, 64
+lengths = [64, 128, 256, 512, 1024]
+weights_mib = {T: num_heads * T * T * 4 / 2**20 for T in lengths}  # float32 bytes
+glue("ch3_weights_mib", round(weights_mib[1024]))
+glue("ch3_longest", lengths[-1])
+print(f"weights at T = {lengths[-1]}: {weights_mib[lengths[-1]]:.0f} MiB")
+
+
+def seconds_per_call(fn, *args, warmup=2, repeats=3, min_seconds=0.05):
+    for _ in range(warmup):
+        fn(*args)
+    number, elapsed = 1, 0.0
+    while True:  # grow the loop until one timing is long enough to trust
+        start = time.perf_counter()
+        for _ in range(number):
+            fn(*args)
+        elapsed = time.perf_counter() - start
+        if elapsed >= min_seconds:
+            break
+        number *= 2
+    best = elapsed / number
+    for _ in range(repeats - 1):
+        start = time.perf_counter()
+        for _ in range(number):
+            fn(*args)
+        best = min(best, (time.perf_counter() - start) / number)
+    return best
+
+
+# %% tags=["nbval-ignore-output"]
+implementations = {
+    "from scratch": attention_from_scratch,
+    "F.scaled_dot_product_attention": F.scaled_dot_product_attention,
+}
+timings = []
+threads = torch.get_num_threads()
+torch.set_num_threads(
+    1
+)  # time the kernels, not a thread pool fighting for shared cores
+try:
+    with torch.inference_mode():
+        for T in lengths:
+            q_b, k_b, v_b = (torch.randn(1, num_heads, T, d_head) for _ in range(3))
+            for name, fn in implementations.items():
+                seconds = seconds_per_call(fn, q_b, k_b, v_b)
+                timings.append({"T": T, "implementation": name, "ms": 1e3 * seconds})
+finally:
+    torch.set_num_threads(threads)
+benchmark = pd.DataFrame(timings).pivot(
+    index="T", columns="implementation", values="ms"
+)
+benchmark["ratio scratch / fused"] = (
+    benchmark["from scratch"] / benchmark["F.scaled_dot_product_attention"]
+)
+benchmark.round(2)
+
+# %% tags=["hide-input", "nbval-ignore-output"]
+fig, (ax_time, ax_ratio) = plt.subplots(1, 2, figsize=(9, 3.2))
+for name in implementations:
+    ax_time.plot(benchmark.index, benchmark[name], marker="o", label=name)
+reference = benchmark["from scratch"].iloc[-1] * (benchmark.index / lengths[-1]) ** 2
+ax_time.plot(benchmark.index, reference, "k:", label="$\\propto T^2$")
+ax_time.set(
+    xscale="log", yscale="log", xlabel="sequence length T", ylabel="ms per call"
+)
+ax_time.legend()
+ax_ratio.plot(benchmark.index, benchmark["ratio scratch / fused"], marker="o")
+ax_ratio.axhline(1, color="grey", ls=":")
+ax_ratio.set(xscale="log", xlabel="sequence length T", ylabel="from scratch / fused")
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# **Figure.** Left: time per call against sequence length on log-log axes; the dotted line
+# has slope 2, the quadratic growth that the $T \times T$ weight matrix implies for every
+# implementation once $T$ is large. Right: how many times longer the from-scratch
+# version takes than PyTorch's fused kernel at each length (above the dotted line means the
+# fused kernel is faster). One reason for a gap: the from-scratch version writes and rereads
+# the whole weight matrix, {glue:text}`ch3_weights_mib`
+# MiB of float32 at length {glue:text}`ch3_longest` for 4 heads, which is also why long contexts
+# run out of memory before they run out of time.
+#
+# ## Attention dropout
+#
+# Dropout on attention zeroes each weight $a_{ij}$ independently with probability $p$ during
+# training: query $i$ then ignores value $j$ for this step. PyTorch, and `helpers`, do **not**
+# renormalize the surviving weights so that they sum to one again; they divide them by
+# $1 - p$. The expected weight is unchanged, $(1-p) \cdot a_{ij}/(1-p) = a_{ij}$, but any single
+# row can sum to more or less than one. To look at the weights themselves we set the values to
+# the identity matrix, so that the output *is* the weight matrix, and draw 3000 dropout
+# patterns with $p = 0.6$ for 10 queries and 10 keys.
+
+# %%
+p_drop, draws = 0.6, 3000
+q_d = torch.randn(10, 16, generator=generator)
+k_d = torch.randn(10, 16, generator=generator)
+identity = torch.eye(10)  # output = weights @ I = weights
+clean, _ = scaled_dot_product_attention(q_d, k_d, identity)
+dropped, _ = scaled_dot_product_attention(
+    q_d.expand(draws, 10, 16), k_d, identity, dropout_p=p_drop, generator=generator
+)
+evaluated, _ = scaled_dot_product_attention(
+    q_d.expand(draws, 10, 16), k_d, identity, dropout_p=p_drop, training=False
+)
+# per draw: the total weight of each query, averaged over the 10 queries
+train_sums = dropped.sum(dim=-1).mean(dim=-1)
+eval_sums = evaluated.sum(dim=-1).mean(dim=-1)
+kept = dropped != 0
+torch.testing.assert_close(dropped[kept], clean.expand_as(dropped)[kept] / (1 - p_drop))
+assert abs(train_sums.mean().item() - 1) < 0.02
+torch.testing.assert_close(eval_sums, torch.ones(draws))
+standard_error = clean * math.sqrt(p_drop / (1 - p_drop) / draws)
+assert ((dropped.mean(dim=0) - clean).abs() <= 4 * standard_error + 1e-6).all()
+glue("ch3_drop_p", p_drop)
+dropped_fraction = 1 - kept.float().mean().item()
+glue("ch3_drop_fraction", round(dropped_fraction, 3))
+glue("ch3_mean_total_train", round(train_sums.mean().item(), 3))
+glue("ch3_mean_total_eval", round(eval_sums.mean().item(), 3))
+glue("ch3_spread_train", round(train_sums.std().item(), 2))
+print(
+    f"dropped {dropped_fraction:.3f}; mean total weight: train {train_sums.mean():.3f}, "
+    f"eval {eval_sums.mean():.3f}"
+)
+
+# %% tags=["hide-input"]
+fig, (ax_train, ax_eval) = plt.subplots(1, 2, figsize=(8, 2.8), sharex=True)
+sns.histplot(train_sums.numpy(), bins=50, ax=ax_train)
+sns.histplot(eval_sums.numpy(), bins=20, ax=ax_eval)
+ax_train.set(
+    title="training (p = 0.6)", xlabel="total weight per query, mean over queries"
+)
+ax_eval.set(title="evaluation", xlabel="total weight per query, mean over queries")
+for ax in (ax_train, ax_eval):
+    ax.axvline(1, color="k", ls=":")
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# **Figure.** In training (left) the total weight a query hands out scatters widely around 1
+# (standard deviation {glue:text}`ch3_spread_train:.2f` across draws) because survivors are
+# rescaled, not renormalized; in evaluation (right) it is exactly 1 every time.
+#
+# Over the 3000 draws {glue:text}`ch3_drop_fraction:.3f` of the weights were dropped (the target
+# is $p =$ {glue:text}`ch3_drop_p`), and the mean total weight was
+# {glue:text}`ch3_mean_total_train:.3f` in training against {glue:text}`ch3_mean_total_eval:.3f` in
+# evaluation: correct on average, noisy per step. The average of the dropped weight matrices
+# also matches the clean one entry by entry, within four standard errors (asserted above).
+#
+# The same holds for a whole attention layer, because the output is linear in the weights: the
+# average of many training-mode outputs approaches the evaluation-mode output. Source 000 shows
+# this with histograms labelled "output norm" that in fact sum the outputs; here we compare
+# the outputs themselves, for `MultiHeadAttention` (chapter 4) with one head and dropout 0.5.
+
+# %%
+torch.manual_seed(0)
+layer = MultiHeadAttention(d_model=16, num_heads=1, dropout=0.5)
+tokens = torch.randn(1, 10, 16)
+batch = tokens.expand(draws, 10, 16)  # the same sequence, 3000 dropout patterns
+with torch.no_grad():
+    train_outputs = layer.train()(batch, batch, batch)
+    eval_output = layer.eval()(tokens, tokens, tokens)
+    eval_again = layer(tokens, tokens, tokens)
+assert torch.equal(eval_output, eval_again)  # evaluation is deterministic
+gap = (train_outputs.mean(dim=0) - eval_output[0]).abs().max().item()
+spread = train_outputs.std(dim=0).mean().item()
+assert gap < 0.1 * spread
+glue("ch3_mha_gap", round(gap, 3))
+glue("ch3_mha_spread", round(spread, 2))
+print(f"spread of one training output {spread:.2f}; mean of {draws} vs eval: {gap:.3f}")
+
+# %% [markdown]
+# A single training-mode output differs from the evaluation output by about
+# {glue:text}`ch3_mha_spread:.2f` per coordinate (the standard deviation across draws), while the
+# mean of 3000 of them is within {glue:text}`ch3_mha_gap:.3f` of it, and evaluation mode returns
+# the same output on every call. That is the contract of dropout: noise during training,
+# unbiased on average, switched off by `model.eval()`.
+#
+# ## Exercises
+#
+# 1. Write `my_attention(q, k, v)` for inputs with any number of leading batch dimensions,
+#    using `torch.einsum` or `@`, and check it with `check_attention(my_attention)` from
+#    `helpers.attention`. The checker names the usual mistakes (unscaled scores, a softmax
+#    over the wrong axis, `k.T` on batched inputs).
+# 2. Some early implementations divided the scores by $d$ instead of $\sqrt{d}$. With the
+#    assumptions of the scaling experiment, what is the variance of the scores then, and what
+#    happens to the weights as $d$ grows? Check your answer by adding a row to the experiment.
+# 3. In the dropout experiment, why can the total weight of one query exceed 1, and what is
+#    its largest possible value for $p = 0.6$?
+#
+# ```{admonition} Solution 1
+# :class: dropdown
+# Transpose only the last two axes, so that batch dimensions pass through:
+#
+#     def my_attention(q, k, v):
+#         scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+#         return scores.softmax(dim=-1) @ v
+#
+# `check_attention(my_attention)` then answers with a line starting "Correct". The hidden
+# cell below runs exactly this check.
+# ```
+
+
+# %% tags=["remove-cell"]
+def my_attention(q, k, v):
+    scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+    return scores.softmax(dim=-1) @ v
+
+
+assert check_attention(my_attention).startswith("Correct")
+
+# %% [markdown]
+# ```{admonition} Solution 2
+# :class: dropdown
+# Dividing by $d$ divides the variance by $d^2$: it becomes $d / d^2 = 1/d$, which goes to
+# zero. The scores all approach 0 and the weights approach the uniform $1/T_k$: the opposite
+# failure of no scaling, where every key looks equally relevant. Only $\sqrt{d}$ keeps the
+# variance at 1 for every width.
+# ```
+#
+# ```{admonition} Solution 3
+# :class: dropdown
+# The survivors are multiplied by $1/(1-p) = 2.5$ and nothing renormalizes them, so a row
+# where no weight is dropped sums to 2.5. That is the maximum; the minimum is 0, when every
+# weight is dropped. The expectation stays 1.
+# ```

@@ -11,6 +11,7 @@ import matplotlib as mpl
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
+from matplotlib.ticker import MaxNLocator
 
 __all__ = ["use_book_style", "heatmap", "to_numpy"]
 
@@ -73,6 +74,12 @@ def heatmap(
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.grid(False)
+    # Rows and columns are positions: integer ticks only, and a full frame so that white
+    # (zero) cells at the edge are not mistaken for empty page.
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    for spine in ax.spines.values():
+        spine.set_visible(True)
     if title:
         ax.set_title(title)
     if colorbar:

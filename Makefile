@@ -10,7 +10,7 @@ export PYTHONHASHSEED := 0
 # Quiet, reproducible notebook kernels: no stray warnings about Jupyter's own paths.
 export JUPYTER_PLATFORM_DIRS := 1
 
-.PHONY: help venv book test lint drift unit notebooks site lab execute bench freeze clean
+.PHONY: help venv book browser test lint drift unit notebooks site lab execute bench freeze clean
 
 help:
 	@echo "make book      build the website into _build/html (creates .venv on first use)"
@@ -29,8 +29,20 @@ $(STAMP): requirements.txt pyproject.toml
 
 venv: $(STAMP)
 
-book: $(STAMP)
+# MathJax and Vega are vendored into the site (book/_ext/vendor_assets.py) from these pins.
+NODE_STAMP := tests/browser/node_modules/.package-lock.json
+$(NODE_STAMP): tests/browser/package.json tests/browser/package-lock.json
+	npm ci --prefix tests/browser --no-audit --no-fund
+	touch $(NODE_STAMP)
+
+book: $(STAMP) $(NODE_STAMP)
 	$(BIN)/jupyter-book build . -W -n --keep-going
+
+# The browser tests drive Debian's Chromium; install it when we are root, else say loudly.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } || \
+		echo "!!! no Chromium (as root: apt-get install -y chromium): browser tests will be SKIPPED"
 
 lint: $(STAMP)
 	$(BIN)/ruff check helpers tests scripts notebooks/*.py
@@ -48,7 +60,7 @@ notebooks: $(STAMP)
 	$(BIN)/pytest -q --nbval --nbval-current-env --nbval-cell-timeout=600 \
 		--nbval-sanitize-with tests/nbval_sanitize.cfg -p no:randomly notebooks/
 
-site: book
+site: book browser
 	$(BIN)/pytest -q -m site tests/
 
 test: lint unit notebooks site

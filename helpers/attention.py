@@ -10,8 +10,10 @@ Mask convention (the one convention of the whole package): a **boolean** tensor 
 ``True`` means "this query may attend to this key", as in
 ``torch.nn.functional.scaled_dot_product_attention``. (``torch.nn.MultiheadAttention`` uses
 the opposite: its ``key_padding_mask`` and boolean ``attn_mask`` mean True = ignore; invert
-with ``~mask`` when talking to it.) Float masks are refused: a 0/1 float mask and an additive
-0/-inf mask look alike but mean opposite things, so the caller says which one it is.
+with ``~mask`` when talking to it.) Against per-head scores (B, H, Tq, Tk), a 3-D mask is
+always (B, Tq, Tk), one mask per sequence shared by the heads. Float masks are refused: a
+0/1 float mask and an additive 0/-inf mask look alike but mean opposite things, so the
+caller says which one it is.
 
 A query row whose keys are all masked has nothing to attend to. Here its attention weights
 are all zero and its output is the zero vector (no NaN, no silent uniform average), which is
@@ -58,6 +60,54 @@ def _check_tensor(name: str, value, min_ndim: int = 1) -> Tensor:
     return value
 
 
+def _check_same_dtype(**tensors: Tensor) -> None:
+    dtypes = [tensor.dtype for tensor in tensors.values()]
+    if len(set(dtypes)) > 1:
+        names = ", ".join(tensors)
+        got = ", ".join(str(dtype) for dtype in dtypes)
+        first = next(iter(tensors))
+        raise TypeError(
+            f"{names} must share a dtype, got {got}; convert them with .to({first}.dtype)"
+        )
+
+
+def _check_positive_int(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be a positive int, got {type(value).__name__} ({value!r})")
+    if value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value}")
+    return value
+
+
+def _check_sizes(d_model, num_heads) -> int:
+    """Validate a multi-head layer's sizes; return d_head = d_model // num_heads."""
+    _check_positive_int("d_model", d_model)
+    _check_positive_int("num_heads", num_heads)
+    if d_model % num_heads != 0:
+        raise ValueError(
+            f"d_model={d_model} is not divisible by num_heads={num_heads}; each head gets "
+            f"d_model / num_heads features, so pick num_heads among the divisors of d_model"
+        )
+    return d_model // num_heads
+
+
+def _check_scale(scale) -> float | None:
+    if scale is None:
+        return None
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+        raise TypeError(
+            f"scale must be a positive number or None, got {type(scale).__name__} ({scale!r}); "
+            "it multiplies q @ k^T, and None means 1 / sqrt(d)"
+        )
+    if not (math.isfinite(scale) and scale > 0):
+        raise ValueError(
+            f"scale must be a positive finite number, got {scale}; it multiplies q @ k^T "
+            "(0 would make every weight uniform, a negative scale would favour the least "
+            "similar keys), and None means 1 / sqrt(d)"
+        )
+    return float(scale)
+
+
 def _check_dropout(dropout_p) -> float:
     if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)):
         raise TypeError(f"dropout probability must be a float, got {dropout_p!r}")
@@ -91,8 +141,9 @@ def _broadcast_mask(mask: Tensor, scores_shape: torch.Size) -> None:
         raise ValueError(
             f"mask of shape {tuple(mask.shape)} cannot broadcast to the attention scores of "
             f"shape {tuple(scores_shape)} (..., Tq, Tk). Use a (Tq, Tk) mask, or add size-1 "
-            "dimensions where it is shared, e.g. a (B, Tq, Tk) mask for per-head scores "
-            "becomes mask[:, None]"
+            "dimensions where it is shared: with per-head scores (B, H, Tq, Tk) a 3-D mask is "
+            "read as (B, Tq, Tk) and used as mask[:, None]; write a per-head mask shared by "
+            "the batch as (1, H, Tq, Tk)"
         )
 
 
@@ -115,21 +166,23 @@ def scaled_dot_product_attention(
     Shapes: q (..., Tq, d), k (..., Tk, d), v (..., Tk, dv); the leading dimensions broadcast.
     Returns output (..., Tq, dv) and weights (..., Tq, Tk).
 
-    ``mask``: boolean, True = may attend, broadcastable to (..., Tq, Tk). A row with no key
-    allowed gets all-zero weights and a zero output. ``dropout_p`` zeroes attention weights
-    with that probability and rescales the survivors by 1 / (1 - dropout_p) (no
-    renormalization), only when ``training`` is True; the returned weights are the ones that
-    multiplied ``v``. ``generator`` makes the dropout pattern reproducible. ``scale``
-    replaces 1 / sqrt(d).
+    ``mask``: boolean, True = may attend, broadcastable to (..., Tq, Tk). One exception to
+    plain broadcasting: with 4-D q, k, v (B, H, T, d), a **3-D mask is read as (B, Tq, Tk)**,
+    one mask per sequence shared by the heads, and used as ``mask[:, None]`` (B, 1, Tq, Tk),
+    as :class:`MultiHeadAttention` does. (``F.scaled_dot_product_attention`` aligns shapes
+    from the right instead, so there a (B, Tq, Tk) mask is lined up with the heads: an error
+    when B != H, and silently wrong when B == H.) Write a per-head mask shared by the batch
+    as (1, H, Tq, Tk). A row with no key allowed gets all-zero weights and a zero output.
+
+    ``dropout_p`` zeroes attention weights with that probability and rescales the survivors
+    by 1 / (1 - dropout_p) (no renormalization), only when ``training`` is True; the returned
+    weights are the ones that multiplied ``v``. ``generator`` makes the dropout pattern
+    reproducible. ``scale``, a positive number, replaces 1 / sqrt(d).
     """
     q = _check_tensor("q", q, min_ndim=2)
     k = _check_tensor("k", k, min_ndim=2)
     v = _check_tensor("v", v, min_ndim=2)
-    if not q.dtype == k.dtype == v.dtype:
-        raise TypeError(
-            f"q, k and v must share a dtype, got {q.dtype}, {k.dtype} and {v.dtype}; "
-            "convert them with .to(q.dtype)"
-        )
+    _check_same_dtype(q=q, k=k, v=v)
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(
             f"queries and keys must have the same width d, got q {tuple(q.shape)} and "
@@ -150,12 +203,17 @@ def scaled_dot_product_attention(
     dropout_p = _check_dropout(dropout_p)
     if not isinstance(training, bool):
         raise TypeError(f"training must be a bool, got {training!r}")
+    scale = _check_scale(scale)
 
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     scores = (q @ k.transpose(-2, -1)) * scale  # (..., Tq, Tk)
     scores_shape = torch.Size((*batch_shape, q.shape[-2], k.shape[-2]))
     if mask is not None:
         mask = _check_mask_dtype(mask)
+        if mask.ndim == 3 and len(scores_shape) == 4:
+            # (B, Tq, Tk) against (B, H, Tq, Tk): one mask per sequence, shared by the heads
+            # (as in MultiHeadAttention), not lined up with H by right-aligned broadcasting.
+            mask = mask[:, None]
         _broadcast_mask(mask, scores_shape)
         # -inf (not -1e9): exactly zero weight in every dtype, float16 included.
         scores = scores.masked_fill(~mask, float("-inf"))
@@ -269,6 +327,7 @@ def _check_qkv(query, key, value, d_model: int) -> None:
                 f"{name} must have shape (B, T, d_model={d_model}), got {tuple(tensor.shape)}; "
                 "add a batch dimension with x[None] if you have a single sequence"
             )
+    _check_same_dtype(query=query, key=key, value=value)
     if key.shape[1] != value.shape[1]:
         raise ValueError(
             f"key and value must have the same length Tk, got key {tuple(key.shape)} and "
@@ -297,17 +356,9 @@ class MultiHeadAttention(nn.Module):
 
     def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = False):
         super().__init__()
-        for name, number in (("d_model", d_model), ("num_heads", num_heads)):
-            if isinstance(number, bool) or not isinstance(number, int) or number < 1:
-                raise ValueError(f"{name} must be a positive int, got {number!r}")
-        if d_model % num_heads != 0:
-            raise ValueError(
-                f"d_model={d_model} is not divisible by num_heads={num_heads}; each head gets "
-                f"d_model / num_heads features, so pick num_heads among the divisors of d_model"
-            )
+        self.d_head = _check_sizes(d_model, num_heads)
         self.d_model = d_model
         self.num_heads = num_heads
-        self.d_head = d_model // num_heads
         self.dropout = _check_dropout(dropout)
         self.qkv_proj = nn.Linear(d_model, 3 * d_model, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
@@ -358,7 +409,10 @@ class MultiHeadAttention(nn.Module):
         """Copy the weights of a ``torch.nn.MultiheadAttention`` of the same size; return self.
 
         Its ``in_proj_weight`` (3D, D) has the layout of ``qkv_proj.weight``; biases must
-        exist in both or in neither.
+        exist in both or in neither. Only weights are copied: for the two modules to return
+        the same outputs, build ``torch_mha`` with ``batch_first=True`` (otherwise it reads
+        (T, B, D) inputs), give both the same dropout (or compare them in ``eval()`` mode,
+        where dropout is off), and pass it the inverted mask ``~mask`` (True = ignore there).
         """
         if not isinstance(torch_mha, nn.MultiheadAttention):
             raise TypeError(f"expected torch.nn.MultiheadAttention, got {type(torch_mha).__name__}")
@@ -389,6 +443,8 @@ class SingleHeadAttention(nn.Module):
 
     def __init__(self, d_model: int, d_head: int, bias: bool = False):
         super().__init__()
+        _check_positive_int("d_model", d_model)
+        _check_positive_int("d_head", d_head)
         self.query = nn.Linear(d_model, d_head, bias=bias)
         self.key = nn.Linear(d_model, d_head, bias=bias)
         self.value = nn.Linear(d_model, d_head, bias=bias)
@@ -412,16 +468,10 @@ class PerHeadMultiHeadAttention(nn.Module):
 
     def __init__(self, d_model: int, num_heads: int, bias: bool = False):
         super().__init__()
-        if isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads < 1:
-            raise ValueError(f"num_heads must be a positive int, got {num_heads!r}")
-        if d_model % num_heads != 0:
-            raise ValueError(
-                f"d_model={d_model} is not divisible by num_heads={num_heads}; pick num_heads "
-                "among the divisors of d_model"
-            )
+        d_head = _check_sizes(d_model, num_heads)
         self.d_model, self.num_heads = d_model, num_heads
         self.heads = nn.ModuleList(
-            SingleHeadAttention(d_model, d_model // num_heads, bias) for _ in range(num_heads)
+            SingleHeadAttention(d_model, d_head, bias) for _ in range(num_heads)
         )
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
 
@@ -475,22 +525,30 @@ def _reference_attention(q: Tensor, k: Tensor, v: Tensor, dim: int = -1, scaled:
 def check_attention(fn) -> str:
     """Check a reader's ``fn(q, k, v)`` (returning the output, or (output, weights)).
 
-    Runs it on seeded inputs, without and with batch dimensions, and Tq != Tk; returns a line
-    starting with "Correct:" or raises AssertionError naming the likely mistake.
+    Runs it on seeded inputs: Tq == Tk (where swapped queries and keys still run), Tq != Tk,
+    then with batch dimensions; returns a line starting with "Correct:" or raises
+    AssertionError naming the likely mistake.
     """
     if not callable(fn):
         raise TypeError(f"pass your attention function itself, got {type(fn).__name__}")
     gen = torch.Generator().manual_seed(0)
-    for shape_q, shape_k, dv in (((3, 4), (5, 4), 2), ((2, 3, 4, 8), (2, 3, 6, 8), 5)):
+    cases = (((4, 4), (4, 4), 3), ((3, 4), (5, 4), 2), ((2, 3, 4, 8), (2, 3, 6, 8), 5))
+    for shape_q, shape_k, dv in cases:
         q, k = torch.randn(*shape_q, generator=gen), torch.randn(*shape_k, generator=gen)
         v = torch.randn(*shape_k[:-1], dv, generator=gen)
+        batched = q.ndim > 2
         try:
             result = fn(q, k, v)
         except Exception as error:
+            hint = (
+                "it works without batch dimensions, so use k.transpose(-2, -1), not k.T, "
+                "so that batch dimensions pass through"
+                if batched
+                else "check the shapes: scores q @ k^T are (Tq, Tk), and weights @ v is (Tq, dv)"
+            )
             raise AssertionError(
                 f"your function raised {type(error).__name__}: {error} on q {tuple(q.shape)}, "
-                f"k {tuple(k.shape)}, v {tuple(v.shape)}; use k.transpose(-2, -1), not k.T, "
-                "so that batch dimensions pass through"
+                f"k {tuple(k.shape)}, v {tuple(v.shape)}; {hint}"
             ) from None
         output = result[0] if isinstance(result, tuple) else result
         expected = _reference_attention(q, k, v)
@@ -505,6 +563,11 @@ def check_attention(fn) -> str:
             raise AssertionError("the scores are not scaled: divide q @ k^T by sqrt(d)")
         if torch.allclose(output, _reference_attention(q, k, v, dim=-2), atol=1e-5):
             raise AssertionError("the softmax runs over queries: take it over the keys, dim=-1")
+        if q.shape == k.shape and torch.allclose(output, _reference_attention(k, q, v), atol=1e-5):
+            raise AssertionError(
+                "queries and keys are swapped: the scores are q @ k^T (one row per query), "
+                "not k @ q^T"
+            )
         raise AssertionError(
             "the output differs from softmax(q k^T / sqrt(d)) v; check that queries come first "
             "(q @ k^T, not k @ q^T) and that the weights multiply v"

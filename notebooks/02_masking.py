@@ -61,6 +61,7 @@ device = helpers.get_device()
 
 # %%
 import math
+from contextlib import contextmanager
 
 import matplotlib.pyplot as plt
 import pandas as pd
@@ -81,6 +82,24 @@ from helpers.plotting import heatmap
 
 torch.set_printoptions(precision=2, sci_mode=False)
 generator = torch.Generator().manual_seed(0)
+
+
+# %% [markdown]
+# Several cells below show an error on purpose. They run inside `expect_error`, which prints
+# the error and fails loudly if nothing is raised, so each demonstration is also a check.
+
+
+# %%
+@contextmanager
+def expect_error(kind):
+    """Run the block, which must raise `kind`: print the error, fail if nothing is raised."""
+    try:
+        yield
+    except kind as error:
+        print(f"{kind.__name__}: {error}")
+    else:
+        raise AssertionError(f"expected a {kind.__name__}, but nothing was raised")
+
 
 # %% [markdown]
 # ## Where the mask enters
@@ -117,8 +136,8 @@ torch.testing.assert_close(weights.sum(dim=-1), torch.ones(4))
 # ```{admonition} Pitfall: masking after the softmax
 # :class: warning
 # Source 002 explains masking as multiplying the attention weights by a 0/1 mask vector. Done
-# literally, after the softmax, that zeroes the forbidden weights but leaves each row summing
-# to less than one, and, worse, the forbidden keys still entered the softmax's denominator: the
+# literally, after the softmax, that zeroes the forbidden weights but leaves each row with a
+# hidden key summing to less than one, and, worse, the forbidden keys still entered the softmax's denominator: the
 # first query's weight still depends on the scores of future keys. The cell below shows both
 # symptoms, the second through a gradient that should be zero and is not. The fix is to mask
 # the **scores** (as the source's own code then does); `helpers.attention` does so, and the
@@ -143,10 +162,12 @@ assert (scores_leaf.grad[0, 1:] == 0).all()  # masking the scores: nothing leaks
 # ## Boolean and additive masks
 #
 # The same mask can be written as a matrix $M$ of $0$ (allowed) and $-\infty$ (forbidden)
-# that is *added* to the scores: $\operatorname{softmax}(S + M)$. The additive form is what
-# the Transformer paper writes {cite}`vaswani2017attention`, and it can carry more than
-# yes/no (a finite bias per pair, as ALiBi does in chapter 5). `helpers.attention.additive_mask`
-# converts a boolean mask into it:
+# that is *added* to the scores: $\operatorname{softmax}(S + M)$. (The Transformer paper says
+# it in words, setting the scores of illegal connections to $-\infty$ before the softmax
+# {cite}`vaswani2017attention`; the sum $S + M$ is a common way to write that, and the form
+# PyTorch's float `attn_mask` takes.) The additive form can carry more than yes/no (a finite
+# bias per pair, as ALiBi does in chapter 5). `helpers.attention.additive_mask` converts a
+# boolean mask into it:
 
 # %%
 additive = additive_mask(mask)
@@ -156,7 +177,9 @@ torch.testing.assert_close((scores + additive).softmax(dim=-1), weights)
 # %% [markdown]
 # PyTorch's `F.scaled_dot_product_attention` accepts both and tells them apart by dtype: a
 # boolean `attn_mask` means True = take part, a float `attn_mask` is added to the scores.
-# That makes a 0/1 **float** mask dangerous.
+# That makes a 0/1 **float** mask dangerous. The cell below also calls the book's
+# `scaled_dot_product_attention(q, k, v, mask)` from `helpers.attention` (built in chapter 3):
+# it returns `(output, weights)` and takes a boolean mask, True = may attend.
 #
 # ```{admonition} Pitfall: a 0/1 float mask is added, not applied
 # :class: warning
@@ -183,10 +206,8 @@ print(
     f"boolean mask {as_bool[:, future].sum():.2f}"
 )
 assert as_float[:, future].sum() > 1 and (as_bool[:, future] == 0).all()
-try:
+with expect_error(TypeError):
     scaled_dot_product_attention(q, k, identity, float_mask)
-except TypeError as error:
-    print(f"TypeError: {error}")
 
 # %% [markdown]
 # ## Minus infinity, or a large negative number?
@@ -211,7 +232,9 @@ assert torch.equal(minus_1e9, weights)
 #   an overflow error, so the same model cannot run in half precision. $-\infty$ works in every
 #   dtype. `test_masked_keys_get_exactly_zero_weight_even_in_half_precision` pins it.
 # - A **row with every key hidden** gets uniform weights $1/T_k$ from a $-10^9$ fill, silently
-#   averaging the very positions it meant to hide (next-to-last section of this chapter);
+#   averaging the very positions it meant to hide (next-to-last section of this chapter).
+#   That is harmless in source 003 itself, which builds only causal masks (every row keeps at
+#   least its own position), and a bug as soon as padding masks are added;
 #   `test_minus_1e9_fill_averages_fully_masked_rows_uniformly` pins that `helpers` returns
 #   zeros instead.
 #
@@ -228,15 +251,14 @@ unscaled = torch.randn(4, 4, generator=generator) * math.sqrt(d)
 fill_then_scale = (unscaled.masked_fill(~mask, -1e9) / math.sqrt(d)).softmax(dim=-1)
 scale_then_fill = masked_softmax(unscaled / math.sqrt(d), mask)
 torch.testing.assert_close(fill_then_scale, scale_then_fill)
-try:
+with expect_error(RuntimeError):  # float16 with -1e9
     unscaled.half().masked_fill(~mask, -1e9)
-except RuntimeError as error:
-    print(f"float16 with -1e9: RuntimeError: {error}")
 half_weights = masked_softmax(unscaled.half(), mask)
 print(
     "float16 with -inf: weights on hidden keys",
     half_weights[~mask].float().abs().max().item(),
 )
+assert half_weights.dtype == torch.float16 and (half_weights[~mask] == 0).all()
 source_003_mask = torch.full((4, 4), float("-inf"), dtype=torch.bool).triu(diagonal=1)
 assert torch.equal(source_003_mask, ~causal_mask(4))
 
@@ -390,23 +412,46 @@ show_mask_and_weights(
 #
 # ## Mask shapes and broadcasting
 #
-# Inside multi-head attention (chapter 4) scores have shape $(B, H, T_q, T_k)$. `helpers`
-# accepts masks of shape $(T_q, T_k)$ (one pattern for everything), $(B, T_q, T_k)$ (one per
-# sequence, shared by the heads) and $(B, H, T_q, T_k)$, with size-1 axes broadcasting.
-# `scaled_dot_product_attention` itself broadcasts the ordinary way, aligning shapes from the
-# right, so a $(B, T_q, T_k)$ mask against 4-D scores lines $B$ up with $H$. It refuses that
-# with a message naming the fix, and `MultiHeadAttention` inserts the head axis for you.
+# Inside multi-head attention (chapter 4; `helpers.attention.MultiHeadAttention` is the
+# module built there) scores have shape $(B, H, T_q, T_k)$. `helpers` accepts masks of shape
+# $(T_q, T_k)$ (one pattern for everything), $(B, T_q, T_k)$ (one per sequence, shared by the
+# heads) and $(B, H, T_q, T_k)$, with size-1 axes broadcasting.
+#
+# Plain broadcasting gets the 3-D case wrong. It aligns shapes from the right, so a
+# $(B, T_q, T_k)$ mask against $(B, H, T_q, T_k)$ scores lines $B$ up with $H$: mask $b$ goes
+# to head $b$ of *every* sequence. With $B \ne H$ that is a shape error; with $B = H$ it runs
+# silently. `F.scaled_dot_product_attention` broadcasts this way. The cell below runs the trap
+# with $B = H = 2$ and the two sequences of lengths 8 and 5 from above, causal and padded:
+# sequence 1's head 0 gets sequence 0's mask, which is causal but lets it see sequence 1's
+# padding, and sequence 0's head 1 gets sequence 1's mask.
 
 # %%
-per_sequence = causal & pad[:, 0]  # (B, T, T)
-q4 = torch.randn(3, 2, T, 16, generator=generator)  # (B, H, T, d)
-try:
-    scaled_dot_product_attention(q4, q4, q4, per_sequence)
-except ValueError as error:
-    print(f"ValueError: {error}")
+per_sequence = causal & padding_mask([8, 5])[:, 0]  # (B=2, T, T), True = may attend
+q4, k4, v4 = (torch.randn(2, 2, T, 16, generator=generator) for _ in range(3))  # H = 2
+identity8 = torch.eye(T)  # with v = I the output is the weight matrix itself
+lined_up = F.scaled_dot_product_attention(q4, k4, identity8, attn_mask=per_sequence)
+leaked = lined_up[1, 0, :, 5:].sum().item()  # sequence 1, head 0, on its padding
+print(
+    f"plain broadcasting: sequence 1, head 0, total weight on its padding {leaked:.2f}"
+)
+assert leaked > 0.5
+_, right = scaled_dot_product_attention(q4, k4, v4, per_sequence[:, None])
+assert (right[1, :, :, 5:] == 0).all()  # every head of sequence 1 skips its padding
+
+# %% [markdown]
+# `helpers` removes the ambiguity by documenting it: against 4-D scores a 3-D mask **is**
+# $(B, T_q, T_k)$, and both `scaled_dot_product_attention` and `MultiHeadAttention` insert
+# the head axis themselves, using it as `mask[:, None]`. A mask per head that is shared by the
+# batch is written $(1, H, T_q, T_k)$. `test_3d_mask_against_4d_scores_is_per_sequence_shared_by_heads`
+# pins both the rule and the trap, for $B = H$ and $B \ne H$.
+
+# %%
+ours_3d, _ = scaled_dot_product_attention(q4, k4, v4, per_sequence)
+ours_4d, _ = scaled_dot_product_attention(q4, k4, v4, per_sequence[:, None])
+assert torch.equal(ours_3d, ours_4d)
 torch.manual_seed(0)
 mha = MultiHeadAttention(d_model=16, num_heads=2)
-x = torch.randn(3, T, 16, generator=generator)
+x = torch.randn(2, T, 16, generator=generator)
 torch.testing.assert_close(
     mha(x, x, x, per_sequence), mha(x, x, x, per_sequence[:, None])
 )
@@ -467,9 +512,7 @@ k_row, v_row = (
 )
 empty_row = torch.ones(3, 4, dtype=torch.bool)
 empty_row[1] = False  # query 1 may see no key
-raw = q_row @ k_row.T / 2
-# nn.MultiheadAttention's convention, True = ignore: every key of sequence 0 ignored
-all_padding = torch.tensor([[True] * 5, [False] * 5])
+raw = q_row @ k_row.T / math.sqrt(q_row.shape[-1])
 outputs = {
     "softmax of -inf fill": masked_softmax(raw, empty_row) @ v_row,
     "softmax of -1e9 fill": raw.masked_fill(~empty_row, -1e9).softmax(-1) @ v_row,
@@ -480,10 +523,25 @@ outputs = {
 outputs["helpers.attention"], _ = scaled_dot_product_attention(
     q_row, k_row, v_row, empty_row
 )
+
+# %% [markdown]
+# `nn.MultiheadAttention` has no per-row mask in the book's sense; its own way of emptying a
+# row is a sequence whose keys are all padding. The next cell builds one (in its convention,
+# True = ignore) and feeds it to a fresh layer; the cell after it tabulates what each
+# implementation returns for the empty row.
+
+# %%
+torch.manual_seed(0)
+empty_mha = nn.MultiheadAttention(16, num_heads=2, batch_first=True)
+x_empty = torch.randn(2, 5, 16, generator=generator)
+all_padding = torch.zeros(2, 5, dtype=torch.bool)
+all_padding[0] = True  # sequence 0: every key ignored
 with torch.no_grad():
-    mha_row = torch_mha(x, x, x, key_padding_mask=all_padding)[0][0, 1]
+    empty_out, _ = empty_mha(x_empty, x_empty, x_empty, key_padding_mask=all_padding)
+mha_row = empty_out[0, 1]  # sequence 0, query 1
 
 
+# %%
 def describe(row):
     if torch.isnan(row).any():
         return "NaN"
@@ -497,41 +555,54 @@ def describe(row):
 answers = {name: describe(output[1]) for name, output in outputs.items()}
 answers["nn.MultiheadAttention"] = describe(mha_row)
 behaviour = pd.DataFrame({"output of the empty row": answers})
+glue("ch2_torch_version", torch.__version__.split("+")[0])
 behaviour
 
 # %% [markdown]
-# The nn.MultiheadAttention row uses a sequence whose keys are all padding, its own way of
-# emptying a row. NaN is the worst answer: it spreads through every later layer into the loss,
-# and one backward pass later every parameter is NaN. The uniform average of $-10^9$ is quieter
-# and as wrong, since it reads exactly the positions the mask was meant to hide. PyTorch's fused
-# kernel returns zeros on this version and device, but has not always done so and need not on
-# every backend. `helpers.attention` therefore fixes the answer itself, on every path: **a
+# NaN is the worst answer: it spreads through every later layer into the loss, and one
+# backward pass later every parameter is NaN. The uniform average of $-10^9$ is quieter and as
+# wrong, since it reads exactly the positions the mask was meant to hide. PyTorch's fused
+# kernel returns zeros with the version this page was built with
+# ({glue:text}`ch2_torch_version`, on the CPU), but that is version- and backend-dependent:
+# it has not always done so and need not on every device, so the cell below asserts it for
+# this build only. `helpers.attention` therefore fixes the answer itself, on every path: **a
 # query with no allowed key gets all-zero weights and a zero output**, with finite gradients.
-# The module docstring says so and `test_fully_masked_row_gives_zero_weights_and_zero_output_without_nan`
-# pins it.
+# The module docstring says so and
+# `test_fully_masked_row_gives_zero_weights_and_zero_output_without_nan` pins it.
 
 # %%
 assert behaviour.loc["softmax of -inf fill"].item() == "NaN"
 assert behaviour.loc["softmax of -1e9 fill"].item() == "uniform average of all values"
 assert behaviour.loc["nn.MultiheadAttention"].item() == "NaN"
 assert behaviour.loc["helpers.attention"].item() == "zero vector"
+# version-dependent: what the pinned PyTorch does on the CPU
+assert behaviour.loc["F.scaled_dot_product_attention"].item() == "zero vector"
 q_leaf = q_row.clone().requires_grad_()
 output, weights_row = scaled_dot_product_attention(q_leaf, k_row, v_row, empty_row)
 output.sum().backward()
 assert torch.isfinite(q_leaf.grad).all() and (weights_row[1] == 0).all()
+
+# %% [markdown]
+# The naive version, a softmax over a row of $-\infty$, poisons the gradients as well:
+
+# %%
 k_leaf, v_leaf = k_row.clone().requires_grad_(), v_row.clone().requires_grad_()
-nan_weights = (q_row @ k_leaf.T / 2).masked_fill(~empty_row, float("-inf")).softmax(-1)
+naive_scores = q_row @ k_leaf.T / math.sqrt(q_row.shape[-1])
+nan_weights = naive_scores.masked_fill(~empty_row, float("-inf")).softmax(-1)
 (nan_weights @ v_leaf).sum().backward()
 nan_fraction = v_leaf.grad.isnan().float().mean().item()
 assert nan_fraction == 1.0  # one empty row poisons the gradient of every value
+num_empty, num_rows = int((~empty_row.any(-1)).sum()), empty_row.shape[0]
 glue("ch2_nan_fraction", round(100 * nan_fraction))
+glue("ch2_empty_rows", num_empty)
+glue("ch2_query_rows", num_rows)
 print(f"naive version: {100 * nan_fraction:.0f}% of the value gradients are NaN")
 
 # %% [markdown]
-# In the naive version one empty row out of 3 already makes {glue:text}`ch2_nan_fraction`% of
-# the gradients of the values NaN, since every value receives gradient through that row's NaN
-# weights; after the next optimizer step, the
-# whole model would be.
+# In the naive version {glue:text}`ch2_empty_rows` empty row out of
+# {glue:text}`ch2_query_rows` already makes {glue:text}`ch2_nan_fraction`% of the gradients
+# of the values NaN, since every value receives gradient through that row's NaN weights; after
+# the next optimizer step, the whole model would be.
 #
 # ## Exercises
 #
@@ -556,7 +627,7 @@ print(f"naive version: {100 * nan_fraction:.0f}% of the value gradients are NaN"
 #         key = torch.arange(T)[None, :]
 #         return (key <= query) & (key > query - window)
 #
-# The hidden cell below runs the checker on exactly this function.
+# A cell not shown on the site runs the checker on exactly this function.
 # ```
 
 

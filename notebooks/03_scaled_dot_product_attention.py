@@ -59,7 +59,9 @@ device = helpers.get_device()
 
 # %%
 import math
+import os
 import time
+from contextlib import contextmanager
 
 import matplotlib.pyplot as plt
 import pandas as pd
@@ -75,6 +77,23 @@ from helpers.attention import (
     scaled_dot_product_attention,
 )
 from helpers.plotting import heatmap
+
+# %% [markdown]
+# Several cells below show an error on purpose. They run inside `expect_error`, which prints
+# the error and fails loudly if nothing is raised, so each demonstration is also a check.
+
+
+# %%
+@contextmanager
+def expect_error(kind):
+    """Run the block, which must raise `kind`: print the error, fail if nothing is raised."""
+    try:
+        yield
+    except kind as error:
+        print(f"{kind.__name__}: {error}")
+    else:
+        raise AssertionError(f"expected a {kind.__name__}, but nothing was raised")
+
 
 # %% [markdown]
 # ## The formula and its shapes
@@ -142,10 +161,8 @@ torch.testing.assert_close(attention_einsum(q, k, v), (output, weights))
 
 # %%
 batched_q = torch.randn(2, 3, 4, generator=generator)  # a batch of 2 sequences
-try:
+with expect_error(RuntimeError):
     torch.einsum("ik,jk->ij", batched_q, batched_q)
-except RuntimeError as error:
-    print(f"RuntimeError: {error}")
 print(
     "with ...:", tuple(torch.einsum("...ik,...jk->...ij", batched_q, batched_q).shape)
 )
@@ -221,8 +238,11 @@ plt.show()
 # the function as `attention(k, q, v)`: keys in the queries' place. The cells below show when
 # that is harmless and when it is a bug. The fix is the order `attention(q, k, v)`, which
 # `SingleHeadAttention` in `helpers.attention` uses; the test
-# `test_queries_and_keys_are_not_swapped` in `tests/test_attention.py` pins that changing one
-# query moves only that query's output row.
+# `test_queries_and_keys_are_not_swapped` in `tests/test_attention.py` runs
+# `SingleHeadAttention`, `MultiHeadAttention` and `PerHeadMultiHeadAttention` on
+# cross-attention with $T_q = T_k$, where a swap would run silently, and pins that nudging one
+# query token moves only that query's output row (and, as a control, that the swapped call
+# moves every row).
 # ```
 #
 # First the symptom as written: the function fails before computing anything.
@@ -234,14 +254,10 @@ def attention_as_written(q, k, v):
     return (scores / q.shape[-1] ** 0.5).softmax(dim=-1) @ v
 
 
-try:
+with expect_error(NameError):
     attention_as_written(q4[:, 0], k4[:, 0], v4[:, 0])
-except NameError as error:
-    print(f"NameError: {error}")
-try:
+with expect_error(SyntaxError):
     compile("if mask is Not None:\n    pass", "<source 003>", "exec")
-except SyntaxError as error:
-    print(f"SyntaxError: {error.msg}")
 
 
 # %% [markdown]
@@ -287,10 +303,8 @@ print("self-attention: swapped head == correct head with W_Q and W_K exchanged")
 # %%
 decoder_tokens = torch.randn(2, 3, 8)  # Tq = 3
 encoder_tokens = torch.randn(2, 5, 8)  # Tk = 5
-try:
+with expect_error(ValueError):
     swapped_head(head, decoder_tokens, encoder_tokens, encoder_tokens)
-except ValueError as error:
-    print(f"ValueError: {error}")
 
 # %% [markdown]
 # When they happen to be equal it runs silently, and worse: output row $i$ is now driven by
@@ -319,10 +333,16 @@ assert all(moved["swapped"])
 # Suppose the entries of a query and a key are independent with mean 0 and variance 1. Their
 # dot product $q \cdot k = \sum_{f=1}^{d} q_f k_f$ is a sum of $d$ independent terms of
 # variance 1, so its variance is $d$. Wide heads therefore produce large scores, and a softmax
-# of large scores is nearly one-hot: one key takes almost all the weight, and the gradient of
-# the softmax, $\partial a_i / \partial s_j = a_i(\delta_{ij} - a_j)$, is nearly zero. Dividing
-# by $\sqrt{d}$ brings the variance back to 1 whatever the width. The experiment below
-# measures all three effects for widths from 4 to 1024, with 16 keys per query.
+# of large scores is nearly one-hot: one key takes almost all the weight, and the softmax's
+# own gradient with respect to its scores,
+# $\partial a_i / \partial s_j = a_i(\delta_{ij} - a_j)$, is nearly zero. Dividing by
+# $\sqrt{d}$ brings the variance back to 1 whatever the width. The experiment below measures
+# these effects for widths from {glue:text}`ch3_width_min` to {glue:text}`ch3_width_max`, with
+# {glue:text}`ch3_num_keys` keys per query, and adds one more column: the gradient of the
+# weights with respect to the query vector $q$ itself, which is where learning actually acts.
+# Row $j$ of that Jacobian is $c\, a_j (k_j - \bar k)$, with $c$ the scale ($1$ or
+# $1/\sqrt{d}$) and $\bar k = \sum_l a_l k_l$ the weighted mean key, so its Frobenius norm is
+# $c \sqrt{\sum_j a_j^2 \lVert k_j - \bar k \rVert^2}$.
 
 # %%
 widths = [4, 16, 64, 256, 1024]
@@ -335,69 +355,134 @@ def softmax_jacobian_norm(weights):
     return (squares - 2 * weights.pow(3).sum(-1) + squares**2).clamp_min(0).sqrt()
 
 
+def query_jacobian_norm(weights, keys, scale):
+    """Frobenius norm of d(weights)/d(q) = scale * (diag(a) - a a^T) K, for each query."""
+    mean_key = (weights[..., None] * keys).sum(dim=-2, keepdim=True)
+    spread = (keys - mean_key).pow(2).sum(-1)  # ||k_j - k_bar||^2
+    return scale * (weights.pow(2) * spread).sum(-1).sqrt()
+
+
+# %% [markdown]
+# The closed form is checked against autograd's Jacobian for one query:
+
+# %%
+q_check, k_check = (
+    torch.randn(8, generator=generator),
+    torch.randn(5, 8, generator=generator),
+)
+jacobian = torch.autograd.functional.jacobian(
+    lambda query: (k_check @ query / math.sqrt(8)).softmax(-1), q_check
+)
+a_check = (k_check @ q_check / math.sqrt(8)).softmax(-1)
+torch.testing.assert_close(
+    jacobian.norm(), query_jacobian_norm(a_check, k_check, 8**-0.5)
+)
+
+# %%
 rows = []
 for width in widths:
     q_rand = torch.randn(num_queries, 1, width, generator=generator)
     k_rand = torch.randn(num_queries, num_keys, width, generator=generator)
     raw = (q_rand @ k_rand.transpose(-2, -1)).squeeze(1)  # (queries, keys)
-    for scaling, scores in (("none", raw), ("1/sqrt(d)", raw / math.sqrt(width))):
-        attn = scores.softmax(dim=-1)
+    for scaling, scale in (("none", 1.0), ("1/sqrt(d)", 1 / math.sqrt(width))):
+        attn = (raw * scale).softmax(dim=-1)
         rows.append(
             {
                 "d": width,
                 "scaling": scaling,
-                "score variance": scores.var().item(),
+                "score variance": (raw * scale).var().item(),
                 "largest weight": attn.amax(dim=-1).mean().item(),
-                "softmax gradient norm": softmax_jacobian_norm(attn).mean().item(),
+                "Jacobian w.r.t. scores": softmax_jacobian_norm(attn).mean().item(),
+                "Jacobian w.r.t. q": query_jacobian_norm(attn, k_rand, scale)
+                .mean()
+                .item(),
             }
         )
 scaling_table = pd.DataFrame(rows)
 scaling_table.round(3)
 
 # %% tags=["hide-input"]
-fig, axes = plt.subplots(1, 3, figsize=(11, 3.2))
-columns = ["score variance", "largest weight", "softmax gradient norm"]
-for ax, column in zip(axes, columns, strict=True):
+fig, axes = plt.subplots(1, 4, figsize=(14, 3.2))
+columns = [
+    "score variance",
+    "largest weight",
+    "Jacobian w.r.t. scores",
+    "Jacobian w.r.t. q",
+]
+titles = [
+    "score variance",
+    "largest weight",
+    "softmax Jacobian norm (w.r.t. scores)",
+    "Jacobian norm w.r.t. the query q",
+]
+for ax, column, title in zip(axes, columns, titles, strict=True):
     sns.lineplot(scaling_table, x="d", y=column, hue="scaling", marker="o", ax=ax)
-    ax.set(xscale="log", title=column)
+    ax.set(xscale="log", title=title)
 axes[0].set_yscale("log")
-axes[1].axhline(1 / num_keys, color="grey", ls=":", label="uniform, 1/16")
+axes[1].axhline(1 / num_keys, color="grey", ls=":", label=f"uniform, 1/{num_keys}")
 axes[1].legend()
 fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# **Figure.** Left: without scaling the score variance grows like $d$ (a straight line on
-# log-log axes); with it, it stays at 1. Middle: the average largest weight climbs towards 1
-# without scaling, the softmax turning into a hard maximum, while scaled weights keep the same
-# spread at every width. Right: the softmax's gradient shrinks as it saturates, so a
-# wide unscaled head would barely learn.
+# **Figure.** First panel: without scaling the score variance grows like $d$ (a straight line
+# on log-log axes); with it, it stays at 1. Second: the average largest weight climbs towards
+# 1 without scaling, the softmax turning into a hard maximum, while scaled weights keep the
+# same spread at every width. Third: the softmax's own gradient, with respect to its scores,
+# shrinks as it saturates. Fourth: the gradient with respect to the query is *larger* without
+# scaling at every width here, because unscaled scores change $\sqrt{d}$ times faster with $q$;
+# it rises with $d$ and only at the widest heads starts to fall as the saturation catches up.
+# With the scaling it is the same at every width.
 
 # %%
 at = scaling_table.set_index(["d", "scaling"])
-unscaled, scaled = at.loc[(1024, "none")], at.loc[(1024, "1/sqrt(d)")]
+unscaled, scaled = at.loc[(widths[-1], "none")], at.loc[(widths[-1], "1/sqrt(d)")]
 for width in widths:
     assert abs(at.loc[(width, "none"), "score variance"] / width - 1) < 0.1
     assert abs(at.loc[(width, "1/sqrt(d)"), "score variance"] - 1) < 0.1
 assert unscaled["largest weight"] > 0.9 > 0.5 > scaled["largest weight"]
-gradient_ratio = scaled["softmax gradient norm"] / unscaled["softmax gradient norm"]
+gradient_ratio = scaled["Jacobian w.r.t. scores"] / unscaled["Jacobian w.r.t. scores"]
 assert gradient_ratio > 3
+q_grads = scaling_table.pivot(index="d", columns="scaling", values="Jacobian w.r.t. q")
+assert (q_grads["none"] > q_grads["1/sqrt(d)"]).all()  # not smaller without scaling
+assert q_grads["1/sqrt(d)"].max() / q_grads["1/sqrt(d)"].min() < 1.2  # flat with it
+# without it, its size depends on the width, and saturation starts to win at the widest
+assert q_grads["none"].max() / q_grads["none"].min() > 1.5
+assert q_grads["none"].iloc[-1] < q_grads["none"].max()
+
+# %%
+glue("ch3_width_min", widths[0])
+glue("ch3_width_max", widths[-1])
+glue("ch3_num_keys", num_keys)
 glue("ch3_var_unscaled", round(float(unscaled["score variance"])))
 glue("ch3_var_scaled", round(float(scaled["score variance"]), 2))
 glue("ch3_maxw_unscaled", round(float(unscaled["largest weight"]), 2))
 glue("ch3_maxw_scaled", round(float(scaled["largest weight"]), 2))
 glue("ch3_gradient_ratio", round(float(gradient_ratio), 1))
+glue("ch3_qgrad_unscaled", round(float(unscaled["Jacobian w.r.t. q"]), 2))
+glue("ch3_qgrad_scaled", round(float(scaled["Jacobian w.r.t. q"]), 2))
 print(
-    f"d = 1024, unscaled vs scaled: variance {unscaled['score variance']:.0f} vs "
+    f"d = {widths[-1]}, unscaled vs scaled: variance {unscaled['score variance']:.0f} vs "
     f"{scaled['score variance']:.2f}, largest weight {unscaled['largest weight']:.2f} vs "
-    f"{scaled['largest weight']:.2f}, gradient ratio {gradient_ratio:.1f}"
+    f"{scaled['largest weight']:.2f}, gradient ratio (w.r.t. scores) {gradient_ratio:.1f}"
 )
 
 # %% [markdown]
-# At $d = 1024$ the unscaled scores have variance {glue:text}`ch3_var_unscaled` (scaled:
-# {glue:text}`ch3_var_scaled:.2f`), the largest of 16 weights averages
-# {glue:text}`ch3_maxw_unscaled:.2f` (scaled: {glue:text}`ch3_maxw_scaled:.2f`), and the softmax's
-# gradient is {glue:text}`ch3_gradient_ratio:.1f` times larger with the scaling than without.
+# At $d =$ {glue:text}`ch3_width_max` the unscaled scores have variance
+# {glue:text}`ch3_var_unscaled` (scaled: {glue:text}`ch3_var_scaled:.2f`), the largest of
+# {glue:text}`ch3_num_keys` weights averages {glue:text}`ch3_maxw_unscaled:.2f` (scaled:
+# {glue:text}`ch3_maxw_scaled:.2f`), and the softmax's gradient with respect to the scores is
+# {glue:text}`ch3_gradient_ratio:.1f` times larger with the scaling than without.
+#
+# The last column keeps the claim honest. With respect to the query, the unscaled Jacobian is
+# {glue:text}`ch3_qgrad_unscaled:.2f` against {glue:text}`ch3_qgrad_scaled:.2f` scaled: the
+# $\sqrt{d}$ that the scaling removes from the scores also removes it from their sensitivity
+# to $q$, so in this range a wide unscaled head does not simply stop receiving gradient
+# (only at the widest heads does the saturation start to pull it down). What goes wrong is
+# *what* the gradient can do. With $\partial a_i / \partial s_j = a_i(\delta_{ij} - a_j)$,
+# the weight of a key that lost the hard maximum moves in proportion to its own tiny weight:
+# attention sits on one key, and learning that some other key matters stalls. The unscaled
+# gradient's size also changes with $d$, so the same learning rate would not suit every width.
 # The scale is not about the values being large; it is about keeping the softmax in the range
 # where it still compares keys rather than just picking one.
 #
@@ -406,23 +491,27 @@ print(
 # The weight matrix has one entry per (query, key) pair: for self-attention over $T$ tokens,
 # $T^2$ entries per head, and the two matrix products cost $O(T^2 d)$ operations. Our
 # from-scratch version stores that matrix in full; PyTorch's fused kernel computes the same
-# output in blocks without keeping all of it when the weights are not asked for. The
-# benchmark below times both for one sequence with 4 heads of width 64 (the `helpers`
-# version is the from-scratch one plus input checks), on one CPU thread. Each measurement is
-# the fastest of 3 timed loops, each long enough to last at least 50 ms, after 2 warm-up
-# calls. Timings depend on the machine and its load (this page was built on 2 shared CPU
-# cores), so the book's tests do not compare this cell's output; read the ratio column.
+# output in blocks without keeping all of it when the weights are not asked for. The cells
+# below set up a benchmark of both.
 
 # %%
 num_heads, d_head = 4, 64
 lengths = [64, 128, 256, 512, 1024]
+warmup, repeats, min_seconds = 2, 3, 0.05  # timing protocol, see seconds_per_call
 weights_mib = {T: num_heads * T * T * 4 / 2**20 for T in lengths}  # float32 bytes
-glue("ch3_weights_mib", round(weights_mib[1024]))
+glue("ch3_bench_heads", num_heads)
+glue("ch3_bench_width", d_head)
+glue("ch3_warmup", warmup)
+glue("ch3_repeats", repeats)
+glue("ch3_min_ms", round(1e3 * min_seconds))
+glue("ch3_weights_mib", round(weights_mib[lengths[-1]]))
 glue("ch3_longest", lengths[-1])
 print(f"weights at T = {lengths[-1]}: {weights_mib[lengths[-1]]:.0f} MiB")
 
 
-def seconds_per_call(fn, *args, warmup=2, repeats=3, min_seconds=0.05):
+# %%
+def seconds_per_call(fn, *args):
+    """Fastest of `repeats` timed loops, each lasting at least `min_seconds`."""
     for _ in range(warmup):
         fn(*args)
     number, elapsed = 1, 0.0
@@ -443,6 +532,15 @@ def seconds_per_call(fn, *args, warmup=2, repeats=3, min_seconds=0.05):
     return best
 
 
+# %% [markdown]
+# The benchmark times both for one sequence with {glue:text}`ch3_bench_heads` heads of width
+# {glue:text}`ch3_bench_width` (the `helpers` version is the from-scratch one plus input
+# checks), on one CPU thread. Each measurement is the fastest of {glue:text}`ch3_repeats`
+# timed loops, each long enough to last at least {glue:text}`ch3_min_ms` ms, after
+# {glue:text}`ch3_warmup` warm-up calls. Timings depend on the machine and its load (this page
+# was built on a machine with {glue:text}`ch3_cpu_cores` CPU cores, shared with other work),
+# so the book's tests do not compare this cell's output; read the ratio column.
+
 # %% tags=["nbval-ignore-output"]
 implementations = {
     "from scratch": attention_from_scratch,
@@ -450,9 +548,8 @@ implementations = {
 }
 timings = []
 threads = torch.get_num_threads()
-torch.set_num_threads(
-    1
-)  # time the kernels, not a thread pool fighting for shared cores
+# time the kernels, not a thread pool fighting for shared cores
+torch.set_num_threads(1)
 try:
     with torch.inference_mode():
         for T in lengths:
@@ -462,6 +559,7 @@ try:
                 timings.append({"T": T, "implementation": name, "ms": 1e3 * seconds})
 finally:
     torch.set_num_threads(threads)
+glue("ch3_cpu_cores", os.cpu_count())
 benchmark = pd.DataFrame(timings).pivot(
     index="T", columns="implementation", values="ms"
 )
@@ -493,7 +591,8 @@ plt.show()
 # version takes than PyTorch's fused kernel at each length (above the dotted line means the
 # fused kernel is faster). One reason for a gap: the from-scratch version writes and rereads
 # the whole weight matrix, {glue:text}`ch3_weights_mib`
-# MiB of float32 at length {glue:text}`ch3_longest` for 4 heads, which is also why long contexts
+# MiB of float32 at length {glue:text}`ch3_longest` for {glue:text}`ch3_bench_heads` heads,
+# which is also why long contexts
 # run out of memory before they run out of time.
 #
 # ## Attention dropout
@@ -502,76 +601,101 @@ plt.show()
 # training: query $i$ then ignores value $j$ for this step. PyTorch, and `helpers`, do **not**
 # renormalize the surviving weights so that they sum to one again; they divide them by
 # $1 - p$. The expected weight is unchanged, $(1-p) \cdot a_{ij}/(1-p) = a_{ij}$, but any single
-# row can sum to more or less than one. To look at the weights themselves we set the values to
-# the identity matrix, so that the output *is* the weight matrix, and draw 3000 dropout
-# patterns with $p = 0.6$ for 10 queries and 10 keys.
+# row can sum to more or less than one.
 
 # %%
-p_drop, draws = 0.6, 3000
-q_d = torch.randn(10, 16, generator=generator)
-k_d = torch.randn(10, 16, generator=generator)
-identity = torch.eye(10)  # output = weights @ I = weights
+p_drop, draws, n_tokens, width_d = 0.6, 3000, 10, 16
+glue("ch3_drop_p", p_drop)
+glue("ch3_draws", draws)
+glue("ch3_drop_tokens", n_tokens)
+glue("ch3_max_total", round(1 / (1 - p_drop), 2))
+
+# %% [markdown]
+# To look at the weights themselves we set the values to the identity matrix, so that the
+# output *is* the weight matrix, and draw {glue:text}`ch3_draws` dropout patterns with
+# $p =$ {glue:text}`ch3_drop_p` for {glue:text}`ch3_drop_tokens` queries and as many keys.
+
+# %%
+q_d = torch.randn(n_tokens, width_d, generator=generator)
+k_d = torch.randn(n_tokens, width_d, generator=generator)
+identity = torch.eye(n_tokens)  # output = weights @ I = weights
 clean, _ = scaled_dot_product_attention(q_d, k_d, identity)
+q_draws = q_d.expand(draws, n_tokens, width_d)  # the same queries, one row per draw
 dropped, _ = scaled_dot_product_attention(
-    q_d.expand(draws, 10, 16), k_d, identity, dropout_p=p_drop, generator=generator
+    q_draws, k_d, identity, dropout_p=p_drop, generator=generator
 )
 evaluated, _ = scaled_dot_product_attention(
-    q_d.expand(draws, 10, 16), k_d, identity, dropout_p=p_drop, training=False
+    q_draws, k_d, identity, dropout_p=p_drop, training=False
 )
-# per draw: the total weight of each query, averaged over the 10 queries
-train_sums = dropped.sum(dim=-1).mean(dim=-1)
-eval_sums = evaluated.sum(dim=-1).mean(dim=-1)
+# the total weight each query hands out, per draw: draws * n_tokens numbers
+train_totals = dropped.sum(dim=-1).flatten()
+eval_totals = evaluated.sum(dim=-1).flatten()
 kept = dropped != 0
+
+# %%
 torch.testing.assert_close(dropped[kept], clean.expand_as(dropped)[kept] / (1 - p_drop))
-assert abs(train_sums.mean().item() - 1) < 0.02
-torch.testing.assert_close(eval_sums, torch.ones(draws))
+assert abs(train_totals.mean().item() - 1) < 0.02
+torch.testing.assert_close(eval_totals, torch.ones(draws * n_tokens))
+assert train_totals.min() == 0  # every weight of the row dropped
+# no weight dropped: the maximum, 1 / (1 - p)
+assert abs(train_totals.max().item() - 1 / (1 - p_drop)) < 1e-5
+assert train_totals.std() > 0.3  # widely scattered
 standard_error = clean * math.sqrt(p_drop / (1 - p_drop) / draws)
 assert ((dropped.mean(dim=0) - clean).abs() <= 4 * standard_error + 1e-6).all()
-glue("ch3_drop_p", p_drop)
 dropped_fraction = 1 - kept.float().mean().item()
 glue("ch3_drop_fraction", round(dropped_fraction, 3))
-glue("ch3_mean_total_train", round(train_sums.mean().item(), 3))
-glue("ch3_mean_total_eval", round(eval_sums.mean().item(), 3))
-glue("ch3_spread_train", round(train_sums.std().item(), 2))
+glue("ch3_mean_total_train", round(train_totals.mean().item(), 3))
+glue("ch3_mean_total_eval", round(eval_totals.mean().item(), 3))
+glue("ch3_spread_train", round(train_totals.std().item(), 2))
+glue("ch3_min_total_train", round(train_totals.min().item(), 2))
+glue("ch3_max_total_train", round(train_totals.max().item(), 2))
 print(
-    f"dropped {dropped_fraction:.3f}; mean total weight: train {train_sums.mean():.3f}, "
-    f"eval {eval_sums.mean():.3f}"
+    f"dropped {dropped_fraction:.3f}; mean total weight: train {train_totals.mean():.3f}, "
+    f"eval {eval_totals.mean():.3f}; train totals from {train_totals.min():.2f} "
+    f"to {train_totals.max():.2f}"
 )
 
 # %% tags=["hide-input"]
 fig, (ax_train, ax_eval) = plt.subplots(1, 2, figsize=(8, 2.8), sharex=True)
-sns.histplot(train_sums.numpy(), bins=50, ax=ax_train)
-sns.histplot(eval_sums.numpy(), bins=20, ax=ax_eval)
-ax_train.set(
-    title="training (p = 0.6)", xlabel="total weight per query, mean over queries"
-)
-ax_eval.set(title="evaluation", xlabel="total weight per query, mean over queries")
+bin_width = 0.05  # bins centred on multiples of 0.05, so that 1.0 sits mid-bin
+bins = torch.arange(-bin_width / 2, 1 / (1 - p_drop) + bin_width, bin_width).numpy()
+sns.histplot(train_totals.numpy(), bins=bins, ax=ax_train)
+sns.histplot(eval_totals.numpy(), bins=bins, ax=ax_eval)
+ax_train.set(title=f"training (p = {p_drop})", xlabel="total weight of one query")
+ax_eval.set(title="evaluation", xlabel="total weight of one query")
 for ax in (ax_train, ax_eval):
     ax.axvline(1, color="k", ls=":")
 fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# **Figure.** In training (left) the total weight a query hands out scatters widely around 1
-# (standard deviation {glue:text}`ch3_spread_train:.2f` across draws) because survivors are
-# rescaled, not renormalized; in evaluation (right) it is exactly 1 every time.
+# **Figure.** Each count is one query in one draw. In training (left) the total weight a query
+# hands out scatters widely around 1 (standard deviation {glue:text}`ch3_spread_train:.2f`,
+# from {glue:text}`ch3_min_total_train:.2f` to {glue:text}`ch3_max_total_train:.2f`) because
+# survivors are rescaled, not renormalized; in evaluation (right) it is exactly 1 every time.
 #
-# Over the 3000 draws {glue:text}`ch3_drop_fraction:.3f` of the weights were dropped (the target
-# is $p =$ {glue:text}`ch3_drop_p`), and the mean total weight was
-# {glue:text}`ch3_mean_total_train:.3f` in training against {glue:text}`ch3_mean_total_eval:.3f` in
-# evaluation: correct on average, noisy per step. The average of the dropped weight matrices
-# also matches the clean one entry by entry, within four standard errors (asserted above).
+# Over the {glue:text}`ch3_draws` draws {glue:text}`ch3_drop_fraction:.3f` of the weights were
+# dropped (the target is $p =$ {glue:text}`ch3_drop_p`), and the mean total weight was
+# {glue:text}`ch3_mean_total_train:.3f` in training against
+# {glue:text}`ch3_mean_total_eval:.3f` in evaluation: correct on average, noisy per step. The
+# average of the dropped weight matrices also matches the clean one entry by entry, within
+# four standard errors (asserted above).
 #
 # The same holds for a whole attention layer, because the output is linear in the weights: the
 # average of many training-mode outputs approaches the evaluation-mode output. Source 000 shows
 # this with histograms labelled "output norm" that in fact sum the outputs; here we compare
-# the outputs themselves, for `MultiHeadAttention` (chapter 4) with one head and dropout 0.5.
+# the outputs themselves, for `MultiHeadAttention` (chapter 4) with one head and dropout
+# {glue:text}`ch3_mha_dropout`.
 
 # %%
+mha_dropout = 0.5
+glue("ch3_mha_dropout", mha_dropout)
 torch.manual_seed(0)
-layer = MultiHeadAttention(d_model=16, num_heads=1, dropout=0.5)
-tokens = torch.randn(1, 10, 16)
-batch = tokens.expand(draws, 10, 16)  # the same sequence, 3000 dropout patterns
+layer = MultiHeadAttention(d_model=width_d, num_heads=1, dropout=mha_dropout)
+tokens = torch.randn(1, n_tokens, width_d)
+batch = tokens.expand(
+    draws, n_tokens, width_d
+)  # the same sequence, many dropout patterns
 with torch.no_grad():
     train_outputs = layer.train()(batch, batch, batch)
     eval_output = layer.eval()(tokens, tokens, tokens)
@@ -586,10 +710,10 @@ print(f"spread of one training output {spread:.2f}; mean of {draws} vs eval: {ga
 
 # %% [markdown]
 # A single training-mode output differs from the evaluation output by about
-# {glue:text}`ch3_mha_spread:.2f` per coordinate (the standard deviation across draws), while the
-# mean of 3000 of them is within {glue:text}`ch3_mha_gap:.3f` of it, and evaluation mode returns
-# the same output on every call. That is the contract of dropout: noise during training,
-# unbiased on average, switched off by `model.eval()`.
+# {glue:text}`ch3_mha_spread:.2f` per coordinate (the standard deviation across draws), while
+# the mean of {glue:text}`ch3_draws` of them is within {glue:text}`ch3_mha_gap:.3f` of it, and
+# evaluation mode returns the same output on every call. That is the contract of dropout:
+# noise during training, unbiased on average, switched off by `model.eval()`.
 #
 # ## Exercises
 #
@@ -601,7 +725,7 @@ print(f"spread of one training output {spread:.2f}; mean of {draws} vs eval: {ga
 #    assumptions of the scaling experiment, what is the variance of the scores then, and what
 #    happens to the weights as $d$ grows? Check your answer by adding a row to the experiment.
 # 3. In the dropout experiment, why can the total weight of one query exceed 1, and what is
-#    its largest possible value for $p = 0.6$?
+#    its largest possible value for $p =$ {glue:text}`ch3_drop_p`?
 #
 # ```{admonition} Solution 1
 # :class: dropdown
@@ -611,8 +735,8 @@ print(f"spread of one training output {spread:.2f}; mean of {draws} vs eval: {ga
 #         scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
 #         return scores.softmax(dim=-1) @ v
 #
-# `check_attention(my_attention)` then answers with a line starting "Correct". The hidden
-# cell below runs exactly this check.
+# `check_attention(my_attention)` then answers with a line starting "Correct". A cell not
+# shown on the site runs exactly this check.
 # ```
 
 
@@ -635,7 +759,9 @@ assert check_attention(my_attention).startswith("Correct")
 #
 # ```{admonition} Solution 3
 # :class: dropdown
-# The survivors are multiplied by $1/(1-p) = 2.5$ and nothing renormalizes them, so a row
-# where no weight is dropped sums to 2.5. That is the maximum; the minimum is 0, when every
+# The survivors are multiplied by $1/(1-p) =$ {glue:text}`ch3_max_total` and nothing
+# renormalizes them, so a row where no weight is dropped sums to
+# {glue:text}`ch3_max_total`. That is the maximum (the histogram's largest total,
+# {glue:text}`ch3_max_total_train:.2f`, is that row); the minimum is 0, when every
 # weight is dropped. The expectation stays 1.
 # ```

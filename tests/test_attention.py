@@ -152,20 +152,59 @@ def test_scale_argument_replaces_sqrt_d():
         scaled_dot_product_attention(q, k, v, scale=1.0)[1],
         (q @ k.T).softmax(-1),
     )
+    _close(scaled_dot_product_attention(q, k, v, scale=2)[1], (2 * q @ k.T).softmax(-1))
+
+
+@pytest.mark.parametrize(
+    ("scale", "error", "match"),
+    [
+        ("x", TypeError, "positive number or None"),
+        (True, TypeError, "positive number or None"),
+        (torch.tensor(1.0), TypeError, "positive number or None"),
+        (0.0, ValueError, "positive finite"),
+        (-1.0, ValueError, "positive finite"),
+        (float("inf"), ValueError, "positive finite"),
+        (float("nan"), ValueError, "positive finite"),
+    ],
+)
+def test_scale_must_be_a_positive_number(scale, error, match):
+    q = torch.ones(2, 3)
+    with pytest.raises(error, match=match):
+        scaled_dot_product_attention(q, q, q, scale=scale)
+
+
+def _rows_moved(attend, query, key_value):
+    """Which output rows change when query token 0 is nudged (cross-attention)."""
+    nudged = query.clone()
+    nudged[:, 0] += 1.0
+    before, after = attend(query, key_value), attend(nudged, key_value)
+    return ((after - before).abs().amax(dim=-1) > 1e-6).all(dim=0).tolist()
 
 
 def test_queries_and_keys_are_not_swapped():
-    """Source 003 calls attention(k, q, v): then row i follows key i, not query i."""
+    """Source 003 calls attention(k, q, v): then every row follows the nudged query, which
+    acts as key 0. In cross-attention with Tq == Tk that runs silently; the modules must not."""
     gen = torch.Generator().manual_seed(4)
-    q, k, v = (torch.randn(5, 4, generator=gen) for _ in range(3))
-    output, _ = scaled_dot_product_attention(q, k, v)
-    changed = q.clone()
-    changed[0] += 1.0
-    new_output, _ = scaled_dot_product_attention(changed, k, v)
-    assert not torch.allclose(new_output[0], output[0])
-    _close(new_output[1:], output[1:])  # only the changed query's row moves
-    swapped, _ = scaled_dot_product_attention(k, changed, v)
-    assert not torch.allclose(swapped[1:], scaled_dot_product_attention(k, q, v)[0][1:])
+    query = torch.randn(2, 5, 8, generator=gen)  # decoder side, Tq = 5
+    memory = torch.randn(2, 5, 8, generator=gen)  # encoder side, Tk = 5
+    only_first = [True, False, False, False, False]
+    torch.manual_seed(4)
+    head = SingleHeadAttention(8, 4)
+    assert _rows_moved(lambda x, m: head(x, m, m)[0], query, memory) == only_first
+    for module in (MultiHeadAttention(8, 2), PerHeadMultiHeadAttention(8, 2)):
+        assert _rows_moved(lambda x, m, module=module: module(x, m, m), query, memory) == (
+            only_first
+        )
+    q, k, v = query[0, :, :4], memory[0, :, :4], memory[0, :, 4:]
+    assert (
+        _rows_moved(lambda x, m: scaled_dot_product_attention(x[0], k, v)[0][None], q[None], None)
+        == only_first
+    )
+    # the control: the swapped call moves every row, so the test can tell the two apart
+    swapped = _rows_moved(
+        lambda x, m: scaled_dot_product_attention(k, x[0], v)[0][None], q[None], None
+    )
+    assert all(swapped)
 
 
 def test_dropout_rescales_without_renormalizing():
@@ -254,10 +293,33 @@ def test_sdpa_errors(args, kwargs, error, match):
         scaled_dot_product_attention(*args, **kwargs)
 
 
-def test_per_head_3d_mask_against_4d_scores_names_the_fix():
+@pytest.mark.parametrize("num_heads", [2, 3])  # B == H and B != H
+def test_3d_mask_against_4d_scores_is_per_sequence_shared_by_heads(num_heads):
+    """A (B, Tq, Tk) mask is inserted as (B, 1, Tq, Tk), as MultiHeadAttention does; plain
+    right-aligned broadcasting would line B up with H (silently wrong when B == H)."""
+    gen = torch.Generator().manual_seed(10)
+    q, k, v = (torch.randn(2, num_heads, 4, 8, generator=gen) for _ in range(3))
+    per_sequence = causal_mask(4) & padding_mask([4, 2])[:, 0]  # (B=2, Tq, Tk)
+    output, weights = scaled_dot_product_attention(q, k, v, per_sequence)
+    expected, expected_weights = scaled_dot_product_attention(q, k, v, per_sequence[:, None])
+    assert torch.equal(output, expected) and torch.equal(weights, expected_weights)
+    assert (weights[1, :, :, 2:] == 0).all()  # sequence 1's padding, in every head
+    assert (weights[:, :, ~causal_mask(4)] == 0).all()
+    if num_heads == 2:  # the trap: F.sdpa runs and applies sequence b's mask to head b
+        lined_up = F.scaled_dot_product_attention(q, k, v, attn_mask=per_sequence)
+        assert not torch.allclose(lined_up, expected)
+    else:
+        with pytest.raises(RuntimeError):
+            F.scaled_dot_product_attention(q, k, v, attn_mask=per_sequence)
+
+
+def test_per_head_mask_shared_by_the_batch_is_written_1_h_tq_tk():
     q = torch.ones(2, 3, 4, 8)
-    with pytest.raises(ValueError, match=r"mask\[:, None\]"):
-        scaled_dot_product_attention(q, q, q, torch.ones(2, 4, 4, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"\(1, H, Tq, Tk\)"):
+        scaled_dot_product_attention(q, q, q, torch.ones(3, 4, 4, dtype=torch.bool))
+    per_head = torch.rand(1, 3, 4, 4, generator=torch.Generator().manual_seed(0)) < 0.7
+    _, weights = scaled_dot_product_attention(q, q, q, per_head)
+    assert (weights[:, ~per_head[0]] == 0).all()
 
 
 # ----------------------------------------------------------------- masks
@@ -272,9 +334,16 @@ def test_causal_mask_is_lower_triangular(T):
     assert torch.equal(mask, cols <= rows)
 
 
-@pytest.mark.parametrize(("T", "error"), [(0, ValueError), (2.0, TypeError), (True, TypeError)])
-def test_causal_mask_errors(T, error):
-    with pytest.raises(error):
+@pytest.mark.parametrize(
+    ("T", "error", "match"),
+    [
+        (0, ValueError, "positive sequence length"),
+        (2.0, TypeError, "int"),
+        (True, TypeError, "int"),
+    ],
+)
+def test_causal_mask_errors(T, error, match):
+    with pytest.raises(error, match=match):
         causal_mask(T)
 
 
@@ -398,10 +467,12 @@ def test_mha_matches_torch_multihead_attention(case):
     mha = MultiHeadAttention(d_model, num_heads, bias=bias).load_from_torch(torch_mha)
     torch_mask = None
     if mask is not None:  # torch wants True = ignore, and (B * H, Tq, Tk) for per-batch masks
+        # torch returns NaN for rows with no key (tested separately): let key 0 in everywhere
+        mask = mask.clone()
+        mask[..., 0] = True
         full = mask if mask.ndim != 3 else mask[:, None]
         full = full.expand(query.shape[0], num_heads, query.shape[1], key.shape[1])
-        if not full.any(-1).all():  # torch returns NaN for rows with no key: compare the rest
-            return
+        assert full.any(-1).all()
         torch_mask = ~full.reshape(-1, query.shape[1], key.shape[1])
     expected, expected_weights = torch_mha(query, key, value, attn_mask=torch_mask)
     output, weights = mha(query, key, value, mask, return_attention=True)
@@ -488,7 +559,10 @@ def test_mha_fully_masked_rows_are_zero_on_both_paths():
     [
         (10, 4, 0.0, ValueError, "not divisible"),
         (8, 0, 0.0, ValueError, "positive int"),
-        (8.0, 2, 0.0, ValueError, "positive int"),
+        (0, 2, 0.0, ValueError, "positive int"),
+        (8.0, 2, 0.0, TypeError, "positive int"),
+        (8, 2.0, 0.0, TypeError, "positive int"),
+        (8, True, 0.0, TypeError, "positive int"),
         (8, 2, 1.0, ValueError, r"\[0, 1\)"),
         (8, 2, -0.5, ValueError, r"\[0, 1\)"),
     ],
@@ -498,9 +572,30 @@ def test_mha_constructor_errors(d_model, num_heads, dropout, error, match):
         MultiHeadAttention(d_model, num_heads, dropout=dropout)
 
 
-def test_per_head_constructor_error():
-    with pytest.raises(ValueError, match="not divisible"):
-        PerHeadMultiHeadAttention(10, 4)
+@pytest.mark.parametrize(
+    ("d_model", "num_heads", "error", "match"),
+    [
+        (10, 4, ValueError, "not divisible"),
+        (8.0, 2, TypeError, "d_model must be a positive int"),
+        (8, 0, ValueError, "num_heads must be a positive int"),
+    ],
+)
+def test_per_head_constructor_errors(d_model, num_heads, error, match):
+    with pytest.raises(error, match=match):
+        PerHeadMultiHeadAttention(d_model, num_heads)
+
+
+@pytest.mark.parametrize(
+    ("d_model", "d_head", "error", "match"),
+    [
+        (8.0, 4, TypeError, "d_model must be a positive int"),
+        (8, "4", TypeError, "d_head must be a positive int"),
+        (8, 0, ValueError, "d_head must be a positive int"),
+    ],
+)
+def test_single_head_constructor_errors(d_model, d_head, error, match):
+    with pytest.raises(error, match=match):
+        SingleHeadAttention(d_model, d_head)
 
 
 @pytest.mark.parametrize(
@@ -518,11 +613,14 @@ def test_per_head_constructor_error():
         ),
         (((2, 3, 8), (2, 4, 8), (2, 4, 8)), torch.ones(4, dtype=torch.bool), ValueError, "2-D"),
         (((2, 3, 8), (2, 4, 8), (2, 4, 8)), torch.ones(3, 4), TypeError, r"mask.bool\(\)"),
+        (((2, 3, 8), (2, 4, 8), (2, 4, 8)), "float64", TypeError, "share a dtype"),
     ],
 )
 def test_mha_forward_errors(shapes, mask, error, match):
     mha = MultiHeadAttention(8, 2)
     query, key, value = (torch.randn(*shape) for shape in shapes)
+    if mask == "float64":  # a key of another dtype, which the fused kernel would reject
+        mask, key = None, key.double()
     for module in (mha, PerHeadMultiHeadAttention(8, 2)):
         with pytest.raises(error, match=match):
             module(query, key, value, mask)
@@ -570,6 +668,8 @@ def _attention(q, k, v):
             "over queries",
         ),
         (lambda q, k, v: (q @ k.T / q.shape[-1] ** 0.5).softmax(-1) @ v, "transpose"),
+        (lambda q, k, v: _attention(k, q, v), "queries and keys are swapped"),
+        (lambda q, k, v: (q @ k.transpose(-2, -1)).softmax(-1) @ v[:2], "check the shapes"),
         (lambda q, k, v: _attention(q, k, v) + 1, "queries come first"),
         (lambda q, k, v: _attention(q, k, v)[..., :1], "shape"),
     ],

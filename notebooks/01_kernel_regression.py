@@ -334,7 +334,7 @@ weights_layer = (
     .encode(
         x=alt.X("key:Q", title="training point x_j (key)"),
         y=alt.Y("weight:Q", title="attention weight"),
-        color=alt.Color("query:N", title="query x"),
+        color=alt.Color("query:N", title="query x", legend=alt.Legend(orient="top")),
         tooltip=[alt.Tooltip("width:Q", format=".3f"), "query:Q", "key:Q", "weight:Q"],
     )
     .transform_filter(alt.datum.step == step)
@@ -347,10 +347,10 @@ width_label = (
     .transform_calculate(label="'σ = ' + format(datum.width, '.3f')")
 )
 left = (data_layer + truth_layer + fit_layer + width_label).properties(
-    width=330, height=240, title="estimate"
+    width=280, height=220, title="estimate"
 )
 right = weights_layer.properties(
-    width=330, height=240, title="weights of three queries"
+    width=280, height=220, title="weights of three queries"
 )
 alt.hconcat(left, right).add_params(step)
 

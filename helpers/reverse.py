@@ -1,0 +1,247 @@
+"""Chapter 7: a Transformer encoder that learns to reverse sequences.
+
+The model reads a sequence of ``T`` tokens and predicts, at every position ``t``, the token at
+position ``T - 1 - t``. Shapes: ``B`` batch, ``T`` sequence length, ``C`` number of token
+classes, ``D`` model width. The data set is :func:`helpers.data.make_reverse_dataset`.
+
+:class:`ReverseConfig` holds every choice of a training run; :data:`SOURCE_000_CONFIG` is
+source 000's configuration and :data:`BOOK_CONFIG` the faster one chapter 7 uses.
+:func:`build_reverse_training` turns a configuration into the model, optimizer, schedule and
+loader that :func:`helpers.training.fit` takes, so the chapter and the benchmark script
+(``scripts/bench_reverse.py``) train exactly the same way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from helpers.positional import SinusoidalPositionalEncoding
+from helpers.training import cosine_warmup_schedule
+from helpers.transformer import TransformerEncoder
+
+__all__ = [
+    "ReversePredictor",
+    "token_cross_entropy",
+    "token_accuracy",
+    "bag_oracle_accuracy",
+    "ReverseConfig",
+    "SOURCE_000_CONFIG",
+    "BOOK_CONFIG",
+    "build_reverse_training",
+    "check_sequence_accuracy",
+]
+
+
+class ReversePredictor(nn.Module):
+    """Embedding, positional encoding, a pre-LN encoder and a per-token linear classifier.
+
+    ``forward(tokens)``: int64 ``(B, T)`` with values in ``0 .. C - 1``, ``T <= max_len``;
+    returns logits ``(B, T, C)``. Nothing in it is specific to reversal: it labels every
+    token of a sequence. ``positional=False`` leaves the positional encoding out (an ablation:
+    the model then cannot tell positions apart). ``ffn_width`` defaults to ``2 * d_model``.
+    """
+
+    def __init__(
+        self,
+        num_classes: int,
+        d_model: int,
+        num_heads: int,
+        num_blocks: int,
+        ffn_width: int | None = None,
+        dropout: float = 0.0,
+        max_len: int = 64,
+        positional: bool = True,
+    ) -> None:
+        super().__init__()
+        if not isinstance(num_classes, int) or isinstance(num_classes, bool) or num_classes < 2:
+            raise ValueError(f"num_classes must be an int >= 2, got {num_classes!r}")
+        self.num_classes = num_classes
+        self.embedding = nn.Embedding(num_classes, d_model)
+        self.positional = (
+            SinusoidalPositionalEncoding(d_model, max_len) if positional else nn.Identity()
+        )
+        self.dropout = nn.Dropout(dropout)
+        ffn_width = 2 * d_model if ffn_width is None else ffn_width
+        self.encoder = TransformerEncoder(num_blocks, d_model, num_heads, ffn_width, dropout)
+        self.classifier = nn.Linear(d_model, num_classes)
+
+    def _check_tokens(self, tokens) -> None:
+        if not isinstance(tokens, torch.Tensor) or tokens.dtype != torch.long:
+            got = tokens.dtype if isinstance(tokens, torch.Tensor) else type(tokens).__name__
+            raise TypeError(f"tokens must be an int64 tensor of shape (B, T), got {got}")
+        if tokens.dim() != 2:
+            raise ValueError(
+                f"tokens must have shape (B, T), got {tuple(tokens.shape)}; "
+                "add a batch dimension with tokens.unsqueeze(0)"
+            )
+        if tokens.numel() and not 0 <= int(tokens.min()) <= int(tokens.max()) < self.num_classes:
+            raise ValueError(
+                f"tokens must lie in 0 .. {self.num_classes - 1}, got values from "
+                f"{int(tokens.min())} to {int(tokens.max())}"
+            )
+
+    def embed(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Token embeddings plus positional encoding: ``(B, T) -> (B, T, D)``."""
+        self._check_tokens(tokens)
+        return self.dropout(self.positional(self.embedding(tokens)))
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.encoder(self.embed(tokens)))
+
+    @torch.no_grad()
+    def get_attention_maps(self, tokens: torch.Tensor) -> list[torch.Tensor]:
+        """Each block's attention weights on ``tokens``: a list of ``(B, H, T, T)``."""
+        return self.encoder.get_attention_maps(self.embed(tokens))
+
+
+def _check_logits_targets(logits, targets) -> None:
+    if not isinstance(logits, torch.Tensor) or not isinstance(targets, torch.Tensor):
+        raise TypeError("logits and targets must be tensors of shapes (B, T, C) and (B, T)")
+    if logits.dim() != 3 or logits.shape[:2] != targets.shape:
+        raise ValueError(
+            f"logits must be (B, T, C) and targets (B, T), got {tuple(logits.shape)} and "
+            f"{tuple(targets.shape)}"
+        )
+
+
+def token_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy over every token: logits ``(B, T, C)``, targets ``(B, T)``."""
+    _check_logits_targets(logits, targets)
+    return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+
+
+def token_accuracy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Fraction of tokens whose arg-max class is the target: a 0-dim tensor."""
+    _check_logits_targets(logits, targets)
+    return (logits.argmax(dim=-1) == targets).float().mean()
+
+
+def bag_oracle_accuracy(inputs: torch.Tensor, num_classes: int) -> float:
+    """The best token accuracy on reversal for a model that cannot see positions.
+
+    Without positions a model's prediction at ``t`` can depend only on the token at ``t`` and
+    on the *bag* (multiset) of tokens of the sequence. The best it can then do is predict the
+    most frequent token among the other ``T - 1`` positions. ``inputs`` is ``(N, T)``; returns
+    the expected accuracy of that rule (ties split evenly), an exact ceiling for the data.
+    """
+    if not isinstance(inputs, torch.Tensor) or inputs.dim() != 2 or inputs.shape[1] < 2:
+        raise ValueError("inputs must be an (N, T) integer tensor with T >= 2")
+    counts = F.one_hot(inputs, num_classes).sum(dim=1, keepdim=True)  # (N, 1, C)
+    others = counts - F.one_hot(inputs, num_classes)  # (N, T, C): bag minus own token
+    # The target at t is, for such a model, a uniformly random element of the other T - 1
+    # tokens: predicting their most frequent one is right with probability max count / (T - 1).
+    best = others.max(dim=-1).values.float()
+    return (best / (inputs.shape[1] - 1)).mean().item()
+
+
+@dataclass(frozen=True)
+class ReverseConfig:
+    """Every choice of one reversal training run (task, model and optimization)."""
+
+    seq_len: int = 16
+    num_classes: int = 10
+    num_train: int = 50_000
+    d_model: int = 32
+    num_heads: int = 2
+    num_blocks: int = 2
+    ffn_width: int = 64
+    dropout: float = 0.0
+    positional: bool = True
+    batch_size: int = 32
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    warmup_steps: int = 100
+    epochs: int = 3
+    clip_grad_norm: float | None = 5.0
+    seed: int = 0
+
+    def steps_per_epoch(self) -> int:
+        return self.num_train // self.batch_size  # the loader drops the last partial batch
+
+    def total_steps(self) -> int:
+        return self.epochs * self.steps_per_epoch()
+
+    def replace(self, **changes) -> ReverseConfig:
+        """A copy with some fields changed, e.g. ``config.replace(dropout=0.5)``."""
+        return dataclasses.replace(self, **changes)
+
+
+SOURCE_000_CONFIG = ReverseConfig(dropout=0.1)
+
+BOOK_CONFIG = ReverseConfig(batch_size=128, lr=2e-2, warmup_steps=10, epochs=1)
+
+
+def build_reverse_training(config: ReverseConfig, train_set: TensorDataset):
+    """The model, optimizer, schedule and loader of a run: what ``fit`` needs.
+
+    Returns ``(model, optimizer, scheduler, train_loader)``. Adam(W) with the configured
+    learning rate and weight decay; cosine schedule with linear warm-up over
+    ``config.total_steps()`` steps; a shuffling loader seeded by ``config.seed`` that drops
+    the last partial batch. The model is initialized from ``config.seed`` too.
+    """
+    if not isinstance(config, ReverseConfig):
+        raise TypeError(f"config must be a ReverseConfig, got {type(config).__name__}")
+    if not isinstance(train_set, TensorDataset) or len(train_set) != config.num_train:
+        raise ValueError(
+            f"train_set must be a TensorDataset of config.num_train={config.num_train} "
+            f"sequences; build it with make_reverse_dataset({config.num_train}, ...)"
+        )
+    torch.manual_seed(config.seed)
+    model = ReversePredictor(
+        config.num_classes,
+        config.d_model,
+        config.num_heads,
+        config.num_blocks,
+        config.ffn_width,
+        config.dropout,
+        max_len=max(64, config.seq_len),
+        positional=config.positional,
+    )
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=config.lr, weight_decay=config.weight_decay
+    )
+    scheduler = cosine_warmup_schedule(optimizer, config.warmup_steps, config.total_steps())
+    loader = DataLoader(
+        train_set,
+        batch_size=config.batch_size,
+        shuffle=True,
+        drop_last=True,
+        generator=torch.Generator().manual_seed(config.seed),
+    )
+    return model, optimizer, scheduler, loader
+
+
+def check_sequence_accuracy(fn) -> str:
+    """Check a reader's ``fn(logits, targets)``: the fraction of sequences *entirely* right.
+
+    ``logits`` is ``(B, T, C)``, ``targets`` ``(B, T)``; a sequence counts only if the arg-max
+    is right at every one of its ``T`` positions. Returns a line starting with "Correct:",
+    or raises AssertionError with a hint.
+    """
+    generator = torch.Generator().manual_seed(7)
+    targets = torch.randint(5, (8, 6), generator=generator)
+    logits = 3 * F.one_hot(targets, 5).float() + torch.rand(8, 6, 5, generator=generator)
+    flip = torch.rand(8, 6, generator=generator) < 0.08  # a few wrong tokens
+    logits[flip] = logits[flip].roll(1, dims=-1)
+    expected = (logits.argmax(-1) == targets).all(dim=-1).float().mean()
+    got = fn(logits, targets)
+    one_number = isinstance(got, (float, int)) or (
+        isinstance(got, torch.Tensor) and got.numel() == 1
+    )
+    if not one_number:
+        raise AssertionError(f"return one number (a 0-dim tensor or a float), got {got!r}")
+    got_value = float(got)
+    if abs(got_value - expected.item()) < 1e-6:
+        return "Correct: your sequence accuracy matches."
+    if abs(got_value - token_accuracy(logits, targets).item()) < 1e-6:
+        raise AssertionError("that is the token accuracy: require every position to be right")
+    raise AssertionError(
+        f"expected {expected.item():.4f}, got {got_value:.4f}: compare argmax(-1) with the "
+        "targets, then .all(dim=-1) over positions, then average over sequences"
+    )

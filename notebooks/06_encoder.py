@@ -1,0 +1,671 @@
+# ---
+# jupyter:
+#   jupytext:
+#     cell_metadata_filter: -execution,-ExecuteTime
+#     formats: ipynb,py:percent
+#     notebook_metadata_filter: kernelspec,jupytext,-jupytext.text_representation.jupytext_version
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # The Transformer encoder block
+#
+# Multi-head attention lets every position look at every other one. On its own it is not yet a
+# network you can stack twenty times and train: the Transformer {cite}`vaswani2017attention`
+# wraps it in a *block* with three more ingredients, a residual connection, a normalization
+# and a position-wise feed-forward network. This chapter builds the block piece by piece,
+# checks it against PyTorch's own `torch.nn.TransformerEncoderLayer`, and then asks the one
+# design question that decides how easily a deep stack trains: *where does the normalization
+# go?* The answer, measured at initialization, is why modern Transformers put it first
+# {cite}`xiong2020layernorm`.
+
+# %% tags=["hide-cell"]
+# Setup: on Colab, install the book's helpers; everywhere, import, seed and pick a device.
+import sys
+
+if "google.colab" in sys.modules:
+    import subprocess
+
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "attention-book-helpers @ git+https://github.com/attention-book/attention-book",
+        ],
+        check=True,
+    )
+
+import helpers
+from helpers.plotting import use_book_style
+
+use_book_style()
+helpers.seed_everything(0)
+device = helpers.get_device()
+
+# %%
+from collections import OrderedDict
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from helpers import glue, show_source
+from helpers.attention import MultiHeadAttention, causal_mask
+from helpers.transformer import (
+    EncoderBlock,
+    RMSNorm,
+    TransformerEncoder,
+    check_block_parameter_count,
+    check_rms_norm,
+    count_parameters,
+    parameter_table,
+)
+
+if device.type == "cpu":
+    # The models of this chapter are so small that splitting each matrix product over
+    # several CPU threads costs more in synchronization than it saves.
+    torch.set_num_threads(1)
+
+# %% [markdown]
+# ## The block, piece by piece
+#
+# An encoder block maps a sequence $X$ of shape $(T, D)$ to a sequence of the same shape, so
+# blocks can be stacked. It has two *sublayers*:
+#
+# 1. **Multi-head self-attention** (chapter 4) mixes information *across positions*: the new
+#    vector at position $t$ is a weighted average of (projections of) all positions.
+# 2. **The feed-forward network** (FFN) transforms each position *on its own*, with the same
+#    two-layer MLP at every position:
+#
+#    $$
+#    \operatorname{FFN}(x) = \max(0,\ x W_1 + b_1)\, W_2 + b_2, \qquad
+#    W_1 \in \mathbb{R}^{D \times F},\ W_2 \in \mathbb{R}^{F \times D}.
+#    $$
+#
+# Each sublayer is wrapped in a **residual connection**, $x + \operatorname{sublayer}(x)$, which
+# gives gradients a path around the sublayer and lets a block start as a near-identity
+# map, and a **normalization**, which keeps the scale of the vectors in check. **Dropout** sits
+# on each sublayer's output, before it joins the residual stream (and, inside, on the attention
+# weights and the FFN's hidden layer). There are two ways to place the normalization:
+#
+# $$
+# \begin{aligned}
+# \text{post-LN (2017):}\quad & X' = \operatorname{LN}\big(X + \operatorname{Drop}(\operatorname{MHA}(X))\big), &
+# Y &= \operatorname{LN}\big(X' + \operatorname{Drop}(\operatorname{FFN}(X'))\big),\\
+# \text{pre-LN:}\quad & X' = X + \operatorname{Drop}\big(\operatorname{MHA}(\operatorname{LN}(X))\big), &
+# Y &= X' + \operatorname{Drop}\big(\operatorname{FFN}(\operatorname{LN}(X'))\big).
+# \end{aligned}
+# $$
+#
+# In the pre-LN block nothing ever normalizes the residual stream itself: each block *adds* to
+# it. Here are both from scratch, in one small class.
+
+
+# %%
+class ScratchEncoderBlock(nn.Module):
+    def __init__(self, d_model, num_heads, ffn_width, dropout=0.0, norm_first=True):
+        super().__init__()
+        self.norm_first = norm_first
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout, bias=True)
+        self.ffn = nn.Sequential(
+            OrderedDict(
+                linear1=nn.Linear(d_model, ffn_width),
+                activation=nn.ReLU(),
+                dropout=nn.Dropout(dropout),
+                linear2=nn.Linear(ffn_width, d_model),
+            )
+        )
+        self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.dropout1, self.dropout2 = nn.Dropout(dropout), nn.Dropout(dropout)
+
+    def attend(self, x, mask):
+        return self.self_attn(x, x, x, mask=mask)
+
+    def forward(self, x, mask=None):
+        if self.norm_first:
+            x = x + self.dropout1(self.attend(self.norm1(x), mask))
+            return x + self.dropout2(self.ffn(self.norm2(x)))
+        x = self.norm1(x + self.dropout1(self.attend(x, mask)))
+        return self.norm2(x + self.dropout2(self.ffn(x)))
+
+
+# %% [markdown]
+# The FFN is *position-wise*: applying it to a whole sequence is the same as applying it to
+# each position separately, so it cannot move information between positions. Only attention
+# can.
+
+# %%
+scratch = ScratchEncoderBlock(d_model=64, num_heads=4, ffn_width=256).eval()
+x = torch.randn(2, 10, 64)
+print("block output", tuple(scratch(x).shape))
+per_position = torch.stack([scratch.ffn(x[:, t]) for t in range(10)], dim=1)
+torch.testing.assert_close(scratch.ffn(x), per_position)
+
+# %% [markdown]
+# Why make the FFN wider than the model ($F = 4D$ in the original paper, 2048 for $D = 512$)?
+# Attention's output at a position is a convex combination of value vectors: a *mixing* step
+# with few parameters per token. The FFN is where each token gets a wide nonlinear transform of
+# what it has gathered; with $F = 4D$ it holds two thirds of the block's weights (we count them
+# below). A wide layer is also the cheapest kind of compute on parallel hardware: one large
+# matrix product instead of several small sequential ones.
+#
+# The book's canonical block lives in `helpers.transformer`. It computes the same function with
+# input checks, an optional RMSNorm (below) and a way to return the attention weights:
+
+# %%
+show_source(EncoderBlock)
+
+# %%
+for norm_first in (True, False):
+    package = EncoderBlock(64, 4, 256, norm_first=norm_first).eval()
+    reference = ScratchEncoderBlock(64, 4, 256, norm_first=norm_first).eval()
+    package.load_state_dict(reference.state_dict())
+    torch.testing.assert_close(package(x), reference(x))
+    torch.testing.assert_close(
+        package(x, causal_mask(10)), reference(x, causal_mask(10))
+    )
+print("scratch and package blocks agree, pre-LN and post-LN, with and without a mask")
+
+# %% [markdown]
+# ## The same block as PyTorch's
+#
+# `torch.nn.TransformerEncoderLayer` implements both variants (`norm_first=False` is the
+# default, post-LN). `EncoderBlock.load_from_torch` copies its weights; then the two must agree
+# to floating-point precision. One trap: PyTorch's boolean `src_mask` means *True = may not
+# attend*, the opposite of this book's convention (chapter 2), so we pass it `~mask`.
+
+# %%
+torch.manual_seed(1)
+for norm_first in (True, False):
+    torch_layer = nn.TransformerEncoderLayer(
+        64, 4, 256, dropout=0.1, batch_first=True, norm_first=norm_first
+    ).eval()
+    block = EncoderBlock(64, 4, 256, dropout=0.1, norm_first=norm_first).eval()
+    block.load_from_torch(torch_layer)
+    mask = causal_mask(10)
+    difference = (block(x, mask) - torch_layer(x, src_mask=~mask)).abs().max().item()
+    print(f"norm_first={norm_first}: max difference {difference:.1e}")
+    assert difference < 1e-5
+
+# %% [markdown]
+# ```{admonition} Pitfall: feeding PyTorch your mask unchanged
+# :class: warning
+# Pass the book's causal mask to `torch.nn.TransformerEncoderLayer` without inverting it and
+# every query attends only to keys strictly in its *future* (the last query to none at all).
+# No error is raised; the outputs are simply wrong. The cell below shows the symptom; the fix
+# is `src_mask=~mask`, and `tests/test_transformer.py::test_block_matches_torch_encoder_layer`
+# pins it.
+# ```
+
+# %%
+wrong = torch_layer(x, src_mask=mask)  # True meant "may attend" here, "blocked" there
+mask_error = (wrong - block(x, mask)).abs().nan_to_num(float("inf")).max().item()
+print(f"largest difference from the right output: {mask_error:.1f}")
+assert mask_error > 0.1
+
+# %% [markdown]
+# ## Where the parameters are
+#
+# For one block with biases and LayerNorm: attention has four $D \times D$ matrices (queries,
+# keys, values, output) and $4D$ biases; the FFN has $2DF$ weights and $F + D$ biases; each
+# LayerNorm has a gain and a bias of size $D$. The table counts them in a real block and
+# compares with the formula.
+
+# %%
+d_model, num_heads, ffn_width = 64, 4, 256
+block = EncoderBlock(d_model, num_heads, ffn_width)
+table = parameter_table(block)
+formula = {
+    "self_attn": 4 * d_model**2 + 4 * d_model,
+    "ffn": 2 * d_model * ffn_width + ffn_width + d_model,
+    "norm1": 2 * d_model,
+    "norm2": 2 * d_model,
+}
+formula["total"] = sum(formula.values())
+table["formula"] = table["module"].map(formula)
+table["share"] = (table["parameters"] / count_parameters(block)).round(3)
+assert (table["parameters"] == table["formula"]).all()
+table
+
+# %%
+ffn_share = round(float(table.set_index("module").loc["ffn", "share"]), 2)
+glue("ch6_ffn_share", ffn_share)
+assert 0.6 < ffn_share < 0.7  # "two thirds", as the prose says
+
+# %% [markdown]
+# The FFN holds {glue:text}`ch6_ffn_share:.0%` of the block's parameters, attention nearly all
+# of the rest; the normalizations are a rounding error. Note that the number of heads does not
+# appear in the formula: the heads split the width $D$, they do not add to it.
+#
+# ## Pre-LN or post-LN? Gradients at initialization
+#
+# The 2017 Transformer (post-LN) only trains with a learning-rate *warm-up*: start tiny, grow
+# over the first few thousand steps. Xiong et al. {cite}`xiong2020layernorm` explained why,
+# and showed that pre-LN Transformers train without it. Their argument is about the gradients
+# *at initialization*: in a post-LN stack the gradients of the parameters near the output are
+# large and do not shrink as the stack gets deeper, so the first full-size steps are too big
+# there; in a pre-LN stack the residual stream grows with depth, every normalization divides
+# by that growing scale, and the gradients of the late blocks shrink roughly like
+# $1/\sqrt{L}$ for $L$ blocks.
+#
+# We measure it: build stacks of $L$ blocks (Xavier-initialized, as in the paper), push a
+# batch of random sequences through, put a linear classifier with a cross-entropy loss on top,
+# and record the gradient norm of each block's second FFN matrix $W_2$. Four seeds per
+# setting.
+
+
+# %%
+def ffn_gradient_norms(norm_first, num_blocks, seed, d_model=32):
+    """Gradient norm of each block's FFN W2, for one random batch at initialization."""
+    torch.manual_seed(seed)
+    encoder = TransformerEncoder(
+        num_blocks, d_model, 4, 4 * d_model, norm_first=norm_first
+    )
+    for weight in encoder.parameters():
+        if weight.dim() == 2:
+            nn.init.xavier_uniform_(weight)
+    classifier = nn.Linear(d_model, 10)
+    x, y = torch.randn(8, 16, d_model), torch.randint(0, 10, (8, 16))
+    F.cross_entropy(classifier(encoder(x)).flatten(0, 1), y.flatten()).backward()
+    return [block.ffn.linear2.weight.grad.norm().item() for block in encoder.blocks]
+
+
+depths, seeds = [2, 4, 8, 16, 32], range(4)
+grads = {
+    (variant, depth): np.mean(
+        [ffn_gradient_norms(variant == "pre-LN", depth, s) for s in seeds], 0
+    )
+    for variant in ("pre-LN", "post-LN")
+    for depth in depths
+}
+
+# %% tags=["hide-input"]
+fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.4))
+for variant, color in (("post-LN", "C3"), ("pre-LN", "C0")):
+    per_block = grads[(variant, 32)]
+    left.plot(range(1, 33), per_block, ".-", color=color, label=variant)
+    last = [grads[(variant, depth)][-1] for depth in depths]
+    right.plot(depths, last, "o-", color=color, label=variant)
+left.set(xlabel="block (1 = nearest the input)", ylabel="gradient norm of FFN $W_2$")
+left.set_title("a stack of 32 blocks")
+right.set(
+    xscale="log",
+    yscale="log",
+    xlabel="number of blocks $L$",
+    ylabel="last block's norm",
+)
+right.set_xticks(depths, [str(d) for d in depths])
+right.set_title("the last block, as the stack deepens")
+left.legend()
+plt.show()
+
+# %% [markdown]
+# **Figure.** Left: in a 32-block stack at initialization, post-LN (red) has its largest
+# gradients in the blocks nearest the output, while pre-LN (blue) has its smallest there.
+# Right: as the stack deepens, the last block's gradient grows for post-LN and falls for
+# pre-LN (log-log axes), so the gap between them widens with depth.
+
+# %%
+post_last = [grads[("post-LN", depth)][-1] for depth in depths]
+pre_last = [grads[("pre-LN", depth)][-1] for depth in depths]
+gap_2 = round(post_last[0] / pre_last[0], 1)
+glue("ch6_gap_L2", gap_2)
+gap_32 = round(post_last[-1] / pre_last[-1], 1)
+glue("ch6_gap_L32", gap_32)
+slope = np.polyfit(np.log(depths), np.log(pre_last), deg=1)[0]
+pre_slope = round(float(slope), 2)
+glue("ch6_pre_slope", pre_slope)
+post_32, pre_32 = grads[("post-LN", 32)], grads[("pre-LN", 32)]
+assert post_32[-1] > post_32[0] and pre_32[-1] < pre_32[0]  # the left panel
+assert (
+    post_last[-1] > post_last[0]
+)  # post-LN: the last block's gradient does not shrink
+assert pre_last[-1] < 0.6 * pre_last[0]  # pre-LN: it does
+assert gap_32 > 3 * gap_2  # so the gap widens with depth
+assert -0.8 < pre_slope < -0.15
+
+# %% [markdown]
+# At depth 2 the two variants' last-block gradients differ by a factor
+# {glue:text}`ch6_gap_L2`; at depth 32 by {glue:text}`ch6_gap_L32`. The pre-LN curve falls with
+# slope {glue:text}`ch6_pre_slope` on log-log axes (the theory's $-0.5$ holds once the growth
+# of the residual stream dominates; at these depths it is not there yet). That is
+# the mechanism behind warm-up: with the same learning rate, a post-LN stack's first steps
+# are largest exactly where its gradients are largest, near the output, and a deep post-LN
+# stack can diverge before Adam's statistics settle; warm-up caps those first steps. A pre-LN
+# stack's updates are tamer from step one. The price of pre-LN: since nothing normalizes the
+# residual stream, the stack needs one more LayerNorm at its end (`final_norm` in
+# `helpers.transformer.TransformerEncoder`), and its output scale grows with depth. We can see
+# that growth directly:
+
+# %%
+torch.manual_seed(0)
+stack = TransformerEncoder(16, 64, 4, 256, norm_first=True, final_norm=False).eval()
+hidden, rms = torch.randn(8, 16, 64), []
+with torch.no_grad():
+    for layer in stack.blocks:
+        hidden = layer(hidden)
+        rms.append(hidden.pow(2).mean().sqrt().item())
+growth = round(rms[-1] / rms[0], 2)
+glue("ch6_stream_growth", growth)
+assert all(later > earlier for earlier, later in zip(rms, rms[1:], strict=False))
+print(
+    f"residual-stream RMS after blocks 1, 8, 16: {rms[0]:.2f}, {rms[7]:.2f}, {rms[15]:.2f}"
+)
+
+# %% [markdown]
+# The root-mean-square of the pre-LN residual stream grows by a factor
+# {glue:text}`ch6_stream_growth` over 16 blocks, every block adding to it.
+#
+# ## Which normalization? LayerNorm, not BatchNorm
+#
+# LayerNorm normalizes each position's vector over its $D$ features:
+# $\operatorname{LN}(x) = \gamma \odot (x - \mu)/\sqrt{\sigma^2 + \epsilon} + \beta$ with $\mu$,
+# $\sigma^2$ the mean and variance of the $D$ entries of $x$. BatchNorm instead normalizes each
+# feature over the *batch* (and, for sequences, over all positions of all sequences). For text
+# that is a poor fit: a position's output would depend on which other sequences share its
+# batch, on how much padding they carry, and at test time on running statistics collected in
+# training, while rare tokens' features are badly represented by batch averages. The first
+# problem is easy to show: change sequence 1 of a batch and watch sequence 0's output.
+
+# %%
+torch.manual_seed(0)
+batch = torch.randn(2, 6, 16)
+changed = batch.clone()
+changed[1] = 5 * torch.randn(6, 16) + 3  # only sequence 1 changes
+batch_norm, layer_norm = nn.BatchNorm1d(16), nn.LayerNorm(16)
+
+
+def bn(
+    x,
+):  # BatchNorm1d wants (N, D): treat every position of every sequence as a sample
+    return batch_norm(x.flatten(0, 1)).view_as(x)
+
+
+bn_shift = round((bn(changed)[0] - bn(batch)[0]).abs().max().item(), 2)
+glue("ch6_bn_shift", bn_shift)
+torch.testing.assert_close(layer_norm(changed)[0], layer_norm(batch)[0])
+assert bn_shift > 0.5
+print(f"sequence 0 moves by up to {bn_shift} under BatchNorm, by 0 under LayerNorm")
+
+# %% [markdown]
+# ### RMSNorm
+#
+# RMSNorm {cite}`zhang2019rmsnorm` drops the centring and the bias:
+# $\operatorname{RMSNorm}(x) = \gamma \odot x / \sqrt{\tfrac{1}{D}\sum_i x_i^2 + \epsilon}$.
+# It is cheaper (no mean, one fewer parameter vector) and works as well in practice, which is
+# why LLaMA-style models use it (chapter 10). Comparing the two formulas gives the equivalence
+# condition: LayerNorm *is* RMSNorm applied to the centred vector, so the two agree exactly
+# when each vector already has zero mean over its features and LayerNorm's bias is zero. The
+# package's version:
+
+# %%
+show_source(RMSNorm)
+
+# %%
+torch.manual_seed(0)
+x = 2 * torch.randn(4, 10, 32) + 1  # off-centre inputs
+rms_norm = RMSNorm(32, eps=1e-5)
+layer_norm = nn.LayerNorm(32, eps=1e-5, bias=False)
+centred = x - x.mean(-1, keepdim=True)
+torch.testing.assert_close(
+    rms_norm(centred), layer_norm(x)
+)  # LN = centre, then RMSNorm
+torch.testing.assert_close(rms_norm(x), nn.RMSNorm(32, eps=1e-5)(x))  # and = PyTorch's
+off_centre = round((rms_norm(x) - layer_norm(x)).abs().max().item(), 2)
+glue("ch6_rms_vs_ln", off_centre)
+assert off_centre > 0.1
+print(f"on off-centre inputs RMSNorm and LayerNorm differ by up to {off_centre}")
+
+# %% [markdown]
+# `EncoderBlock(..., norm="rms")` builds a block with RMSNorm in both places.
+#
+# ### One norm per sublayer, not one per block
+#
+# Source texts that build a post-LN block often create *one* normalization module and call it
+# after both sublayers (the two places then share one gain and one bias). That is parameter
+# sharing: it saves $2D$ parameters per block (a LayerNorm's gain and bias), about
+# {glue:text}`ch6_shared_saving:.1%` of our block. At initialization it changes nothing, since
+# both norms start as the same identity-affine map; it only takes away freedom in training,
+# where the attention output and the FFN output, which have different scales, must share one
+# gain. The 2017 paper, PyTorch and `helpers.transformer` keep two; so should you (a test,
+# `test_blocks_have_separate_norms`, pins it).
+
+# %%
+torch.manual_seed(0)
+separate = EncoderBlock(64, 4, 256, norm_first=False).eval()
+shared = EncoderBlock(64, 4, 256, norm_first=False).eval()
+shared.load_state_dict(separate.state_dict())
+shared.norm2 = shared.norm1  # one module, called twice
+x = torch.randn(2, 10, 64)
+torch.testing.assert_close(shared(x), separate(x))  # identical at initialization
+saving = count_parameters(separate) - count_parameters(shared)
+assert saving == 2 * 64
+_ = glue("ch6_shared_saving", saving / count_parameters(separate))
+
+# %% [markdown]
+# ## Dropout goes on the branch, not on the stream
+#
+# ```{admonition} Pitfall: dropout after the residual sum
+# :class: warning
+# A post-LN block written as `y = dropout(norm(sublayer(x) + x))` (as in one of our source
+# texts) drops entries of the *residual stream* itself, including the part that is the
+# block's own input. In the paper, dropout is applied to the sublayer's output *before* it is
+# added to the input, so the skip path is never dropped. The cell below builds the mistake and
+# feeds both versions a block whose sublayers output exactly zero: the right block passes its
+# (normalized) input through untouched, the wrong one zeroes a fraction of it at random.
+# `tests/test_transformer.py::test_dropout_never_touches_the_residual_stream` pins the fix.
+# ```
+
+# %%
+torch.manual_seed(0)
+block = EncoderBlock(64, 4, 256, dropout=0.3, norm_first=False).train()
+with torch.no_grad():
+    for parameter in [*block.self_attn.parameters(), *block.ffn.parameters()]:
+        parameter.zero_()  # both sublayers now output zero
+drop = nn.Dropout(0.3)  # source 003's placement: dropout on the normalized sum
+hidden = drop(block.norm1(x + block.self_attn(x, x, x)))
+wrong = drop(block.norm2(hidden + block.ffn(hidden)))
+right = block(x)
+torch.testing.assert_close(right, block.norm2(block.norm1(x)))
+zeroed = round((wrong == 0).float().mean().item(), 2)
+glue("ch6_dropped_stream", zeroed)
+assert zeroed > 0.2
+print(f"fraction of the residual stream zeroed by the misplaced dropout: {zeroed}")
+
+# %% [markdown]
+# ## The stack
+#
+# An encoder is $L$ blocks in a row (plus the final normalization of a pre-LN stack).
+# `TransformerEncoder.get_attention_maps(x)` returns the attention weights every block
+# computes, one $(B, H, T, T)$ tensor per block; chapter 7 uses it to look inside a trained
+# model. Here, an untrained stack with a causal mask:
+
+# %%
+show_source(TransformerEncoder)
+
+# %%
+torch.manual_seed(0)
+encoder = TransformerEncoder(
+    num_blocks=3, d_model=64, num_heads=4, ffn_width=256
+).eval()
+x = torch.randn(32, 10, 64)
+maps = encoder.get_attention_maps(x, mask=causal_mask(10))
+print("output", tuple(encoder(x, mask=causal_mask(10)).shape))
+print("attention maps", [tuple(m.shape) for m in maps])
+assert all(torch.all(m.triu(1) == 0) for m in maps)  # no weight on the future
+
+# %% tags=["hide-input"]
+fig, axes = plt.subplots(1, 3, figsize=(9, 2.8))
+for index, (ax, weights) in enumerate(zip(axes, maps, strict=True)):
+    helpers.plotting.heatmap(weights[0].mean(0), ax=ax, colorbar=False, vmin=0, vmax=1)
+    ax.set_title(f"block {index + 1}, mean over heads")
+plt.show()
+
+# %% [markdown]
+# **Figure.** Causal attention at initialization: each row (query) spreads its weight almost
+# evenly over the keys it may see, so row $t$ is about $1/(t+1)$ on and left of the diagonal
+# and exactly zero to its right. Nothing has been learned yet.
+#
+# ```{admonition} Pitfall: attention maps of the wrong input
+# :class: warning
+# A tempting way to collect attention maps is to call each block's `self_attn(x, x, x)` on the
+# block's input `x`. In a pre-LN block that is not what the block attends with: it attends
+# with `norm1(x)`. Our source text's `get_attention_maps` made this mistake, so its maps show
+# attention on un-normalized vectors, which the model never computes. The fix is to let the
+# block return the weights of its own forward pass (`return_attention=True`), as
+# `helpers.transformer` does; `test_attention_maps_are_computed_from_the_normalized_input`
+# pins it. The cell below measures how far the wrong maps are from the right ones for inputs
+# with a realistic offset and scale.
+# ```
+
+# %%
+x_raw = 4 * torch.randn(1, 10, 64) + 2  # embeddings need not have unit scale
+first = encoder.blocks[0]
+with torch.no_grad():
+    _, seed_style = first.self_attn(x_raw, x_raw, x_raw, return_attention=True)
+right_maps = encoder.get_attention_maps(x_raw)
+map_error = round((right_maps[0] - seed_style).abs().max().item(), 2)
+glue("ch6_map_error", map_error)
+assert map_error > 0.1
+print(f"largest error in a block-1 attention weight: {map_error}")
+
+# %% [markdown]
+# ## A note on rank
+#
+# At initialization the attention weights are nearly uniform, so every query receives almost
+# the same average of the values: the output of multi-head attention is close to a low-rank
+# matrix, even though its input is full rank and the query and key projections are too. The
+# residual connection adds the full-rank input back. We measure it with the *stable rank*
+# $\|A\|_F^2 / \|A\|_2^2$ (a smooth count of the significant singular values) for 1024 random
+# tokens of width 128.
+
+
+# %%
+def stable_rank(matrix):
+    singular_values = torch.linalg.svdvals(matrix)
+    return (singular_values.pow(2).sum() / singular_values[0] ** 2).item()
+
+
+torch.manual_seed(0)
+attention = MultiHeadAttention(128, 8)
+tokens = torch.randn(1, 1024, 128)
+with torch.no_grad():
+    queries, keys, _ = attention.qkv_proj(tokens).split(128, dim=-1)
+    attended = attention(tokens, tokens, tokens)
+ranks = {
+    "input X": stable_rank(tokens[0]),
+    "queries XW_Q": stable_rank(queries[0]),
+    "keys XW_K": stable_rank(keys[0]),
+    "MHA(X)": stable_rank(attended[0]),
+    "X + MHA(X)": stable_rank((tokens + attended)[0]),
+}
+pd.Series(ranks, name="stable rank").round(1).to_frame()
+
+# %%
+_ = glue("ch6_rank_mha", round(ranks["MHA(X)"], 1))
+_ = glue("ch6_rank_input", round(ranks["input X"], 1))
+assert ranks["MHA(X)"] < 0.1 * ranks["input X"]
+assert ranks["MHA(X)"] < 0.2 * min(ranks["queries XW_Q"], ranks["keys XW_K"])
+assert torch.linalg.matrix_rank(queries[0]) == 128  # the projection loses nothing
+assert ranks["X + MHA(X)"] > 0.9 * ranks["input X"]
+
+# %% [markdown]
+# Attention's output has stable rank {glue:text}`ch6_rank_mha` against
+# {glue:text}`ch6_rank_input` for its input. The queries and keys are full-rank (their lower
+# stable rank only reflects the spread of a random matrix's singular values); the collapse
+# happens in the attention average. Stack attention without residuals and this
+# collapse compounds block after block; the residual stream is what keeps a deep Transformer's
+# representations from degenerating.
+#
+# ## Summary
+#
+# - An encoder block = self-attention (across positions) + a position-wise FFN (within a
+#   position), each inside a residual connection with a normalization; dropout on the branch.
+# - Pre-LN puts the norm inside the branch; post-LN after the sum. At initialization post-LN's
+#   gradients are largest near the output and do not shrink with depth, which is why it needs
+#   warm-up; pre-LN's shrink, and it trains without.
+# - LayerNorm, not BatchNorm, for sequences; RMSNorm is LayerNorm without centring and bias.
+# - `helpers.transformer.EncoderBlock` matches `torch.nn.TransformerEncoderLayer` weight for
+#   weight (mind the inverted mask).
+#
+# ## Exercises
+#
+# 1. **RMSNorm by hand.** Write `rms_norm(x, weight, eps)` for a tensor `x` of shape
+#    `(..., D)` and a gain `weight` of shape `(D,)`, and check it with
+#    `helpers.transformer.check_rms_norm(rms_norm)`.
+#
+# ````{admonition} Solution
+# :class: dropdown
+# Average the squares over the last dimension only, put `eps` inside the square root, and do
+# not subtract the mean (that would be LayerNorm).
+#
+# ```python
+# def rms_norm(x, weight, eps):
+#     return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps) * weight
+# ```
+# ````
+
+
+# %% tags=["remove-cell"]
+def rms_norm(x, weight, eps):
+    return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps) * weight
+
+
+print(check_rms_norm(rms_norm))
+
+# %% [markdown]
+# 2. **Count the base model.** Write `block_parameters(d_model, ffn_width)` returning the
+#    number of parameters of `EncoderBlock(d_model, num_heads, ffn_width)` (biases and two
+#    LayerNorms included) and check it with
+#    `helpers.transformer.check_block_parameter_count(block_parameters)`. How many parameters
+#    does one block of the 2017 base model ($D = 512$, $F = 2048$) have?
+#
+# ````{admonition} Solution
+# :class: dropdown
+# $4D^2 + 4D$ for attention, $2DF + F + D$ for the FFN and $4D$ for the two LayerNorms; for
+# the base model that is {glue:text}`ch6_base_block` parameters per block.
+#
+# ```python
+# def block_parameters(d_model, ffn_width):
+#     d, f = d_model, ffn_width
+#     return (4 * d * d + 4 * d) + (2 * d * f + f + d) + 4 * d
+# ```
+# ````
+
+
+# %% tags=["remove-cell"]
+def block_parameters(d_model, ffn_width):
+    d, f = d_model, ffn_width
+    return (4 * d * d + 4 * d) + (2 * d * f + f + d) + 4 * d
+
+
+print(check_block_parameter_count(block_parameters))
+_ = glue("ch6_base_block", f"{block_parameters(512, 2048):,}")
+
+# %% [markdown]
+# 3. **Warm-up, measured.** Re-run the gradient experiment with PyTorch's default
+#    initialization instead of Xavier (delete the `xavier_uniform_` loop). Does the post-LN
+#    gradient still grow toward the output? What does that suggest about how much the
+#    warm-up question depends on initialization?
+#
+# ```{admonition} Solution
+# :class: dropdown
+# Expect a smaller gap. With the default initialization (uniform with a smaller variance) each
+# sublayer's output is small against the residual stream and every block is close to the
+# identity, so the post-LN gradient norms come out much flatter across blocks. How badly a post-LN stack needs warm-up depends on how
+# much each sublayer adds at initialization, which is why later work initializes residual
+# branches small (or to zero) to train deep post-LN models.
+# ```

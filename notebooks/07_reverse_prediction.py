@@ -1,0 +1,705 @@
+# ---
+# jupyter:
+#   jupytext:
+#     cell_metadata_filter: -execution,-ExecuteTime
+#     formats: ipynb,py:percent
+#     notebook_metadata_filter: kernelspec,jupytext,-jupytext.text_representation.jupytext_version
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Training an encoder to reverse sequences
+#
+# Chapter 6 built the encoder; here we train one. The task is deliberately simple, so that the
+# whole run takes seconds on a laptop CPU and we can look inside the trained model: read a
+# sequence of digits and output it reversed, `[3, 1, 4, 1, 5] -> [5, 1, 4, 1, 3]`. Along the way
+# we meet the pieces of every training run in this book: a seeded data set, a learning-rate
+# schedule, a plain PyTorch loop (`helpers.training.fit`), learning curves, a checkpoint, and
+# a test set the model never saw. Then we open the model up (its attention maps show the
+# reversal) and break it on purpose three ways, each for a reason worth knowing.
+
+# %% tags=["hide-cell"]
+# Setup: on Colab, install the book's helpers; everywhere, import, seed and pick a device.
+import sys
+
+if "google.colab" in sys.modules:
+    import subprocess
+
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "attention-book-helpers @ git+https://github.com/attention-book/attention-book",
+        ],
+        check=True,
+    )
+
+import helpers
+from helpers.plotting import use_book_style
+
+use_book_style()
+helpers.seed_everything(0)
+device = helpers.get_device()
+
+# %%
+import math
+import pathlib
+import tempfile
+import time
+
+import altair as alt
+import matplotlib.pyplot as plt
+import pandas as pd
+import torch
+from torch.utils.data import DataLoader
+
+from helpers import glue, show_source
+from helpers.data import make_reverse_dataset
+from helpers.plotting import heatmap
+from helpers.reverse import (
+    BOOK_CONFIG,
+    SOURCE_000_CONFIG,
+    ReversePredictor,
+    bag_oracle_accuracy,
+    build_reverse_training,
+    check_sequence_accuracy,
+    token_accuracy,
+    token_cross_entropy,
+)
+from helpers.training import (
+    cosine_warmup_factor,
+    evaluate,
+    fit,
+    load_checkpoint,
+    save_checkpoint,
+)
+from helpers.transformer import count_parameters, parameter_table
+
+if device.type == "cpu":
+    # This model is so small that splitting each matrix product over several CPU threads
+    # costs more in synchronization than it saves (and far more on a busy machine).
+    torch.set_num_threads(1)
+
+# %% [markdown]
+# ## The task
+#
+# Each example is a sequence of $T = 16$ tokens drawn uniformly from $C = 10$ classes (the
+# digits); its target is the same sequence reversed, so position $t$ must output the input
+# token at position $T - 1 - t$. `helpers.data.make_reverse_dataset` generates the pairs from
+# an explicit random generator, one per split, so the training, validation and test sets are
+# reproducible and independent.
+
+# %%
+config = BOOK_CONFIG
+seq_len, num_classes = config.seq_len, config.num_classes
+train_set = make_reverse_dataset(
+    config.num_train, seq_len, num_classes, torch.Generator().manual_seed(0)
+)
+val_set = make_reverse_dataset(
+    1_000, seq_len, num_classes, torch.Generator().manual_seed(1)
+)
+test_set = make_reverse_dataset(
+    10_000, seq_len, num_classes, torch.Generator().manual_seed(2)
+)
+x, y = train_set[0]
+print("input: ", x.tolist())
+print("target:", y.tolist())
+
+# %% [markdown]
+# With $10^{16}$ possible sequences, a model cannot memorize its way through: the test
+# sequences are new. We check that none of them occurs in the training set.
+
+
+# %%
+def as_numbers(tokens):  # a base-10 number per sequence: 16 digits fit in int64
+    powers = num_classes ** torch.arange(seq_len - 1, -1, -1)
+    return set((tokens * powers).sum(-1).tolist())
+
+
+overlap = as_numbers(test_set.tensors[0]) & as_numbers(train_set.tensors[0])
+assert not overlap
+print(
+    f"{len(train_set):,} training, {len(val_set):,} validation, {len(test_set):,} test sequences"
+)
+
+# %% [markdown]
+# Why is this a good first task for a Transformer? A recurrent network reads the input left to
+# right and must emit the *last* input token first: before it can output anything it has to
+# squeeze all sixteen tokens into its hidden state and carry them to the end. In an encoder,
+# position $t$ reaches position $T - 1 - t$ in a single attention step, whatever the distance.
+# The only thing the model has to learn is *where* to look, and that is pure position: it needs
+# the positional encoding of chapter 5.
+#
+# ## The learning-rate schedule
+#
+# We train with Adam and a learning rate that is not constant: it rises linearly from almost
+# zero over the first `warmup_steps` steps (a *warm-up*, which lets Adam's running averages of
+# the gradient settle before the steps get large), then decays to zero along half a cosine
+# over the rest of training. The multiplier at step $s$ (counting from 0), with $W$ warm-up
+# steps and $S$ steps in all:
+#
+# $$
+# \gamma(s) = \begin{cases} (s + 1)/W & s < W,\\[2pt]
+# \tfrac12\left(1 + \cos\left(\pi \frac{s - W}{S - W}\right)\right) & W \le s \le S.
+# \end{cases}
+# $$
+
+# %%
+show_source(cosine_warmup_factor)
+
+# %% tags=["hide-input"]
+total_steps = config.total_steps()
+steps = range(total_steps)
+fig, ax = plt.subplots(figsize=(7, 2.6))
+ax.plot(
+    steps,
+    [cosine_warmup_factor(s, config.warmup_steps, total_steps) for s in steps],
+    "k",
+)
+ax.axvline(
+    config.warmup_steps,
+    color="C1",
+    ls=":",
+    label=f"end of warm-up ({config.warmup_steps} steps)",
+)
+ax.set(xlabel="optimizer step", ylabel=r"multiplier $\gamma$")
+ax.legend()
+plt.show()
+
+# %% [markdown]
+# **Figure.** The learning-rate multiplier of this chapter's run: a short linear ramp (left of
+# the dotted line), then a smooth cosine decay to zero at the last step. The actual learning
+# rate is the configured peak times this curve.
+#
+# ```{admonition} Pitfall: a warm-up that starts at zero
+# :class: warning
+# Our source text computes the factor as `cos_part(step) * min(1, step / warmup)`. At step 0
+# that is exactly 0, so the first optimizer step does nothing at all, and with `warmup=0` (no
+# warm-up, as the pre-LN paper suggests is possible) it divides by zero. The cell below runs
+# that formula. `helpers.training.cosine_warmup_factor` uses $(s + 1)/W$ and treats $W = 0$ as
+# "no warm-up"; `tests/test_training.py::test_schedule_values_at_key_steps` pins both.
+# ```
+
+
+# %%
+def source_factor(step, warmup, max_iter):  # the source text's formula, for comparison
+    return 0.5 * (1 + math.cos(math.pi * step / max_iter)) * min(1.0, step / warmup)
+
+
+print("source factor at step 0:", source_factor(0, 100, 1500))
+print("book factor at step 0:  ", cosine_warmup_factor(0, 100, 1500))
+try:
+    source_factor(0, 0, 1500)
+except ZeroDivisionError as error:
+    print("source factor with warmup=0:", type(error).__name__)
+assert source_factor(0, 100, 1500) == 0.0 < cosine_warmup_factor(0, 100, 1500)
+assert cosine_warmup_factor(0, 0, 1500) == 1.0
+
+# %% [markdown]
+# ## The model
+#
+# Tokens are embedded into vectors of width $D$, the sinusoidal positional encoding is added,
+# a pre-LN encoder (chapter 6) processes the sequence, and a linear layer maps every
+# position's output vector to $C$ logits. Nothing in it is specific to reversal: it labels
+# every token of a sequence.
+
+# %%
+show_source(ReversePredictor)
+
+# %%
+torch.manual_seed(config.seed)
+model = ReversePredictor(
+    num_classes, config.d_model, config.num_heads, config.num_blocks, config.ffn_width
+)
+table = parameter_table(model)
+d, c, f = config.d_model, num_classes, config.ffn_width
+block = (4 * d * d + 4 * d) + (2 * d * f + f + d) + 4 * d
+expected = {
+    "embedding": c * d,
+    "encoder": config.num_blocks * block + 2 * d,
+    "classifier": d * c + c,
+}
+expected["total"] = sum(expected.values())
+table["formula"] = table["module"].map(expected)
+assert (table["parameters"] == table["formula"]).all()
+table
+
+# %% [markdown]
+# A small model: {glue:text}`ch7_num_parameters` parameters, almost all of them in the two
+# encoder blocks. The positional encoding has none (it is a fixed table, a buffer).
+
+# %%
+glue("ch7_num_parameters", f"{count_parameters(model):,}")
+assert count_parameters(model.encoder) > 0.9 * count_parameters(model)
+logits = model(x.unsqueeze(0))
+print("logits", tuple(logits.shape), "for one sequence of", seq_len, "tokens")
+
+# %% [markdown]
+# ## Training
+#
+# `helpers.training.fit` is the book's one training loop: plain PyTorch you can read top to
+# bottom (forward, loss, backward, optional gradient clipping, optimizer step, scheduler step),
+# a tqdm progress bar (`progress=True`; the book's pages switch it off to stay short), and a
+# pandas DataFrame of history as its result. It trains on whatever `device` the setup cell
+# picked: the CPU here, a GPU on Colab.
+
+# %%
+show_source(fit)
+
+# %% [markdown]
+# The configuration differs from our source text's in the optimization only; the task, the
+# data and the architecture are the same (table below). Batches {glue:text}`ch7_batch_ratio`
+# times bigger make each step use the CPU better and give less noisy gradients, which allows
+# a learning rate {glue:text}`ch7_lr_ratio` times higher; the pre-LN encoder takes that rate
+# without diverging, so a short warm-up is enough; and we drop dropout, which this task
+# punishes (we show why below).
+
+# %%
+glue("ch7_batch_ratio", config.batch_size // SOURCE_000_CONFIG.batch_size)
+glue("ch7_lr_ratio", round(config.lr / SOURCE_000_CONFIG.lr))
+pd.DataFrame({"source 000": vars(SOURCE_000_CONFIG), "this chapter": vars(config)}).T[
+    [
+        "batch_size",
+        "lr",
+        "warmup_steps",
+        "epochs",
+        "dropout",
+        "d_model",
+        "num_heads",
+        "num_blocks",
+    ]
+]
+
+# %% [markdown]
+# `build_reverse_training` turns a configuration into the model, optimizer, schedule and
+# loader (all seeded), and the training run itself is one call. Its log is volatile (timings),
+# so the next cell's output is not compared when the book is tested.
+
+# %% tags=["nbval-ignore-output"]
+model, optimizer, scheduler, train_loader = build_reverse_training(config, train_set)
+val_loader = DataLoader(val_set, batch_size=1000)
+start = time.perf_counter()
+history = fit(
+    model,
+    train_loader,
+    loss_fn=token_cross_entropy,
+    optimizer=optimizer,
+    scheduler=scheduler,
+    epochs=config.epochs,
+    val_loader=val_loader,
+    metrics={"accuracy": token_accuracy},
+    clip_grad_norm=config.clip_grad_norm,
+    device=device,
+    progress=False,
+    log_every=10,
+)
+train_seconds = time.perf_counter() - start
+glue("ch7_train_seconds", round(train_seconds, 1))
+print(
+    f"{len(history)} log rows, {history['step'].iloc[-1]} steps in {train_seconds:.1f} s"
+)
+
+# %% [markdown]
+# Training took {glue:text}`ch7_train_seconds` seconds when this page was built (on a shared
+# 2-core CPU; `scripts/bench_reverse.py` measures it properly, see below). The history has one
+# row every ten steps:
+
+# %%
+history.drop(columns="elapsed_s").tail(4)
+
+# %%
+test_loader = DataLoader(test_set, batch_size=2000)
+test = evaluate(model, test_loader, token_cross_entropy, {"accuracy": token_accuracy})
+test_accuracy = round(test["accuracy"], 4)
+glue("ch7_test_accuracy", test_accuracy)
+with torch.no_grad():
+    test_inputs, test_targets = test_set.tensors
+    predictions = model(test_inputs.to(device)).argmax(-1).cpu()
+sequence_accuracy = round(
+    (predictions == test_targets).all(-1).float().mean().item(), 4
+)
+glue("ch7_test_sequence_accuracy", sequence_accuracy)
+assert test["accuracy"] >= 0.999  # the chapter's claim
+losses = history.set_index("step")["train_loss"]
+assert losses[10] > 2.0 and losses[100] < 0.01  # chance level first, then a sharp drop
+print(f"test loss {test['loss']:.4f}, token accuracy {test_accuracy:.4f}")
+
+# %% tags=["hide-input"]
+fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.2))
+left.plot(history["step"], history["train_loss"], label="train (mean of 10 steps)")
+left.axhline(test["loss"], color="k", ls="--", label="test, after training")
+left.set(xlabel="step", ylabel="cross-entropy", yscale="log")
+right.plot(history["step"], history["train_accuracy"], color="C1", label="train")
+right.axhline(test["accuracy"], color="k", ls="--", label="test, after training")
+right.set(xlabel="step", ylabel="token accuracy", ylim=(0, 1.02))
+for ax in (left, right):
+    ax.legend()
+plt.show()
+
+# %% [markdown]
+# **Figure.** Training loss (left, log scale) and accuracy (right). For the first few dozen
+# steps the model is no better than chance (loss $\ln 10 \approx 2.3$, accuracy 0.1: it
+# has not yet found where to look); then it finds the positions and the loss drops by orders
+# of magnitude within a few dozen steps. The dashed lines are the test results on 10,000 fresh
+# sequences.
+#
+# On the test set the model reaches a token accuracy of {glue:text}`ch7_test_accuracy:.4f`, and
+# {glue:text}`ch7_test_sequence_accuracy:.4f` of the sequences are reversed without a single
+# mistake.
+#
+# A trained model is worth saving. `save_checkpoint` stores the weights (and optionally the
+# optimizer state and any plain values); `load_checkpoint` restores them into a fresh model.
+
+# %%
+with tempfile.TemporaryDirectory() as folder:
+    path = pathlib.Path(folder) / "reverse.pt"
+    save_checkpoint(path, model, optimizer, step=int(history["step"].iloc[-1]))
+    restored = ReversePredictor(
+        num_classes,
+        config.d_model,
+        config.num_heads,
+        config.num_blocks,
+        config.ffn_width,
+    )
+    extra = load_checkpoint(path, restored)
+expected = model(test_inputs[:100].to(device)).cpu()
+torch.testing.assert_close(restored(test_inputs[:100]), expected)
+print("restored from checkpoint at step", extra["step"])
+
+# %% [markdown]
+# ## Inside the trained model
+#
+# `get_attention_maps` returns, for every block, the attention weights of every head: which
+# positions each query position reads from. If the model reverses by attention, some head
+# should put its weight on the *anti-diagonal*, key $T - 1 - t$ for query $t$.
+
+# %%
+model.eval()
+# one (500, H, T, T) tensor per block
+maps = [m.cpu() for m in model.get_attention_maps(test_inputs[:500].to(device))]
+anti_diagonal = torch.arange(seq_len - 1, -1, -1)
+mass = torch.stack(
+    [m[:, :, torch.arange(seq_len), anti_diagonal].mean(dim=(0, 2)) for m in maps]
+)
+mass_table = pd.DataFrame(
+    mass.numpy(), index=["block 1", "block 2"], columns=["head 1", "head 2"]
+)
+best_block, best_head = divmod(int(mass.argmax()), config.num_heads)
+glue("ch7_anti_diagonal_mass", round(mass.max().item(), 2))
+assert mass.max() > 0.5
+mass_table.round(2)
+
+# %% tags=["hide-input"]
+sequence = test_inputs[0]
+labels = sequence.tolist()
+fig, axes = plt.subplots(config.num_blocks, config.num_heads, figsize=(7, 6.4))
+for b, row in enumerate(axes):
+    for h, ax in enumerate(row):
+        heatmap(
+            maps[b][0, h],
+            ax=ax,
+            colorbar=False,
+            vmin=0,
+            vmax=1,
+            title=f"block {b + 1}, head {h + 1}",
+        )
+        ax.set_xticks(range(seq_len), labels, fontsize=7)
+        ax.set_yticks(range(seq_len), labels, fontsize=7)
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# **Figure.** The attention weights of the trained model on one test sequence (its tokens label
+# the axes), per block and head. Look for the bright anti-diagonal, from the top right to the
+# bottom left: query $t$ reading key $T - 1 - t$. The table above gives the average weight on
+# the anti-diagonal over 500 test sequences; the best head puts
+# {glue:text}`ch7_anti_diagonal_mass` of its weight there. The other heads need not be
+# interpretable: the task is solved once one head routes each token to its mirror position.
+#
+# The same map as an interactive chart: hover over a cell to read the query and key positions,
+# their tokens and the weight.
+
+# %%
+weights = maps[best_block][0, best_head]
+cells = pd.DataFrame(
+    [
+        {
+            "query": q,
+            "key": k,
+            "query token": labels[q],
+            "key token": labels[k],
+            "weight": round(weights[q, k].item(), 3),
+        }
+        for q in range(seq_len)
+        for k in range(seq_len)
+    ]
+)
+alt.Chart(
+    cells, title=f"block {best_block + 1}, head {best_head + 1}"
+).mark_rect().encode(
+    x=alt.X("key:O", title="key position"),
+    y=alt.Y("query:O", title="query position"),
+    color=alt.Color("weight:Q", scale=alt.Scale(domain=[0, 1])),
+    tooltip=["query", "key", "query token", "key token", "weight"],
+).properties(width=320, height=320)
+
+# %% [markdown]
+# **Figure.** The most anti-diagonal head, interactive: each cell is one attention weight;
+# the tooltip shows which token reads which.
+#
+# ```{admonition} Pitfall: attention maps of the un-normalized input
+# :class: warning
+# Our source text collects the maps by calling each block's attention on the block's *input*,
+# but a pre-LN block attends with the *normalized* input (chapter 6). On the trained model the
+# two disagree: the cell below computes block 1's maps the source's way and compares their
+# anti-diagonal weight with the true one. `helpers.transformer` returns the weights of each
+# block's own forward pass; `test_attention_maps_are_computed_from_the_normalized_input` in
+# `tests/test_transformer.py` pins it.
+# ```
+
+# %%
+with torch.no_grad():
+    embedded = model.embed(test_inputs[:500].to(device))
+    first = model.encoder.blocks[0]
+    _, source_style = first.self_attn(
+        embedded, embedded, embedded, return_attention=True
+    )
+source_style = source_style.cpu()
+source_mass = source_style[:, :, torch.arange(seq_len), anti_diagonal].mean(dim=(0, 2))
+print(
+    "anti-diagonal weight of block 1's heads, true maps: ",
+    [f"{v:.2f}" for v in mass[0]],
+)
+print(
+    "anti-diagonal weight of block 1's heads, source way:",
+    [f"{v:.2f}" for v in source_mass],
+)
+assert (source_mass - mass[0]).abs().max() > 0.05
+
+# %% [markdown]
+# ## Three ways to break it
+#
+# Each ablation changes one thing, trains with the same budget, and is asserted. They share
+# one small function:
+
+
+# %%
+def train_and_test(config):
+    model, optimizer, scheduler, loader = build_reverse_training(config, train_set)
+    history = fit(
+        model,
+        loader,
+        loss_fn=token_cross_entropy,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        epochs=config.epochs,
+        metrics={"accuracy": token_accuracy},
+        clip_grad_norm=config.clip_grad_norm,
+        device=device,
+        progress=False,
+        log_every=10,
+    )
+    scores = evaluate(
+        model, test_loader, token_cross_entropy, {"accuracy": token_accuracy}
+    )
+    return model, history, scores["accuracy"]
+
+
+# %% [markdown]
+# ### Without positional encoding
+#
+# Chapter 4 showed that self-attention is *permutation equivariant*: shuffle the input
+# positions and the outputs are shuffled the same way. Without the positional encoding the
+# whole model is (the embedding, the FFN and the classifier act on each position alone). So
+# its prediction at position $t$ can depend only on the token at $t$ and on the *bag* of
+# tokens in the sequence, never on where they are. The best such a model can do is to predict
+# the most frequent of the other tokens; `bag_oracle_accuracy` computes the accuracy of that
+# rule on the test set, a hard ceiling.
+
+# %% tags=["nbval-ignore-output"]
+start = time.perf_counter()
+_, _, blind_accuracy = train_and_test(config.replace(positional=False))
+print(f"trained in {time.perf_counter() - start:.1f} s")
+
+# %%
+oracle = bag_oracle_accuracy(test_inputs, num_classes)
+glue("ch7_blind_accuracy", round(blind_accuracy, 3))
+glue("ch7_bag_oracle", round(oracle, 3))
+assert blind_accuracy < 0.3 and blind_accuracy <= oracle + 0.005
+assert abs(blind_accuracy - oracle) < 0.01
+print(
+    f"without positions: {blind_accuracy:.3f}; ceiling for any position-blind model: {oracle:.3f}"
+)
+
+# %% [markdown]
+# Without positions the model reaches {glue:text}`ch7_blind_accuracy`, and the ceiling is
+# {glue:text}`ch7_bag_oracle`: it learned exactly the best position-blind rule, counting
+# tokens, and nothing more is possible. (`test_without_positions_the_model_is_permutation_equivariant`
+# in `tests/test_reverse_data.py` checks the symmetry that makes this so.)
+#
+# ### With heavy dropout
+#
+# Our source text trains with dropout 0.1 and notes noisy, underfitting curves. The reason is
+# specific to this task: each output depends on exactly *one* input token, and attention
+# dropout can drop exactly the weight that fetches it; residual and embedding dropout can
+# erase the token or its position. There is no redundancy to fall back on, no context from
+# which to guess. We train with dropout 0.3 everywhere.
+
+# %% tags=["nbval-ignore-output"]
+start = time.perf_counter()
+_, dropout_history, dropout_accuracy = train_and_test(config.replace(dropout=0.3))
+print(f"trained in {time.perf_counter() - start:.1f} s")
+
+# %%
+dropout_train = dropout_history["train_accuracy"].tail(5).mean()
+glue("ch7_dropout_train_accuracy", round(dropout_train, 2))
+glue("ch7_dropout_test_accuracy", round(dropout_accuracy, 3))
+assert dropout_train < 0.7 and dropout_accuracy < 0.999 <= test["accuracy"]
+assert dropout_accuracy > dropout_train  # dropout is off at test time
+print(
+    f"dropout 0.3: train accuracy (dropout on) {dropout_train:.2f}, test {dropout_accuracy:.3f}"
+)
+
+# %% [markdown]
+# With dropout 0.3 the training accuracy (measured with dropout active) stalls near
+# {glue:text}`ch7_dropout_train_accuracy`: in a large fraction of the positions the one path
+# that carries the answer has been cut. At test time dropout is off and the model does much
+# better, {glue:text}`ch7_dropout_test_accuracy`, but it misses the 99.9% that the dropout-free
+# model reaches with the same budget: it got a weaker training signal. Dropout is a
+# regularizer for models that could overfit; a model with unlimited fresh-looking data and one
+# exact rule to learn has nothing to gain from it.
+#
+# ### A sequence length never seen in training
+#
+# The trained model has only seen sequences of length 16. What does it do with 8 or 24 tokens?
+# The sinusoidal encoding is defined for any position, so the model runs; but reversing a
+# sequence of length $T'$ means reading position $T' - 1 - t$, and nothing in the model knows
+# $T'$: it learned "position $t$ reads position $15 - t$".
+
+# %%
+lengths = [8, 12, 16, 20, 24]
+by_length = {}
+for length in lengths:
+    inputs, targets = make_reverse_dataset(
+        2000, length, num_classes, torch.Generator().manual_seed(3)
+    ).tensors
+    with torch.no_grad():
+        logits = model(inputs.to(device)).cpu()
+    by_length[length] = token_accuracy(logits, targets).item()
+glue(
+    "ch7_length_best_other",
+    round(max(v for k, v in by_length.items() if k != seq_len), 2),
+)
+assert by_length[seq_len] >= 0.999
+assert all(by_length[k] < 0.5 for k in lengths if k != seq_len)
+pd.Series(by_length, name="token accuracy").rename_axis("test length").round(
+    3
+).to_frame()
+
+
+# %% [markdown]
+# Only length 16 works; at every other length the accuracy is at most
+# {glue:text}`ch7_length_best_other`. The model did not learn "reverse"; it learned a fixed
+# routing of absolute positions that happens to reverse sequences of one length. Generalizing
+# across lengths needs the length in the input (an end-of-sequence marker the model can
+# attend to) and training on many lengths; relative position schemes (ALiBi, RoPE, chapter 5)
+# help only where the rule itself is relative, and "mirror around the middle" is not.
+#
+# ## How fast, compared with the source configuration?
+#
+# The speed of a training recipe is best measured as *time to a target quality*, not time per
+# epoch. `scripts/bench_reverse.py` trains source 000's configuration and this chapter's side
+# by side, in one process, on the same data, evaluating on the test set every 10 steps with
+# the clock stopped; it repeats each run three times (alternating the order) and prints each
+# one's best training time to 99.9% test token accuracy and the ratio. It is a benchmark, not part of this page: timings depend on the machine and on what
+# else runs on it. The book's performance page records the measured numbers.
+#
+# ```bash
+# python scripts/bench_reverse.py
+# ```
+#
+# Most of the gain comes from the batch size and the learning rate: {glue:text}`ch7_batch_ratio`
+# times fewer optimizer steps per epoch, each only slightly slower on a CPU (the model is so small that a step's
+# cost is mostly fixed overhead), and a learning rate high enough that a few dozen steps
+# suffice.
+#
+# ```{admonition} Note: what torch.compile on a constructor does
+# :class: note
+# Our source text decorates the method that *builds* its modules with
+# `@torch.compile(backend="aot_eager")` and then credits the speed to compilation. Compiling
+# the constructor does not compile the forward pass, so training runs exactly as uncompiled.
+# To compile a model, compile the module or its forward: `model = torch.compile(model)`. For a
+# model this small on a CPU, the per-step overhead it removes is small too; the recipe above
+# matters far more.
+# ```
+#
+# ## Summary
+#
+# - Reversal needs one attention hop per token and nothing but positions: a clean test of
+#   whether a model can route information by position.
+# - A pre-LN encoder with a short warm-up and a cosine schedule learns it in a few hundred
+#   steps and seconds of CPU time, to at least 99.9% test token accuracy.
+# - Its attention maps show the mechanism, an anti-diagonal.
+# - Without positional encoding the model is permutation equivariant and can only count
+#   tokens; with heavy dropout it cannot rely on the single path that carries each answer;
+#   and it does not generalize to lengths it never saw.
+#
+# ## Exercises
+#
+# 1. **All or nothing.** Write `sequence_accuracy(logits, targets)`, the fraction of sequences
+#    whose *every* token is right, and check it with
+#    `helpers.reverse.check_sequence_accuracy(sequence_accuracy)`.
+#
+# ````{admonition} Solution
+# :class: dropdown
+# Compare the arg-max with the targets, require all positions of a sequence to be right, then
+# average over sequences.
+#
+# ```python
+# def sequence_accuracy(logits, targets):
+#     return (logits.argmax(-1) == targets).all(dim=-1).float().mean()
+# ```
+# ````
+#
+#
+# %% tags=["remove-cell"]
+def sequence_accuracy(logits, targets):
+    return (logits.argmax(-1) == targets).all(dim=-1).float().mean()
+
+
+print(check_sequence_accuracy(sequence_accuracy))
+
+# %% [markdown]
+# 2. **How many blocks?** Train with `config.replace(num_blocks=1)`. Does one block suffice?
+#    Look at its attention maps. What is the smallest model you can make reach 99.9%?
+#
+# ````{admonition} Solution
+# :class: dropdown
+# One attention hop is all reversal needs (position $t$ reads position $T - 1 - t$, whose
+# value vector carries the token), so a single block can solve it in principle; expect its
+# one layer of maps to show the anti-diagonal in a head. Shrinking further, the width must still hold both a
+# token identity and enough positional signal for the query-key product to single out one
+# position among 16.
+# ````
+#
+# 3. **Why exactly the oracle?** The model without positional encoding matched the
+#    bag-of-tokens ceiling almost to the third decimal. Explain why it can reach the ceiling
+#    at all: what must attention compute for it?
+#
+# ````{admonition} Solution
+# :class: dropdown
+# Uniform attention over all positions gives every position the average embedding of the
+# sequence, which determines the token counts (the bag); the FFN and the classifier can then
+# subtract the position's own token and pick the most frequent remaining one. Uniform weights
+# are easy to learn (equal scores), so the model finds this rule quickly.
+# ````

@@ -1,0 +1,243 @@
+"""Tests of the reversal task: helpers.data.make_reverse_dataset and helpers.reverse."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch.utils.data import TensorDataset
+
+from helpers.data import make_reverse_dataset
+from helpers.reverse import (
+    BOOK_CONFIG,
+    SOURCE_000_CONFIG,
+    ReverseConfig,
+    ReversePredictor,
+    bag_oracle_accuracy,
+    build_reverse_training,
+    check_sequence_accuracy,
+    token_accuracy,
+    token_cross_entropy,
+)
+from helpers.training import fit
+
+
+def generator(seed: int = 0) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+# --- the data set -------------------------------------------------------------------------------
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    num_sequences=st.integers(1, 50),
+    seq_len=st.integers(1, 20),
+    num_classes=st.integers(2, 30),
+    seed=st.integers(0, 2**16),
+)
+def test_targets_are_the_reversed_inputs(num_sequences, seq_len, num_classes, seed):
+    data = make_reverse_dataset(num_sequences, seq_len, num_classes, generator(seed))
+    inputs, targets = data.tensors
+    assert isinstance(data, TensorDataset)
+    assert inputs.shape == targets.shape == (num_sequences, seq_len)
+    assert inputs.dtype == targets.dtype == torch.long
+    assert int(inputs.min()) >= 0 and int(inputs.max()) < num_classes
+    for t in range(seq_len):
+        assert torch.equal(targets[:, t], inputs[:, seq_len - 1 - t])
+
+
+def test_same_seed_same_data_and_splits_differ():
+    first = make_reverse_dataset(100, 16, 10, generator(0)).tensors[0]
+    again = make_reverse_dataset(100, 16, 10, generator(0)).tensors[0]
+    other = make_reverse_dataset(100, 16, 10, generator(1)).tensors[0]
+    assert torch.equal(first, again)
+    assert not torch.equal(first, other)
+
+
+def test_tokens_are_roughly_uniform():
+    inputs = make_reverse_dataset(20_000, 16, 10, generator(0)).tensors[0]
+    frequencies = torch.bincount(inputs.flatten(), minlength=10) / inputs.numel()
+    assert (frequencies - 0.1).abs().max() < 0.005
+
+
+@pytest.mark.parametrize(
+    ("args", "error", "message"),
+    [
+        ((0, 16, 10), ValueError, "num_sequences must be a positive"),
+        ((10, 0, 10), ValueError, "seq_len must be a positive"),
+        ((10, 16, 1), ValueError, "at least 2"),
+        ((10.0, 16, 10), TypeError, "num_sequences must be an int"),
+        ((10, True, 10), TypeError, "seq_len must be an int"),
+    ],
+)
+def test_make_reverse_dataset_rejects_bad_sizes(args, error, message):
+    with pytest.raises(error, match=message):
+        make_reverse_dataset(*args, generator())
+
+
+def test_make_reverse_dataset_needs_a_generator():
+    with pytest.raises(TypeError, match="torch.Generator"):
+        make_reverse_dataset(10, 16, 10, 0)
+
+
+# --- the model ----------------------------------------------------------------------------------
+
+
+def small_model(positional: bool = True) -> ReversePredictor:
+    torch.manual_seed(0)
+    return ReversePredictor(10, 16, 2, 2, positional=positional).eval()
+
+
+def test_model_shapes_and_attention_maps():
+    model = small_model()
+    tokens = make_reverse_dataset(3, 12, 10, generator()).tensors[0]
+    assert model(tokens).shape == (3, 12, 10)
+    maps = model.get_attention_maps(tokens)
+    assert [tuple(m.shape) for m in maps] == [(3, 2, 12, 12)] * 2
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 2**16))
+def test_without_positions_the_model_is_permutation_equivariant(seed):
+    """Why the no-positional-encoding ablation cannot learn to reverse."""
+    tokens = make_reverse_dataset(2, 10, 10, generator(seed)).tensors[0]
+    permutation = torch.randperm(10, generator=generator(seed))
+    blind = small_model(positional=False)
+    torch.testing.assert_close(blind(tokens[:, permutation]), blind(tokens)[:, permutation])
+
+
+def test_with_positions_the_model_is_not_permutation_equivariant():
+    tokens = make_reverse_dataset(2, 10, 10, generator()).tensors[0]
+    permutation = torch.arange(9, -1, -1)
+    model = small_model(positional=True)
+    difference = model(tokens[:, permutation]) - model(tokens)[:, permutation]
+    assert difference.abs().max() > 1e-3
+
+
+@pytest.mark.parametrize(
+    ("tokens", "error", "message"),
+    [
+        (torch.zeros(2, 5), TypeError, "int64"),
+        ([[0, 1]], TypeError, "int64"),
+        (torch.zeros(5, dtype=torch.long), ValueError, r"\(B, T\)"),
+        (torch.full((1, 5), 10), ValueError, r"0 \.\. 9"),
+        (torch.full((1, 5), -1), ValueError, r"0 \.\. 9"),
+    ],
+)
+def test_model_rejects_bad_tokens(tokens, error, message):
+    with pytest.raises(error, match=message):
+        small_model()(tokens)
+
+
+def test_model_rejects_bad_num_classes():
+    with pytest.raises(ValueError, match="num_classes"):
+        ReversePredictor(1, 16, 2, 2)
+
+
+# --- loss, accuracy and the position-blind ceiling ------------------------------------------
+
+
+def test_token_accuracy_and_cross_entropy():
+    targets = torch.tensor([[0, 1], [2, 2]])
+    logits = torch.nn.functional.one_hot(torch.tensor([[0, 1], [2, 0]]), 3).float() * 5
+    assert token_accuracy(logits, targets).item() == pytest.approx(0.75)
+    expected = torch.nn.functional.cross_entropy(logits.reshape(4, 3), targets.reshape(4))
+    torch.testing.assert_close(token_cross_entropy(logits, targets), expected)
+    with pytest.raises(ValueError, match=r"\(B, T, C\)"):
+        token_accuracy(logits[0], targets)
+    with pytest.raises(TypeError, match="tensors"):
+        token_cross_entropy(logits, [[0, 1], [2, 2]])
+
+
+def brute_force_oracle(inputs: torch.Tensor) -> float:
+    total = 0.0
+    for row in inputs.tolist():
+        for t in range(len(row)):
+            others = row[:t] + row[t + 1 :]
+            total += max(others.count(c) for c in set(others)) / len(others)
+    return total / inputs.numel()
+
+
+@settings(max_examples=25, deadline=None)
+@given(seq_len=st.integers(2, 8), num_classes=st.integers(2, 5), seed=st.integers(0, 2**16))
+def test_bag_oracle_matches_brute_force(seq_len, num_classes, seed):
+    inputs = make_reverse_dataset(6, seq_len, num_classes, generator(seed)).tensors[0]
+    assert bag_oracle_accuracy(inputs, num_classes) == pytest.approx(brute_force_oracle(inputs))
+
+
+def test_bag_oracle_bounds_every_position_blind_rule():
+    """Exhaustively: no rule f(own token, bag) beats the oracle on all sequences of 4 bits."""
+    inputs = torch.tensor(list(itertools.product(range(2), repeat=4)))
+    targets = inputs.flip(-1)
+    oracle = bag_oracle_accuracy(inputs, 2)
+    for guess_same in (True, False):  # with 2 classes a rule predicts own token or the other
+        predictions = inputs if guess_same else 1 - inputs
+        assert (predictions == targets).float().mean().item() <= oracle + 1e-9
+    with pytest.raises(ValueError, match=r"\(N, T\)"):
+        bag_oracle_accuracy(inputs[:, :1], 2)
+
+
+# --- configurations and the training set-up ---------------------------------------------------
+
+
+def test_source_configuration_is_source_000s():
+    config = SOURCE_000_CONFIG
+    assert (config.d_model, config.num_heads, config.num_blocks) == (32, 2, 2)
+    assert (config.batch_size, config.lr, config.warmup_steps, config.epochs) == (32, 1e-3, 100, 3)
+    assert config.dropout == 0.1
+    assert config.total_steps() == 4686  # "about 4,700 optimizer steps"
+
+
+def test_build_reverse_training_is_seeded():
+    config = BOOK_CONFIG.replace(num_train=1024, warmup_steps=2)
+    data = make_reverse_dataset(1024, 16, 10, generator())
+    first, *_ = build_reverse_training(config, data)
+    second, *_ = build_reverse_training(config, data)
+    for a, b in zip(first.parameters(), second.parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_build_reverse_training_rejects_bad_arguments():
+    data = make_reverse_dataset(100, 16, 10, generator())
+    with pytest.raises(ValueError, match="num_train=50000"):
+        build_reverse_training(BOOK_CONFIG, data)
+    with pytest.raises(TypeError, match="ReverseConfig"):
+        build_reverse_training({"lr": 1e-3}, data)
+
+
+def test_a_few_steps_reduce_the_loss():
+    config = ReverseConfig(num_train=1024, batch_size=128, lr=1e-2, warmup_steps=2, epochs=3)
+    data = make_reverse_dataset(1024, 16, 10, generator())
+    model, optimizer, scheduler, loader = build_reverse_training(config, data)
+    history = fit(
+        model,
+        loader,
+        loss_fn=token_cross_entropy,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        epochs=config.epochs,
+        progress=False,
+        log_every=8,
+    )
+    assert len(history) == 3
+    assert history["train_loss"].iloc[-1] < history["train_loss"].iloc[0] - 0.05
+
+
+# --- exercise checker ---------------------------------------------------------------------------
+
+
+def test_check_sequence_accuracy():
+    def right(logits, targets):
+        return (logits.argmax(-1) == targets).all(-1).float().mean()
+
+    assert check_sequence_accuracy(right).startswith("Correct")
+    with pytest.raises(AssertionError, match="token accuracy"):
+        check_sequence_accuracy(token_accuracy)
+    with pytest.raises(AssertionError, match="one number"):
+        check_sequence_accuracy(lambda logits, targets: logits.argmax(-1) == targets)
+    with pytest.raises(AssertionError, match="expected"):
+        check_sequence_accuracy(lambda logits, targets: 0.0)

@@ -1,0 +1,389 @@
+"""Tests of helpers.transformer: norms, feed-forward, encoder blocks and the encoder stack."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+from helpers.attention import causal_mask, padding_mask
+from helpers.transformer import (
+    EncoderBlock,
+    FeedForward,
+    RMSNorm,
+    TransformerEncoder,
+    check_block_parameter_count,
+    check_rms_norm,
+    count_parameters,
+    make_norm,
+    parameter_table,
+)
+
+ATOL = 1e-5
+
+
+def torch_layer(d_model, num_heads, ffn_width, norm_first, bias=True, dropout=0.1):
+    return nn.TransformerEncoderLayer(
+        d_model,
+        num_heads,
+        ffn_width,
+        dropout=dropout,
+        batch_first=True,
+        norm_first=norm_first,
+        bias=bias,
+    )
+
+
+def randomize_norms(module: nn.Module, generator: torch.Generator) -> None:
+    """Give every LayerNorm a non-trivial gain and bias, so tests see if they are copied."""
+    with torch.no_grad():
+        for norm in module.modules():
+            if isinstance(norm, nn.LayerNorm):
+                norm.weight.copy_(1 + 0.3 * torch.randn(norm.weight.shape, generator=generator))
+                norm.bias.copy_(0.3 * torch.randn(norm.bias.shape, generator=generator))
+
+
+# --- shapes -------------------------------------------------------------------------------
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    batch=st.integers(1, 3),
+    seq_len=st.integers(1, 7),
+    num_heads=st.sampled_from([1, 2, 4]),
+    num_blocks=st.integers(1, 3),
+    norm_first=st.booleans(),
+)
+def test_encoder_shapes_and_attention_maps(batch, seq_len, num_heads, num_blocks, norm_first):
+    d_model = 8
+    encoder = TransformerEncoder(num_blocks, d_model, num_heads, 16, norm_first=norm_first)
+    x = torch.randn(batch, seq_len, d_model)
+    assert encoder(x).shape == (batch, seq_len, d_model)
+    maps = encoder.get_attention_maps(x)
+    assert len(maps) == num_blocks
+    for weights in maps:
+        assert weights.shape == (batch, num_heads, seq_len, seq_len)
+        torch.testing.assert_close(weights.sum(-1), torch.ones(batch, num_heads, seq_len))
+
+
+def test_block_returns_attention_on_request():
+    block = EncoderBlock(8, 2, 16)
+    x = torch.randn(2, 5, 8)
+    output, weights = block(x, return_attention=True)
+    torch.testing.assert_close(output, block(x))
+    assert weights.shape == (2, 2, 5, 5)
+
+
+# --- equivalence with PyTorch ---------------------------------------------------------------
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    d_head=st.integers(1, 6),
+    num_heads=st.integers(1, 4),
+    ffn_width=st.integers(1, 24),
+    seq_len=st.integers(1, 6),
+    norm_first=st.booleans(),
+    bias=st.booleans(),
+    masked=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_block_matches_torch_encoder_layer(
+    d_head, num_heads, ffn_width, seq_len, norm_first, bias, masked, seed
+):
+    generator = torch.Generator().manual_seed(seed)
+    d_model = d_head * num_heads
+    reference = torch_layer(d_model, num_heads, ffn_width, norm_first, bias=bias).eval()
+    if bias:
+        randomize_norms(reference, generator)
+    block = EncoderBlock(d_model, num_heads, ffn_width, 0.1, norm_first, bias=bias).eval()
+    block.load_from_torch(reference)
+    x = torch.randn(3, seq_len, d_model, generator=generator)
+    mask = causal_mask(seq_len) if masked else None
+    # torch's boolean src_mask means True = may NOT attend: the opposite of ours.
+    expected = reference(x, src_mask=None if mask is None else ~mask)
+    torch.testing.assert_close(block(x, mask=mask), expected, atol=ATOL, rtol=1e-4)
+
+
+@pytest.mark.parametrize("norm_first", [True, False])
+def test_encoder_matches_torch_encoder(norm_first):
+    torch.manual_seed(0)
+    layer = torch_layer(16, 4, 32, norm_first)
+    final = nn.LayerNorm(16) if norm_first else None
+    reference = nn.TransformerEncoder(layer, 3, norm=final, enable_nested_tensor=False).eval()
+    randomize_norms(reference, torch.Generator().manual_seed(1))
+    encoder = TransformerEncoder(3, 16, 4, 32, 0.1, norm_first).eval()
+    for block, torch_block in zip(encoder.blocks, reference.layers, strict=True):
+        block.load_from_torch(torch_block)
+    if norm_first:
+        encoder.final_norm.load_state_dict(reference.norm.state_dict())
+    x = torch.randn(2, 9, 16)
+    torch.testing.assert_close(encoder(x), reference(x), atol=ATOL, rtol=1e-4)
+
+
+def test_final_norm_default_follows_norm_first():
+    assert isinstance(TransformerEncoder(1, 8, 2, 16, norm_first=True).final_norm, nn.LayerNorm)
+    assert isinstance(TransformerEncoder(1, 8, 2, 16, norm_first=False).final_norm, nn.Identity)
+    encoder = TransformerEncoder(1, 8, 2, 16, norm_first=True, final_norm=False)
+    assert isinstance(encoder.final_norm, nn.Identity)
+
+
+# --- masks and symmetry ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("norm_first", [True, False])
+def test_causal_mask_blocks_the_future_through_the_stack(norm_first):
+    torch.manual_seed(0)
+    encoder = TransformerEncoder(3, 8, 2, 16, norm_first=norm_first).eval()
+    seq_len = 6
+    x = torch.randn(1, seq_len, 8, requires_grad=True)
+    output = encoder(x, mask=causal_mask(seq_len))
+    probe = torch.randn(8)  # not .sum(): a LayerNorm's outputs sum to a constant
+    for t in range(seq_len):
+        (grad,) = torch.autograd.grad(output[0, t] @ probe, x, retain_graph=True)
+        influence = grad[0].abs().sum(-1)
+        assert torch.all(influence[t + 1 :] == 0), f"position {t} sees the future"
+        assert torch.all(influence[: t + 1] > 0), f"position {t} ignores its past"
+
+
+def test_padding_does_not_change_real_tokens():
+    torch.manual_seed(0)
+    encoder = TransformerEncoder(2, 8, 2, 16).eval()
+    x = torch.randn(2, 7, 8)
+    mask = padding_mask([4, 7], max_len=7)
+    changed = x.clone()
+    changed[0, 4:] = torch.randn(3, 8) * 10  # only the padding of sequence 0 changes
+    torch.testing.assert_close(encoder(changed, mask)[0, :4], encoder(x, mask)[0, :4])
+
+
+@settings(max_examples=15, deadline=None)
+@given(seq_len=st.integers(2, 8), seed=st.integers(0, 2**16), norm_first=st.booleans())
+def test_encoder_is_permutation_equivariant(seq_len, seed, norm_first):
+    generator = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    encoder = TransformerEncoder(2, 8, 2, 16, norm_first=norm_first).eval()
+    x = torch.randn(2, seq_len, 8, generator=generator)
+    permutation = torch.randperm(seq_len, generator=generator)
+    torch.testing.assert_close(encoder(x[:, permutation]), encoder(x)[:, permutation])
+
+
+# --- the seed bugs, pinned --------------------------------------------------------------------
+
+
+def test_attention_maps_are_computed_from_the_normalized_input():
+    """Source 000 fed the un-normalized x to self_attn when collecting pre-LN maps."""
+    torch.manual_seed(0)
+    encoder = TransformerEncoder(2, 16, 2, 32).eval()
+    x = 4 * torch.randn(1, 10, 16) + 2  # far from the LayerNorm's unit scale
+    maps = encoder.get_attention_maps(x)
+    hidden = x
+    for block, weights in zip(encoder.blocks, maps, strict=True):
+        normalized = block.norm1(hidden)
+        _, expected = block.self_attn(normalized, normalized, normalized, return_attention=True)
+        _, seed_style = block.self_attn(hidden, hidden, hidden, return_attention=True)
+        torch.testing.assert_close(weights, expected)
+        assert (weights - seed_style).abs().max() > 0.1
+        hidden = block(hidden)
+
+
+@pytest.mark.parametrize("norm_first", [True, False])
+def test_dropout_never_touches_the_residual_stream(norm_first):
+    """Source 003 applied dropout after the residual sum, dropping the skip path itself."""
+    torch.manual_seed(0)
+    block = EncoderBlock(8, 2, 16, dropout=0.5, norm_first=norm_first).train()
+    with torch.no_grad():  # both sublayers now output exactly zero
+        for module in (block.self_attn, block.ffn):
+            for parameter in module.parameters():
+                parameter.zero_()
+    x = torch.randn(4, 6, 8)
+    expected = x if norm_first else block.norm2(block.norm1(x))
+    torch.testing.assert_close(block(x), expected)
+
+
+def test_blocks_have_separate_norms():
+    """Sources 002 and 003 share one norm between the sublayers; ours has two."""
+    block = EncoderBlock(8, 2, 16)
+    assert block.norm1 is not block.norm2
+    assert block.norm1.weight.data_ptr() != block.norm2.weight.data_ptr()
+
+
+# --- parameter counts ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("norm", ["layer", "rms"])
+def test_block_parameter_count_formula(bias, norm):
+    d_model, ffn_width = 12, 40
+    block = EncoderBlock(d_model, 3, ffn_width, bias=bias, norm=norm)
+    attention = 4 * d_model**2 + (4 * d_model if bias else 0)
+    ffn = 2 * d_model * ffn_width + ((ffn_width + d_model) if bias else 0)
+    norms = 2 * (2 * d_model if norm == "layer" and bias else d_model)
+    assert count_parameters(block) == attention + ffn + norms
+
+
+def test_parameter_table():
+    encoder = TransformerEncoder(2, 8, 2, 16)
+    table = parameter_table(encoder, max_depth=3)
+    assert list(table.columns) == ["module", "type", "parameters"]
+    assert table.iloc[-1]["module"] == "total"
+    assert table.iloc[-1]["parameters"] == count_parameters(encoder)
+    assert (table["parameters"] > 0).all()
+    assert "blocks.0.dropout1" not in set(table["module"])
+    blocks = table[table["type"] == "EncoderBlock"]
+    assert blocks["parameters"].sum() + 16 == count_parameters(encoder)  # + final LayerNorm
+
+
+def test_count_parameters_trainable_only():
+    block = FeedForward(4, 8)
+    block.linear1.weight.requires_grad_(False)
+    assert count_parameters(block) == 4 * 8 + 8 + 8 * 4 + 4
+    assert count_parameters(block, trainable_only=True) == 8 + 8 * 4 + 4
+
+
+# --- RMSNorm -----------------------------------------------------------------------------------
+
+
+@settings(max_examples=25, deadline=None)
+@given(d_model=st.integers(2, 32), seed=st.integers(0, 2**16))
+def test_rmsnorm_matches_torch(d_model, seed):
+    generator = torch.Generator().manual_seed(seed)
+    ours = RMSNorm(d_model, eps=1e-6)
+    reference = nn.RMSNorm(d_model, eps=1e-6)
+    with torch.no_grad():
+        ours.weight.copy_(torch.randn(d_model, generator=generator))
+        reference.weight.copy_(ours.weight)
+    x = 3 * torch.randn(4, 5, d_model, generator=generator)
+    torch.testing.assert_close(ours(x), reference(x))
+
+
+@settings(max_examples=25, deadline=None)
+@given(d_model=st.integers(2, 32), seed=st.integers(0, 2**16))
+def test_rmsnorm_equals_layernorm_exactly_on_centred_inputs(d_model, seed):
+    generator = torch.Generator().manual_seed(seed)
+    rms = RMSNorm(d_model, eps=1e-5).double()
+    layer = nn.LayerNorm(d_model, eps=1e-5, bias=False).double()
+    x = torch.randn(6, d_model, generator=generator, dtype=torch.float64) + 2.0
+    centred = x - x.mean(-1, keepdim=True)
+    torch.testing.assert_close(rms(centred), layer(centred))
+    torch.testing.assert_close(rms(centred), layer(x))  # LayerNorm = centring + RMSNorm
+    assert (rms(x) - layer(x)).abs().max() > 0.1  # off-centre inputs differ
+
+
+def test_make_norm():
+    assert isinstance(make_norm("layer", 4), nn.LayerNorm)
+    assert make_norm("layer", 4, bias=False).bias is None
+    assert isinstance(make_norm("rms", 4), RMSNorm)
+
+
+# --- documented errors ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"d_model": 10, "num_heads": 4}, ValueError, "not divisible"),
+        ({"dropout": 1.0}, ValueError, r"\[0, 1\)"),
+        ({"dropout": "0.1"}, TypeError, "dropout"),
+        ({"num_heads": 0}, ValueError, "positive"),
+        ({"d_model": 8.0}, TypeError, "d_model must be an int"),
+        ({"ffn_width": 0}, ValueError, "ffn_width"),
+        ({"norm": "batch"}, ValueError, "norm must be one of"),
+        ({"norm_first": "yes"}, TypeError, "norm_first"),
+    ],
+)
+def test_block_rejects_bad_arguments(kwargs, error, message):
+    arguments = {"d_model": 8, "num_heads": 2, "ffn_width": 16} | kwargs
+    with pytest.raises(error, match=message):
+        EncoderBlock(**arguments)
+
+
+@pytest.mark.parametrize(("num_blocks", "error"), [(0, ValueError), (2.0, TypeError)])
+def test_encoder_rejects_bad_num_blocks(num_blocks, error):
+    with pytest.raises(error, match="num_blocks"):
+        TransformerEncoder(num_blocks, 8, 2, 16)
+
+
+def test_block_rejects_bad_inputs():
+    block = EncoderBlock(8, 2, 16)
+    with pytest.raises(ValueError, match=r"\(B, T, D=8\)"):
+        block(torch.randn(5, 8))
+    with pytest.raises(ValueError, match=r"\(B, T, D=8\)"):
+        block(torch.randn(2, 5, 6))
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        block([[0.0] * 8])
+
+
+def test_rmsnorm_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="eps must be a positive"):
+        RMSNorm(4, eps=0.0)
+    with pytest.raises(TypeError, match="d_model"):
+        RMSNorm("4")
+    with pytest.raises(ValueError, match="last dimension must be d_model"):
+        RMSNorm(4)(torch.randn(2, 5))
+
+
+def test_load_from_torch_rejects_mismatches():
+    block = EncoderBlock(8, 2, 16)
+    with pytest.raises(TypeError, match="TransformerEncoderLayer"):
+        block.load_from_torch(nn.Linear(8, 8))
+    with pytest.raises(ValueError, match="norm_first mismatch"):
+        block.load_from_torch(torch_layer(8, 2, 16, norm_first=False))
+    gelu = nn.TransformerEncoderLayer(8, 2, 16, activation="gelu", norm_first=True)
+    with pytest.raises(ValueError, match="activation='relu'"):
+        block.load_from_torch(gelu)
+    eps = nn.TransformerEncoderLayer(8, 2, 16, layer_norm_eps=1e-6, norm_first=True)
+    with pytest.raises(ValueError, match="eps=1e-06"):
+        block.load_from_torch(eps)
+    with pytest.raises(ValueError, match="norm='layer'"):
+        EncoderBlock(8, 2, 16, norm="rms").load_from_torch(torch_layer(8, 2, 16, True))
+    with pytest.raises(ValueError, match="feed-forward shape mismatch"):
+        block.load_from_torch(torch_layer(8, 2, 32, norm_first=True))
+
+
+def test_parameter_helpers_reject_non_modules():
+    with pytest.raises(TypeError, match="nn.Module"):
+        count_parameters(torch.zeros(3))
+    with pytest.raises(TypeError, match="nn.Module"):
+        parameter_table("model")
+    with pytest.raises(ValueError, match="max_depth"):
+        parameter_table(nn.Linear(2, 2), max_depth=0)
+
+
+# --- exercise checkers ------------------------------------------------------------------------
+
+
+def test_check_rms_norm_accepts_a_right_answer():
+    def rms_norm(x, weight, eps):
+        return x / torch.sqrt((x**2).mean(-1, keepdim=True) + eps) * weight
+
+    assert check_rms_norm(rms_norm).startswith("Correct")
+
+
+@pytest.mark.parametrize(
+    ("wrong", "hint"),
+    [
+        (lambda x, w, eps: nn.functional.layer_norm(x, x.shape[-1:], w, None, eps), "LayerNorm"),
+        (lambda x, w, eps: x / ((x**2).mean(-1, keepdim=True).sqrt() + eps) * w, "inside"),
+        (lambda x, w, eps: x * ((x**2).mean(-1, keepdim=True) + eps).sqrt() * w, "multiply"),
+        (lambda x, w, eps: x / torch.sqrt((x**2).mean(0, keepdim=True) + eps) * w, "dim=-1"),
+        (lambda x, w, eps: x.sum(-1), "shape"),
+    ],
+)
+def test_check_rms_norm_explains_mistakes(wrong, hint):
+    with pytest.raises(AssertionError, match=hint):
+        check_rms_norm(wrong)
+
+
+def test_check_block_parameter_count():
+    def right(d, f):
+        return 4 * d * d + 4 * d + 2 * d * f + f + d + 4 * d
+
+    assert check_block_parameter_count(right).startswith("Correct")
+    with pytest.raises(AssertionError, match="LayerNorms"):
+        check_block_parameter_count(lambda d, f: right(d, f) - 4 * d)
+    with pytest.raises(AssertionError, match="biases"):
+        check_block_parameter_count(lambda d, f: 4 * d * d + 2 * d * f + 4 * d)
+    with pytest.raises(AssertionError, match="4 D x D"):
+        check_block_parameter_count(lambda d, f: 0)

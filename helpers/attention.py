@@ -322,10 +322,16 @@ def _expand_mask(mask: Tensor | None) -> Tensor | None:
 def _check_qkv(query, key, value, d_model: int) -> None:
     for name, tensor in (("query", query), ("key", key), ("value", value)):
         _check_tensor(name, tensor)
-        if tensor.ndim != 3 or tensor.shape[-1] != d_model:
+        if tensor.ndim == 2 and tensor.shape[-1] == d_model:
             raise ValueError(
                 f"{name} must have shape (B, T, d_model={d_model}), got {tuple(tensor.shape)}; "
                 "add a batch dimension with x[None] if you have a single sequence"
+            )
+        if tensor.ndim != 3 or tensor.shape[-1] != d_model:
+            raise ValueError(
+                f"{name} must have shape (B, T, d_model={d_model}), got {tuple(tensor.shape)}; "
+                f"its last dimension is the model width, so project it to {d_model} features "
+                "first (or build the module with the width of your inputs)"
             )
     _check_same_dtype(query=query, key=key, value=value)
     if key.shape[1] != value.shape[1]:

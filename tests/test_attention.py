@@ -602,7 +602,7 @@ def test_single_head_constructor_errors(d_model, d_head, error, match):
     ("shapes", "mask", "error", "match"),
     [
         (((3, 8), (3, 8), (3, 8)), None, ValueError, r"x\[None\]"),
-        (((2, 3, 6), (2, 3, 8), (2, 3, 8)), None, ValueError, "d_model=8"),
+        (((2, 3, 6), (2, 3, 8), (2, 3, 8)), None, ValueError, "project it to 8 features"),
         (((2, 3, 8), (2, 4, 8), (2, 5, 8)), None, ValueError, "same length"),
         (((2, 3, 8), (1, 4, 8), (1, 4, 8)), None, ValueError, "batch size"),
         (

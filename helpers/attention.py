@@ -29,6 +29,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from helpers._validate import check_positive_int, check_probability
+
 __all__ = [
     "scaled_dot_product_attention",
     "causal_mask",
@@ -71,12 +73,7 @@ def _check_same_dtype(**tensors: Tensor) -> None:
         )
 
 
-def _check_positive_int(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be a positive int, got {type(value).__name__} ({value!r})")
-    if value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value}")
-    return value
+_check_positive_int = check_positive_int
 
 
 def _check_sizes(d_model, num_heads) -> int:
@@ -109,13 +106,11 @@ def _check_scale(scale) -> float | None:
 
 
 def _check_dropout(dropout_p) -> float:
-    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)):
-        raise TypeError(f"dropout probability must be a float, got {dropout_p!r}")
-    if not 0.0 <= dropout_p < 1.0:
-        raise ValueError(
-            f"dropout probability must be in [0, 1), got {dropout_p}; "
-            "0 turns dropout off, and 1 would drop every attention weight"
-        )
+    return check_probability(
+        "dropout probability",
+        dropout_p,
+        "0 turns dropout off, and 1 would drop every attention weight",
+    )
     return float(dropout_p)
 
 

@@ -25,6 +25,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from helpers._validate import check_positive_int
+
 __all__ = [
     "angular_speeds",
     "sinusoidal_encoding",
@@ -41,11 +43,7 @@ __all__ = [
 # --- argument checks shared by the public functions ----------------------------------------
 
 
-def _check_positive_int(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r})")
-    if value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value}; pass a value >= 1")
+_check_positive_int = check_positive_int
 
 
 def _check_even_width(d_model) -> None:

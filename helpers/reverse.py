@@ -96,7 +96,11 @@ class ReversePredictor(nn.Module):
 
     @torch.no_grad()
     def get_attention_maps(self, tokens: torch.Tensor) -> list[torch.Tensor]:
-        """Each block's attention weights on ``tokens``: a list of ``(B, H, T, T)``."""
+        """Each block's attention weights on ``tokens``: a list of ``(B, H, T, T)``.
+
+        Call ``model.eval()`` first if the model has dropout: in training mode the maps are
+        computed with attention dropout on (random, and not rows that sum to one).
+        """
         return self.encoder.get_attention_maps(self.embed(tokens))
 
 
@@ -125,10 +129,13 @@ def token_accuracy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 def bag_oracle_accuracy(inputs: torch.Tensor, num_classes: int) -> float:
     """The best token accuracy on reversal for a model that cannot see positions.
 
-    Without positions a model's prediction at ``t`` can depend only on the token at ``t`` and
-    on the *bag* (multiset) of tokens of the sequence. The best it can then do is predict the
-    most frequent token among the other ``T - 1`` positions. ``inputs`` is ``(N, T)``; returns
-    the expected accuracy of that rule (ties split evenly), an exact ceiling for the data.
+        Without positions a model's prediction at ``t`` can depend only on the token at ``t`` and
+        on the *bag* (multiset) of tokens of the sequence. The best it can then do is predict the
+        most frequent token among the other ``T - 1`` positions. ``inputs`` is ``(N, T)``; returns
+        the expected accuracy of that rule (ties split evenly) over the given sequences. This bounds
+    the *expected* accuracy of any position-blind model on them; a particular model's measured
+    accuracy on a finite test set can land slightly above it by chance (the targets are random
+    given the bag).
     """
     if not isinstance(inputs, torch.Tensor) or inputs.dim() != 2 or inputs.shape[1] < 2:
         raise ValueError("inputs must be an (N, T) integer tensor with T >= 2")
@@ -173,6 +180,15 @@ class ReverseConfig:
 
 
 SOURCE_000_CONFIG = ReverseConfig(dropout=0.1)
+"""Source 000's hyper-parameters (batch 32, lr 1e-3, 100 warm-up steps, 3 epochs, dropout 0.1).
+
+Only the hyper-parameters: :func:`build_reverse_training` trains them on the book's model and
+schedule. Source 000's own model differs: its classifier head is Linear, LayerNorm, ReLU,
+Dropout, Linear, LayerNorm(num_classes) (the book's :class:`ReversePredictor` has one Linear),
+its encoder has no final LayerNorm (the book's pre-LN stack ends with one), and its schedule
+multiplies the warm-up by ``0.5 * (1 + cos(pi * step / max_iter))`` (the book's
+:func:`helpers.training.cosine_warmup_schedule` decays to zero over ``total_steps()``).
+"""
 
 BOOK_CONFIG = ReverseConfig(batch_size=128, lr=2e-2, warmup_steps=10, epochs=1)
 

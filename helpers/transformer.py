@@ -17,10 +17,13 @@ Dropout only ever touches a sublayer's output, never the residual stream itself.
 
 from __future__ import annotations
 
+import warnings
+
 import pandas as pd
 import torch
 from torch import nn
 
+from helpers._validate import check_positive_int, check_probability
 from helpers.attention import MultiHeadAttention
 
 __all__ = [
@@ -38,18 +41,8 @@ __all__ = [
 NORMS = ("layer", "rms")
 
 
-def _check_positive_int(name: str, value) -> None:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r})")
-    if value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value}")
-
-
-def _check_probability(name: str, value) -> None:
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
-        raise TypeError(f"{name} must be a float in [0, 1), got {type(value).__name__}")
-    if not 0.0 <= value < 1.0:
-        raise ValueError(f"{name} must be in [0, 1), got {value}; use 0.0 to switch it off")
+_check_positive_int = check_positive_int
+_check_probability = check_probability
 
 
 def _check_sequence(x, d_model: int, where: str) -> None:
@@ -68,11 +61,12 @@ class RMSNorm(nn.Module):
     """Root-mean-square normalization (Zhang and Sennrich, 2019): no centring, no bias.
 
     ``y = x / sqrt(mean(x**2) + eps) * weight`` over the last dimension. It equals LayerNorm
-    (without bias) exactly when every feature vector already has zero mean.
+    without bias exactly when every feature vector already has zero mean and both use the same
+    gain and the same ``eps``. ``eps`` defaults to 1e-5, as LayerNorm's and :func:`make_norm`'s.
     Shapes: ``(..., D) -> (..., D)``.
     """
 
-    def __init__(self, d_model: int, eps: float = 1e-6) -> None:
+    def __init__(self, d_model: int, eps: float = 1e-5) -> None:
         super().__init__()
         _check_positive_int("d_model", d_model)
         if not isinstance(eps, (int, float)) or isinstance(eps, bool) or eps <= 0:
@@ -157,6 +151,8 @@ class EncoderBlock(nn.Module):
         super().__init__()
         _check_positive_int("d_model", d_model)
         _check_positive_int("num_heads", num_heads)
+        # named after this block's argument; MultiHeadAttention and FeedForward, public
+        # classes of their own, check it again (cheaply) with their own messages
         _check_probability("dropout", dropout)
         if d_model % num_heads:
             raise ValueError(
@@ -222,6 +218,14 @@ class EncoderBlock(nn.Module):
             raise ValueError(
                 f"feed-forward shape mismatch: torch {tuple(layer.linear1.weight.shape)}, "
                 f"this block {tuple(self.ffn.linear1.weight.shape)} (ffn_width, d_model)"
+            )
+        if not layer.self_attn.batch_first:
+            # the weights are the same either way, so copying is fine; comparing outputs is not
+            warnings.warn(
+                "the torch layer was built with batch_first=False, so it expects (T, B, D) "
+                "inputs while this block takes (B, T, D); to compare their outputs, build it "
+                "with nn.TransformerEncoderLayer(..., batch_first=True)",
+                stacklevel=2,
             )
         self.self_attn.load_from_torch(layer.self_attn)
         for name in ("linear1", "linear2"):

@@ -55,6 +55,7 @@ device = helpers.get_device()
 # %%
 from collections import OrderedDict
 
+import matplotlib as mpl
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
@@ -212,7 +213,7 @@ for norm_first in (True, False):
 
 # %%
 wrong = torch_layer(x, src_mask=mask)  # True meant "may attend" here, "blocked" there
-mask_error = (wrong - block(x, mask)).abs().nan_to_num(float("inf")).max().item()
+mask_error = (wrong - block(x, mask)).abs().max().item()
 print(f"largest difference from the right output: {mask_error:.1f}")
 assert mask_error > 0.1
 
@@ -307,7 +308,10 @@ right.set(
     xlabel="number of blocks $L$",
     ylabel="last block's norm",
 )
+right.minorticks_off()
 right.set_xticks(depths, [str(d) for d in depths])
+right.set_yticks([0.1, 0.2, 0.3, 0.4])
+right.yaxis.set_major_formatter(mpl.ticker.ScalarFormatter())
 right.set_title("the last block, as the stack deepens")
 left.legend()
 plt.show()
@@ -315,8 +319,9 @@ plt.show()
 # %% [markdown]
 # **Figure.** Left: in a 32-block stack at initialization, post-LN (red) has its largest
 # gradients in the blocks nearest the output, while pre-LN (blue) has its smallest there.
-# Right: as the stack deepens, the last block's gradient grows for post-LN and falls for
-# pre-LN (log-log axes), so the gap between them widens with depth.
+# Right: as the stack deepens, the last block's gradient tends to grow for post-LN (not
+# monotonically) and falls for pre-LN (log-log axes), so the gap between them widens with
+# depth.
 
 # %%
 post_last = [grads[("post-LN", depth)][-1] for depth in depths]
@@ -340,34 +345,55 @@ assert -0.8 < pre_slope < -0.15
 # %% [markdown]
 # At depth 2 the two variants' last-block gradients differ by a factor
 # {glue:text}`ch6_gap_L2`; at depth 32 by {glue:text}`ch6_gap_L32`. The pre-LN curve falls with
-# slope {glue:text}`ch6_pre_slope` on log-log axes (the theory's $-0.5$ holds once the growth
-# of the residual stream dominates; at these depths it is not there yet). That is
+# slope {glue:text}`ch6_pre_slope` on log-log axes, not the $-0.5$ of the $1/\sqrt{L}$
+# argument; we come back to why just below. That is
 # the mechanism behind warm-up: with the same learning rate, a post-LN stack's first steps
 # are largest exactly where its gradients are largest, near the output, and a deep post-LN
 # stack can diverge before Adam's statistics settle; warm-up caps those first steps. A pre-LN
 # stack's updates are tamer from step one. The price of pre-LN: since nothing normalizes the
 # residual stream, the stack needs one more LayerNorm at its end (`final_norm` in
 # `helpers.transformer.TransformerEncoder`), and its output scale grows with depth. We can see
-# that growth directly:
+# that growth directly, in the same stacks as the gradient experiment (width 32, Xavier
+# initialization, four seeds), reading the root-mean-square of the stream after every block of
+# a 32-block stack:
+
 
 # %%
-torch.manual_seed(0)
-stack = TransformerEncoder(16, 64, 4, 256, norm_first=True, final_norm=False).eval()
-hidden, rms = torch.randn(8, 16, 64), []
-with torch.no_grad():
-    for layer in stack.blocks:
-        hidden = layer(hidden)
-        rms.append(hidden.pow(2).mean().sqrt().item())
-growth = round(rms[-1] / rms[0], 2)
+def stream_rms(seed, num_blocks=32, d_model=32):
+    """RMS of a pre-LN residual stream after each block, as in ffn_gradient_norms."""
+    torch.manual_seed(seed)
+    stack = TransformerEncoder(
+        num_blocks, d_model, 4, 4 * d_model, norm_first=True, final_norm=False
+    ).eval()
+    for weight in stack.parameters():
+        if weight.dim() == 2:
+            nn.init.xavier_uniform_(weight)
+    hidden, rms = torch.randn(8, 16, d_model), []
+    with torch.no_grad():
+        for layer in stack.blocks:
+            hidden = layer(hidden)
+            rms.append(hidden.pow(2).mean().sqrt().item())
+    return rms
+
+
+rms = np.mean([stream_rms(s) for s in seeds], 0)
+growth = round(rms[15] / rms[0], 2)
 glue("ch6_stream_growth", growth)
-assert all(later > earlier for earlier, later in zip(rms, rms[1:], strict=False))
-print(
-    f"residual-stream RMS after blocks 1, 8, 16: {rms[0]:.2f}, {rms[7]:.2f}, {rms[15]:.2f}"
-)
+stream_slope = np.polyfit(np.log(depths), np.log([rms[d - 1] for d in depths]), 1)[0]
+glue("ch6_stream_slope", round(float(stream_slope), 2))
+assert growth > 2 and stream_slope > 0.2
+# the pre-LN gradient falls roughly like 1 / (stream RMS)
+assert abs(pre_slope + stream_slope) < 0.15
+print(f"stream RMS after blocks 1, 16, 32: {rms[0]:.2f}, {rms[15]:.2f}, {rms[31]:.2f}")
 
 # %% [markdown]
 # The root-mean-square of the pre-LN residual stream grows by a factor
-# {glue:text}`ch6_stream_growth` over 16 blocks, every block adding to it.
+# {glue:text}`ch6_stream_growth` over the first 16 blocks, and over depths 2 to 32 like
+# $L^{a}$ with $a =$ {glue:text}`ch6_stream_slope` (a log-log fit). Every normalization
+# divides by that scale, so the last block's gradient should fall like $L^{-a}$: close to
+# the measured slope {glue:text}`ch6_pre_slope` (the cell asserts they agree within 0.15).
+# The $1/\sqrt{L}$ of the argument corresponds to a stream growing like $\sqrt{L}$; in these
+# stacks it grows more slowly.
 #
 # ## Which normalization? LayerNorm, not BatchNorm
 #
@@ -388,9 +414,8 @@ changed[1] = 5 * torch.randn(6, 16) + 3  # only sequence 1 changes
 batch_norm, layer_norm = nn.BatchNorm1d(16), nn.LayerNorm(16)
 
 
-def bn(
-    x,
-):  # BatchNorm1d wants (N, D): treat every position of every sequence as a sample
+# BatchNorm1d wants (N, D): treat every position of every sequence as a sample
+def bn(x):
     return batch_norm(x.flatten(0, 1)).view_as(x)
 
 
@@ -401,6 +426,10 @@ assert bn_shift > 0.5
 print(f"sequence 0 moves by up to {bn_shift} under BatchNorm, by 0 under LayerNorm")
 
 # %% [markdown]
+# Under BatchNorm sequence 0's output moves by up to {glue:text}`ch6_bn_shift` although only
+# sequence 1 changed; under LayerNorm it does not move at all.
+
+# %% [markdown]
 # ### RMSNorm
 #
 # RMSNorm {cite}`zhang2019rmsnorm` drops the centring and the bias:
@@ -408,8 +437,8 @@ print(f"sequence 0 moves by up to {bn_shift} under BatchNorm, by 0 under LayerNo
 # It is cheaper (no mean, one fewer parameter vector) and works as well in practice, which is
 # why LLaMA-style models use it (chapter 10). Comparing the two formulas gives the equivalence
 # condition: LayerNorm *is* RMSNorm applied to the centred vector, so the two agree exactly
-# when each vector already has zero mean over its features and LayerNorm's bias is zero. The
-# package's version:
+# when each vector already has zero mean over its features, LayerNorm's bias is zero, and both
+# use the same gain $\gamma$ and the same $\epsilon$. The package's version:
 
 # %%
 show_source(RMSNorm)
@@ -430,17 +459,21 @@ assert off_centre > 0.1
 print(f"on off-centre inputs RMSNorm and LayerNorm differ by up to {off_centre}")
 
 # %% [markdown]
-# `EncoderBlock(..., norm="rms")` builds a block with RMSNorm in both places.
+# On off-centre inputs the two differ by up to {glue:text}`ch6_rms_vs_ln`; on centred inputs
+# (same gain, same $\epsilon$) they agree. `EncoderBlock(..., norm="rms")` builds a block with
+# RMSNorm in both places.
 #
 # ### One norm per sublayer, not one per block
 #
-# Source texts that build a post-LN block often create *one* normalization module and call it
-# after both sublayers (the two places then share one gain and one bias). That is parameter
-# sharing: it saves $2D$ parameters per block (a LayerNorm's gain and bias), about
+# Source texts that build a post-LN block sometimes create *one* normalization module and call
+# it after both sublayers; source 002 does this with a single RMSNorm. In a post-LN block the
+# two norms act on two different sums, $X + \operatorname{MHA}(X)$ and
+# $X' + \operatorname{FFN}(X')$; sharing the module means one per-feature affine map (one gain,
+# and for LayerNorm one bias) is applied to both. That is parameter sharing: it saves $2D$
+# parameters per block (a LayerNorm's gain and bias), about
 # {glue:text}`ch6_shared_saving:.1%` of our block. At initialization it changes nothing, since
 # both norms start as the same identity-affine map; it only takes away freedom in training,
-# where the attention output and the FFN output, which have different scales, must share one
-# gain. The 2017 paper, PyTorch and `helpers.transformer` keep two; so should you (a test,
+# where the two sums, which need not have the same per-feature scales, must share one gain. The 2017 paper, PyTorch and `helpers.transformer` keep two; so should you (a test,
 # `test_blocks_have_separate_norms`, pins it).
 
 # %%
@@ -484,6 +517,10 @@ zeroed = round((wrong == 0).float().mean().item(), 2)
 glue("ch6_dropped_stream", zeroed)
 assert zeroed > 0.2
 print(f"fraction of the residual stream zeroed by the misplaced dropout: {zeroed}")
+
+# %% [markdown]
+# The right block passes its input through; the misplaced dropout zeroes
+# {glue:text}`ch6_dropped_stream` of the residual stream's entries.
 
 # %% [markdown]
 # ## The stack
@@ -543,6 +580,10 @@ assert map_error > 0.1
 print(f"largest error in a block-1 attention weight: {map_error}")
 
 # %% [markdown]
+# A block-1 attention weight computed the wrong way is off by up to
+# {glue:text}`ch6_map_error` (weights lie between 0 and 1).
+
+# %% [markdown]
 # ## A note on rank
 #
 # At initialization the attention weights are nearly uniform, so every query receives almost
@@ -586,8 +627,33 @@ assert ranks["X + MHA(X)"] > 0.9 * ranks["input X"]
 # Attention's output has stable rank {glue:text}`ch6_rank_mha` against
 # {glue:text}`ch6_rank_input` for its input. The queries and keys are full-rank (their lower
 # stable rank only reflects the spread of a random matrix's singular values); the collapse
-# happens in the attention average. Stack attention without residuals and this
-# collapse compounds block after block; the residual stream is what keeps a deep Transformer's
+# happens in the attention average. Stack six attention layers (fresh random weights, no FFN,
+# no normalization) with and without residual connections and measure after each:
+
+# %%
+torch.manual_seed(0)
+layers = [MultiHeadAttention(128, 8) for _ in range(6)]
+plain, residual, stack_ranks = tokens, tokens, []
+with torch.no_grad():
+    for layer in layers:
+        plain = layer(plain, plain, plain)
+        residual = residual + layer(residual, residual, residual)
+        stack_ranks.append((stable_rank(plain[0]), stable_rank(residual[0])))
+stack_ranks = pd.DataFrame(
+    stack_ranks, columns=["without residuals", "with residuals"], index=range(1, 7)
+).rename_axis("layers")
+_ = glue("ch6_rank_plain_6", round(stack_ranks["without residuals"].iloc[-1], 1))
+_ = glue("ch6_rank_residual_6", round(stack_ranks["with residuals"].iloc[-1], 1))
+assert (
+    stack_ranks["without residuals"].iloc[-1] < 1.5
+)  # collapsed to about one direction
+assert stack_ranks["with residuals"].min() > 0.5 * ranks["input X"]
+stack_ranks.round(1)
+
+# %% [markdown]
+# Without residuals the stable rank falls to {glue:text}`ch6_rank_plain_6` after six layers:
+# every token carries nearly the same vector. With residuals it stays at
+# {glue:text}`ch6_rank_residual_6`. The residual stream is what keeps a deep Transformer's
 # representations from degenerating.
 #
 # ## Summary
@@ -607,7 +673,7 @@ assert ranks["X + MHA(X)"] > 0.9 * ranks["input X"]
 #    `(..., D)` and a gain `weight` of shape `(D,)`, and check it with
 #    `helpers.transformer.check_rms_norm(rms_norm)`.
 #
-# ````{admonition} Solution
+# :::{admonition} Solution
 # :class: dropdown
 # Average the squares over the last dimension only, put `eps` inside the square root, and do
 # not subtract the mean (that would be LayerNorm).
@@ -616,7 +682,7 @@ assert ranks["X + MHA(X)"] > 0.9 * ranks["input X"]
 # def rms_norm(x, weight, eps):
 #     return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps) * weight
 # ```
-# ````
+# :::
 
 
 # %% tags=["remove-cell"]
@@ -633,7 +699,7 @@ print(check_rms_norm(rms_norm))
 #    `helpers.transformer.check_block_parameter_count(block_parameters)`. How many parameters
 #    does one block of the 2017 base model ($D = 512$, $F = 2048$) have?
 #
-# ````{admonition} Solution
+# :::{admonition} Solution
 # :class: dropdown
 # $4D^2 + 4D$ for attention, $2DF + F + D$ for the FFN and $4D$ for the two LayerNorms; for
 # the base model that is {glue:text}`ch6_base_block` parameters per block.
@@ -643,7 +709,7 @@ print(check_rms_norm(rms_norm))
 #     d, f = d_model, ffn_width
 #     return (4 * d * d + 4 * d) + (2 * d * f + f + d) + 4 * d
 # ```
-# ````
+# :::
 
 
 # %% tags=["remove-cell"]
@@ -665,7 +731,8 @@ _ = glue("ch6_base_block", f"{block_parameters(512, 2048):,}")
 # :class: dropdown
 # Expect a smaller gap. With the default initialization (uniform with a smaller variance) each
 # sublayer's output is small against the residual stream and every block is close to the
-# identity, so the post-LN gradient norms come out much flatter across blocks. How badly a post-LN stack needs warm-up depends on how
-# much each sublayer adds at initialization, which is why later work initializes residual
-# branches small (or to zero) to train deep post-LN models.
+# identity, so the post-LN gradient norms come out much flatter across blocks. How badly a
+# post-LN stack needs warm-up depends on how much each sublayer adds at initialization; that
+# suggests another lever besides warm-up: initialize the residual branches small (or at zero)
+# and let training grow them.
 # ```

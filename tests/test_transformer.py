@@ -387,3 +387,23 @@ def test_check_block_parameter_count():
         check_block_parameter_count(lambda d, f: 4 * d * d + 2 * d * f + 4 * d)
     with pytest.raises(AssertionError, match="4 D x D"):
         check_block_parameter_count(lambda d, f: 0)
+
+
+def test_load_from_torch_warns_about_sequence_first_layers():
+    layer = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=False)
+    with pytest.warns(UserWarning, match="batch_first=True"):
+        EncoderBlock(16, 2, 32, norm_first=False).load_from_torch(layer)
+
+
+def test_rms_norm_eps_default_is_consistent():
+    assert RMSNorm(8).eps == make_norm("rms", 8).eps == EncoderBlock(8, 2, 16, norm="rms").norm1.eps
+    assert RMSNorm(8).eps == nn.LayerNorm(8).eps == 1e-5
+
+
+def test_shared_validators_keep_their_messages():
+    with pytest.raises(TypeError, match="num_blocks must be a positive int"):
+        TransformerEncoder(2.0, 8, 2, 16)
+    with pytest.raises(ValueError, match=r"dropout must be in \[0, 1\)"):
+        EncoderBlock(8, 2, 16, dropout=1.0)
+    with pytest.raises(ValueError, match=r"dropout must be in \[0, 1\)"):
+        FeedForward(8, 16, dropout=-0.1)

@@ -88,3 +88,10 @@ def test_pages_load_mathjax_and_hide_the_setup_cell(stem):
     text = page(stem)
     assert "mathjax" in text.lower()
     assert "tag_hide-cell" in text
+
+
+def test_performance_page_shows_the_benchmark_tables():
+    text = (SITE / "book" / "performance.html").read_text()
+    tables = re.findall(r"<table.*?</table>", text, flags=re.S)
+    assert any("08_cnn_attention_lstm" in table for table in tables), "benchmarks.csv not a table"
+    assert any("source 000" in table for table in tables), "bench_reverse.csv not a table"

@@ -172,6 +172,8 @@ print(
 prediction, _ = nadaraya_watson(far_query, x_train, y_train, width=0.1)
 print(f"softmax form predicts {prediction.item():.3f} (the value of the nearest key)")
 assert raw.sum() == 0 and torch.isfinite(prediction).all()
+nearest = (far_query - x_train).abs().argmin()
+torch.testing.assert_close(prediction, y_train[nearest : nearest + 1])
 
 # %% [markdown]
 # ## The kernel width is the whole story
@@ -203,16 +205,27 @@ plt.show()
 # %% [markdown]
 # **Figure.** Columns are kernel widths. Top: the kernel. Middle: the estimate against the truth.
 # Bottom: the attention weights, one row per query, one column per training point. A narrow
-# kernel ($\sigma=0.1$) puts almost all weight on one or two neighbours, so the estimate jumps
+# kernel ($\sigma=0.1$) puts its weight on the two or three nearest points (the effective number
+# of keys per query, $1/\sum_j a_j^2$, has median {glue:text}`ch1_narrow_effective_keys`), so the
+# estimate jumps
 # with the noise; a wide one ($\sigma=3$) spreads weight over most of the data, so the estimate
 # is smooth but flattened, missing the sine's peaks and valleys. The band of weights along the
 # diagonal widens from left to right.
 #
+# %%
+_, narrow_weights = nadaraya_watson(x_query, x_train, y_train, width=0.1)
+effective_keys = (1 / (narrow_weights**2).sum(dim=1)).median().item()
+assert effective_keys < 4
+glue("ch1_narrow_effective_keys", round(effective_keys, 1))
+
+# %% [markdown]
 # ### Bias and variance, measured
 #
 # "Jumps with the noise" is variance; "flattened" is bias. We can measure both: draw many
 # training sets from the same curve, fit each, and split the mean squared error against the truth
-# into the squared bias of the average fit and the variance of the fits around it.
+# into the squared bias of the average fit and the variance of the fits around it. (The average
+# of 40 fits still carries a 40th of their variance; we subtract it so that the bias is not
+# inflated where the variance is large.)
 
 # %%
 width_grid = torch.logspace(-1.5, 0.7, 30)  # 0.03 ... 5
@@ -224,8 +237,10 @@ datasets = [
 rows = []
 for width in width_grid.tolist():
     fits = torch.stack([nadaraya_watson(x_query, x, y, width)[0] for x, y in datasets])
-    bias_squared = ((fits.mean(0) - y_true) ** 2).mean().item()
     variance = fits.var(0, unbiased=False).mean().item()
+    # the mean of the fits is itself noisy: remove the variance it still carries
+    noise_in_mean = fits.var(0, unbiased=True).mean().item() / num_datasets
+    bias_squared = ((fits.mean(0) - y_true) ** 2).mean().item() - noise_in_mean
     rows.append({"width": width, "bias²": bias_squared, "variance": variance})
 errors = pd.DataFrame(rows)
 errors["error"] = errors["bias²"] + errors["variance"]
@@ -248,16 +263,17 @@ plt.show()
 
 # %% [markdown]
 # **Figure.** Averaged over 40 training sets: the variance (the fit's sensitivity to the noise
-# it happened to see) falls as the kernel widens (up to $\sigma \approx 1$, then it levels
-# off), the squared bias (the average fit's distance from the truth) rises steeply after a small
-# dip, and their
-# sum, the expected error, is smallest in between (grey line).
+# it happened to see) falls as the kernel widens (up to $\sigma \approx 1$, then it creeps
+# back up a little), the squared bias (the average fit's distance from the truth) rises with
+# the width, steeply once the kernel is wider than the sine's bumps, and their sum, the expected
+# error, is smallest in between (grey line).
 
 # %%
 narrow_to_wide = errors[errors["width"] < 1]
 assert narrow_to_wide["variance"].is_monotonic_decreasing
 assert errors["variance"].iloc[0] > 5 * errors["variance"].iloc[-1]
 assert errors["bias²"].iloc[-1] > 100 * errors["bias²"].iloc[0]
+assert errors["bias²"].iloc[::3].is_monotonic_increasing  # rises with the width
 assert errors["error"].iloc[0] > best["error"] < errors["error"].iloc[-1]
 glue("ch1_best_width", round(best["width"], 2))
 glue("ch1_best_error", round(best["error"], 3))
@@ -384,16 +400,18 @@ for ax, name, estimate in [
     (axes[0], "hard: nearest neighbour", hard_predictions),
     (axes[1], "soft: Nadaraya-Watson", soft_predictions),
 ]:
-    ax.plot(x_train, y_train, "o", ms=2.5, alpha=0.4)
-    ax.plot(x_query, y_true, "k--", lw=1)
+    ax.plot(x_train, y_train, "o", ms=2.5, alpha=0.4, label="data")
+    ax.plot(x_query, y_true, "k--", lw=1, label="truth")
     ax.plot(
         x_query,
         estimate,
         lw=2,
         drawstyle="steps-mid" if name.startswith("hard") else "default",
+        label="estimate",
     )
     ax.set(title=name, xlabel="$x$")
 axes[0].set_ylabel("$y$")
+axes[0].legend(loc="upper left")
 plt.show()
 
 # %% [markdown]
@@ -405,7 +423,7 @@ plt.show()
 #
 # ```{admonition} Pitfall: normalizing the kernel over the wrong axis
 # :class: warning
-# A common way to write this estimator builds the kernel matrix `K` of shape (queries, keys)
+# A common way to write this estimator (one of the notebooks this book grew from does it) builds the kernel matrix `K` of shape (queries, keys)
 # and normalizes it with `K / K.sum(0)`. `sum(0)` adds up *each column*, that is over the
 # queries, so each key's weights sum to one across the queries, not each query's weights
 # across the keys. The rows, which are what multiply the values, then sum to anything.
@@ -574,7 +592,7 @@ print(check_kernel_regression(laplace_regression))
 # soft lookup turns into hard lookup. The cell below checks both.
 # ```
 
-# %%
+# %% tags=["hide-input"]
 very_wide, _ = nadaraya_watson(x_query, x_train, y_train, width=1e4)
 very_narrow, _ = nadaraya_watson(x_query, x_train, y_train, width=1e-3)
 torch.testing.assert_close(very_wide, y_train.mean().expand(200), atol=1e-3, rtol=0)

@@ -14,10 +14,13 @@ value underflows to zero: a narrow kernel far from every key.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
 from torch import nn
+
+from helpers._validate import check_positive_int
 
 __all__ = [
     "true_function",
@@ -47,9 +50,8 @@ def make_regression_data(
 
     The noise is Gaussian with standard deviation ``noise``.
     """
-    if not isinstance(num_points, int) or num_points < 1:
-        raise ValueError(f"num_points must be a positive int, got {num_points!r}")
-    if noise < 0:
+    check_positive_int("num_points", num_points)
+    if not noise >= 0:  # also refuses NaN
         raise ValueError(f"noise is a standard deviation and must be >= 0, got {noise}")
     x = torch.rand(num_points, generator=generator) * x_max
     x, _ = torch.sort(x)
@@ -58,17 +60,28 @@ def make_regression_data(
 
 
 def _check_width(width) -> None:
-    if isinstance(width, torch.Tensor):
-        if (width <= 0).any():
-            raise ValueError("width must be > 0; a kernel of width 0 is a hard nearest-neighbour")
-    elif not width > 0:
-        raise ValueError(f"width must be > 0, got {width}; use nearest_neighbour for width 0")
+    values = width.detach() if isinstance(width, torch.Tensor) else torch.tensor(float(width))
+    if not (values > 0).all():  # NaN fails this test too
+        raise ValueError(
+            f"width must be > 0, got {width}; a kernel of width 0 is a hard lookup, "
+            "use nearest_neighbour for that"
+        )
 
 
 def gaussian_kernel(distance: torch.Tensor, width: float | torch.Tensor = 1.0) -> torch.Tensor:
     """The Gaussian kernel ``exp(-distance^2 / (2 width^2))``, elementwise."""
     _check_width(width)
     return torch.exp(-(distance**2) / (2 * width**2))
+
+
+def _check_pairs(keys, values) -> None:
+    _check_1d("keys", keys)
+    _check_1d("values", values)
+    if keys.shape != values.shape:
+        raise ValueError(
+            f"keys and values must pair up one to one, got {tuple(keys.shape)} keys and "
+            f"{tuple(values.shape)} values"
+        )
 
 
 def _check_1d(name: str, tensor) -> None:
@@ -103,14 +116,10 @@ def nadaraya_watson(
 
     Returns ``(predictions (Tq,), weights (Tq, Tk))``; each row of ``weights`` sums to one.
     ``mask`` (Tq, Tk) bool, True = may attend, excludes pairs, e.g. ``~torch.eye(n, dtype=bool)``
-    for leave-one-out predictions of the training points themselves.
+    for leave-one-out predictions of the training points themselves. A query whose keys are
+    all masked has no weights to normalize: its row of weights and its prediction are NaN.
     """
-    _check_1d("values", values)
-    if keys.shape != values.shape:
-        raise ValueError(
-            f"keys and values must pair up one to one, got {tuple(keys.shape)} keys and "
-            f"{tuple(values.shape)} values"
-        )
+    _check_pairs(keys, values)
     scores = kernel_scores(queries, keys, width)
     if mask is not None:
         if mask.dtype != torch.bool or mask.shape != scores.shape:
@@ -130,7 +139,7 @@ def nearest_neighbour(
 
     Returns ``(predictions (Tq,), weights (Tq, Tk))`` with one-hot rows.
     """
-    _check_1d("values", values)
+    _check_pairs(keys, values)
     scores = kernel_scores(queries, keys, 1.0)
     index = scores.argmax(dim=-1)
     weights = torch.nn.functional.one_hot(index, num_classes=keys.shape[0]).to(values.dtype)
@@ -152,7 +161,14 @@ class LearnedWidthRegression(nn.Module):
     def width(self) -> torch.Tensor:
         return self.log_width.exp()
 
-    def forward(self, queries, keys, values, mask=None):
+    def forward(
+        self,
+        queries: torch.Tensor,
+        keys: torch.Tensor,
+        values: torch.Tensor,
+        mask: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Predictions (Tq,) and weights (Tq, Tk) with the current learned width."""
         return nadaraya_watson(queries, keys, values, self.width, mask=mask)
 
 
@@ -170,9 +186,13 @@ def fit_width(
     a width shrinking towards zero (every point predicts its own noisy label). Returns the
     model and the per-step losses and widths.
     """
-    model = LearnedWidthRegression(initial_width)
+    _check_pairs(x, y)
+    check_positive_int("steps", steps)
+    if not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr > 0):
+        raise ValueError(f"lr must be a positive finite number, got {lr!r}")
+    model = LearnedWidthRegression(initial_width).to(x.device)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    mask = ~torch.eye(len(x), dtype=torch.bool) if leave_one_out else None
+    mask = ~torch.eye(len(x), dtype=torch.bool, device=x.device) if leave_one_out else None
     losses, widths = [], []
     for _ in range(steps):
         predictions, _ = model(x, x, y, mask=mask)
@@ -207,8 +227,8 @@ def check_kernel_regression(
                 f"query), got {shape}"
             )
         if not torch.allclose(got, expected, atol=1e-5):
-            rows = (queries[:, None] - keys[None, :]).abs()
-            wrong_axis = torch.exp(-rows / width)
+            distances = (queries[:, None] - keys[None, :]).abs()
+            wrong_axis = torch.exp(-distances / width)
             wrong_axis = (wrong_axis / wrong_axis.sum(0)) @ values
             hint = (
                 "your weights are normalized over the queries (axis 0); normalize each "

@@ -46,8 +46,8 @@ def test_weights_normalize_over_keys():
     _, weights = nadaraya_watson(queries, keys, values, width=0.5)
     kernel = gaussian_kernel(queries[:, None] - keys[None, :], 0.5)
     torch.testing.assert_close(weights, kernel / kernel.sum(1, keepdim=True))
-    wrong = kernel / kernel.sum(0)
-    assert not torch.allclose(wrong.sum(1), torch.ones(7))
+    torch.testing.assert_close(weights.sum(1), torch.ones(7))
+    assert not torch.allclose(weights, kernel / kernel.sum(0))  # not the source's axis
 
 
 def test_matches_kernel_weighted_average():
@@ -84,6 +84,14 @@ def test_mask_excludes_pairs():
     predictions, weights = nadaraya_watson(x, x, y, width=1e-3, mask=mask)
     assert (weights.diagonal() == 0).all()
     torch.testing.assert_close(predictions[0], torch.tensor(10.0))
+
+
+def test_leave_one_out_gives_no_weight_to_the_own_key():
+    x, y = make_regression_data(12, generator=torch.Generator().manual_seed(2))
+    model, _, _ = fit_width(x, y, steps=5, leave_one_out=True)
+    _, weights = model(x, x, y, mask=~torch.eye(12, dtype=torch.bool))
+    assert (weights.diagonal() == 0).all()
+    torch.testing.assert_close(weights.sum(1), torch.ones(12))
 
 
 def test_gradient_reaches_the_width():
@@ -131,6 +139,28 @@ def test_data_are_seeded_and_sorted():
             "bool",
         ),
         (lambda: make_regression_data(0), ValueError, "positive int"),
+        (lambda: make_regression_data(3.0), TypeError, "positive int"),
+        (lambda: make_regression_data(5, noise=float("nan")), ValueError, "noise"),
+        (lambda: gaussian_kernel(torch.zeros(3), torch.tensor(float("nan"))), ValueError, "> 0"),
+        (
+            lambda: nadaraya_watson(torch.zeros(2), [0.0, 1.0], torch.zeros(2)),
+            TypeError,
+            "torch.Tensor",
+        ),
+        (
+            lambda: nearest_neighbour(torch.zeros(2), torch.zeros(3), torch.zeros(4)),
+            ValueError,
+            "pair up",
+        ),
+        (
+            lambda: nadaraya_watson(
+                torch.zeros(2), torch.zeros(3), torch.zeros(3), mask=torch.ones(3, 2).bool()
+            ),
+            ValueError,
+            "shape",
+        ),
+        (lambda: fit_width(torch.zeros(4), torch.zeros(4), steps=0), ValueError, "steps"),
+        (lambda: fit_width(torch.zeros(4), torch.zeros(4), lr=-1.0), ValueError, "lr"),
         (lambda: make_regression_data(5, noise=-1.0), ValueError, "noise"),
         (lambda: LearnedWidthRegression(-1.0), ValueError, "width must be > 0"),
     ],

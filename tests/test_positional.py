@@ -319,6 +319,22 @@ def test_rotary_pairs_rotate_by_position_times_speed():
     torch.testing.assert_close(rotated, expected)
 
 
+@settings(max_examples=30, deadline=None)
+@given(
+    seq_len=st.integers(1, 8),
+    d_model=even_widths,
+    offset=st.integers(-1000, 1000),
+    base=bases,
+)
+def test_rotary_is_the_transposed_relative_rotation(seq_len, d_model, offset, base):
+    # RoPE turns pairs counter-clockwise: R(k)^T x in chapter 5's notation, x @ R(k) as rows.
+    x = torch.randn(seq_len, d_model, dtype=torch.float64)
+    rotated = apply_rotary(x, torch.full((seq_len,), offset), base=base)
+    rotation = relative_rotation(offset, d_model, base)
+    torch.testing.assert_close(rotated, x @ rotation)
+    torch.testing.assert_close(rotated.T, rotation.T @ x.T)
+
+
 def test_rotary_argument_errors():
     with pytest.raises(ValueError, match="d_model must be even"):
         apply_rotary(torch.zeros(3, 5))

@@ -10,11 +10,12 @@ export PYTHONHASHSEED := 0
 # Quiet, reproducible notebook kernels: no stray warnings about Jupyter's own paths.
 export JUPYTER_PLATFORM_DIRS := 1
 
-.PHONY: help venv book browser test lint drift unit notebooks site lab execute bench freeze clean
+.PHONY: help venv book browser test test-portability lint drift unit notebooks site lab execute bench freeze clean
 
 help:
 	@echo "make book      build the website into _build/html (creates .venv on first use)"
 	@echo "make test      every check: lint, pairing drift, unit tests, nbval, book build, site"
+	@echo "make test-portability  strict nbval under three numerics configurations"
 	@echo "make lab       open the notebooks in JupyterLab"
 	@echo "make execute   re-execute notebooks in place and refresh their .py twins (NB=path)"
 	@echo "make bench     execute every notebook and print the time each takes"
@@ -47,6 +48,7 @@ browser:
 lint: $(STAMP)
 	$(BIN)/ruff check helpers tests scripts notebooks/*.py
 	$(BIN)/ruff format --check helpers tests scripts notebooks/*.py
+	$(BIN)/actionlint .github/workflows/*.yml
 
 # Pairing drift, stored outputs and notebook conventions (tests/test_notebooks.py).
 drift: $(STAMP)
@@ -56,9 +58,29 @@ unit: $(STAMP)
 	$(BIN)/pytest -q -m "not site" -n 2 --dist loadfile
 
 # Strict nbval: every notebook re-executed, its outputs compared with the stored ones.
+NBVAL = $(BIN)/pytest -q --nbval --nbval-current-env --nbval-cell-timeout=600 \
+	--nbval-sanitize-with tests/nbval_sanitize.cfg -p no:randomly notebooks/
+# Numerics configurations (see CONTRIBUTING.md, "Numerics"). Outputs are stored with the
+# machine's defaults (`make execute`); `make test` re-executes them with PyTorch's, MKL's and
+# oneDNN's vector instructions forced down to plain scalar code, so a stored output that depends
+# on floating-point bits fails on the machine that wrote it, the day it is written.
+NUMERICS_scalar  := ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=SSE4_2 ONEDNN_MAX_CPU_ISA=SSE41
+NUMERICS_avx2    := ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2
+NUMERICS_threads := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
+NUMERICS ?= scalar
+
 notebooks: $(STAMP)
-	$(BIN)/pytest -q --nbval --nbval-current-env --nbval-cell-timeout=600 \
-		--nbval-sanitize-with tests/nbval_sanitize.cfg -p no:randomly notebooks/
+	@echo "nbval under numerics '$(NUMERICS)': $(NUMERICS_$(NUMERICS))"
+	env $(NUMERICS_$(NUMERICS)) $(NBVAL)
+
+# The nbval step under three configurations, one after another (about 4 times `notebooks`).
+test-portability: $(STAMP)
+	@for config in scalar avx2 threads; do \
+		echo "=== nbval under numerics '$$config'"; \
+		start=$$(date +%s); \
+		$(MAKE) --no-print-directory notebooks NUMERICS=$$config || exit 1; \
+		echo "=== '$$config' passed in $$(( $$(date +%s) - start )) s"; \
+	done
 
 site: book browser
 	$(BIN)/pytest -q -m site tests/

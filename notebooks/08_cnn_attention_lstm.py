@@ -443,7 +443,7 @@ parameters.rename("parameters").to_frame()
 # tensor, a learning rate far off). We run the check on all three architectures, with Adam at a
 # learning rate of 0.003 for 200 steps.
 
-# %%
+# %% tags=["nbval-ignore-output"]
 overfit_inputs, overfit_targets = train_set.tensors[0][:20], train_set.tensors[1][:20]
 overfit_curves = {}
 for name in ("CNN", "CNN + attention", "bidirectional LSTM"):
@@ -474,13 +474,14 @@ ax.legend()
 plt.show()
 
 # %%
-assert (overfit_ratio < 0.05).all()
-assert overfit_ratio.idxmin() == "CNN + attention"
+# The threshold has a margin: over five seeds and three numerics configurations the worst
+# ratio seen was 0.059 (scripts/margins_shapes.py; CONTRIBUTING.md, "Numerics").
+assert (overfit_ratio < 0.1).all()
 
 # %% [markdown]
-# **Figure.** All three models divide their error on the same 20 sequences by more than 20 in
-# 200 steps (the table above gives the final-to-first ratios), so none of them is broken; the
-# attention model ends lowest. Memorizing 20 sequences says little about generalizing, though:
+# **Figure.** All three models divide their error on the same 20 sequences by more than ten in
+# 200 steps (the table above gives the final-to-first ratios), so none of them is broken.
+# Memorizing 20 sequences says little about generalizing, though:
 # that is the next experiment.
 #
 # ## The comparison, done fairly
@@ -594,7 +595,7 @@ results
 # *best* seed of the column model.
 
 
-# %%
+# %% tags=["nbval-ignore-output"]
 def always_better(better, worse):
     return results.loc[better, "test_mse_worst"] < results.loc[worse, "test_mse_best"]
 
@@ -717,7 +718,7 @@ plt.show()
 # compares equal budgets. Its test MSE is {glue:text}`ch8_long_mse:.3f`, against
 # {glue:text}`ch8_attention_mse:.3f` for the 2-epoch runs.
 
-# %%
+# %% tags=["nbval-ignore-output"]
 LONG_EPOCHS = 8
 attention_model, long_history, long_mse = train(
     "CNN + attention", seed=0, epochs=LONG_EPOCHS
@@ -744,7 +745,7 @@ assert test_weights.shape == (NUM_TEST, 100, 100)
 torch.testing.assert_close(test_weights.sum(-1), torch.ones(NUM_TEST, 100))
 
 
-# %% tags=["hide-input"]
+# %% tags=["hide-input", "nbval-ignore-output"]
 def shape_names(shape_ids):
     names = np.array(["background", "triangle 1", "triangle 2", "box 1", "box 2"])
     return names[shape_ids.numpy() + 1]
@@ -822,7 +823,7 @@ attention_chart(EXAMPLES[0])
 # averaged over query positions. Below each row, the share of the positions that each region
 # covers, which is what a uniform attention would give.
 
-# %%
+# %% tags=["nbval-ignore-output"]
 shape_ids = test_data.shape_ids  # [N, T]: -1 background, 0-1 triangles, 2-3 boxes
 kinds = torch.div(
     shape_ids, 2, rounding_mode="floor"
@@ -876,7 +877,7 @@ attention_mass
 # enough to see both halves. The cell checks these statements.
 
 
-# %%
+# %% tags=["nbval-ignore-output"]
 def same_and_other_kind(table, kind):
     """Weight of `kind` positions on shapes of the same kind, and on the other kind."""
     row = table.loc[kind, "attention"]

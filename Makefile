@@ -58,8 +58,9 @@ unit: $(STAMP)
 	$(BIN)/pytest -q -m "not site" -n 2 --dist loadfile
 
 # Strict nbval: every notebook re-executed, its outputs compared with the stored ones.
-NBVAL = $(BIN)/pytest -q --nbval --nbval-current-env --nbval-cell-timeout=600 \
-	--nbval-sanitize-with tests/nbval_sanitize.cfg -p no:randomly notebooks/
+# Two workers, one notebook each at a time: chapter 8 runs beside the others.
+NBVAL = $(BIN)/pytest -q --nbval --nbval-current-env --nbval-cell-timeout=1200 \
+	--nbval-sanitize-with tests/nbval_sanitize.cfg -p no:randomly -n 2 --dist loadscope notebooks/
 # Numerics configurations (see CONTRIBUTING.md, "Numerics"). Outputs are stored with the
 # machine's defaults (`make execute`); `make test` re-executes them with PyTorch's, MKL's and
 # oneDNN's vector instructions forced down to plain scalar code, so a stored output that depends

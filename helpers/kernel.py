@@ -48,15 +48,19 @@ def make_regression_data(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Sorted inputs ``x`` uniform on [0, x_max) and targets ``true_function(x)`` plus noise.
 
-    The noise is Gaussian with standard deviation ``noise``.
+    The noise is Gaussian with standard deviation ``noise``. Everything is drawn and computed in
+    float64 and rounded once to float32, so the data are the same bits on every CPU: float32
+    ``randn`` and ``sin`` differ in their last bit between instruction sets (AVX2 vs scalar
+    code), and so would every chart and table made from the data.
     """
     check_positive_int("num_points", num_points)
     if not noise >= 0:  # also refuses NaN
         raise ValueError(f"noise is a standard deviation and must be >= 0, got {noise}")
-    x = torch.rand(num_points, generator=generator) * x_max
+    x = torch.rand(num_points, generator=generator, dtype=torch.float64) * x_max
     x, _ = torch.sort(x)
-    y = true_function(x) + noise * torch.randn(num_points, generator=generator)
-    return x, y
+    eps = torch.randn(num_points, generator=generator, dtype=torch.float64)
+    y = true_function(x) + noise * eps
+    return x.float(), y.float()
 
 
 def _check_width(width) -> None:

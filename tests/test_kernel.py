@@ -1,5 +1,6 @@
 """Tests of helpers.kernel: Nadaraya-Watson regression (chapter 1)."""
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
@@ -118,6 +119,20 @@ def test_data_are_seeded_and_sorted():
     torch.testing.assert_close(x1, x2)
     torch.testing.assert_close(y1, y2)
     assert (x1.diff() >= 0).all()
+
+
+def test_data_are_drawn_in_float64_and_rounded_once_so_every_cpu_gets_the_same_bits():
+    # An independent float64 reference (NumPy's sin, not torch's), rounded to float32: equal
+    # bits. Float32 sin and randn differ in their last bit between instruction sets.
+    x, y = make_regression_data(200, noise=0.5, generator=torch.Generator().manual_seed(5))
+    generator = torch.Generator().manual_seed(5)
+    x64 = torch.rand(200, generator=generator, dtype=torch.float64).numpy() * 10.0
+    eps = torch.randn(200, generator=generator, dtype=torch.float64).numpy()
+    x64 = np.sort(x64)  # sorted before the noise is drawn, as the function does
+    expected = 2 * np.sin(x64) + x64 + 0.5 * eps
+    assert x.dtype == y.dtype == torch.float32
+    assert np.array_equal(x.numpy(), x64.astype(np.float32))
+    assert np.array_equal(y.numpy(), expected.astype(np.float32))
 
 
 @pytest.mark.parametrize(

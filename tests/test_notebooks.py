@@ -119,3 +119,25 @@ def test_glue_names_are_unique_across_the_book():
                 key = output.get("metadata", {}).get("scrapbook", {}).get("name")
                 if key:
                     assert seen.setdefault(key, path.name) == path.name, f"{key} glued twice"
+
+
+def test_make_test_verifies_the_notebooks_under_other_numerics():
+    """The nbval step of `make test` must not run with the numerics that stored the outputs.
+
+    Outputs are stored with the machine's defaults (`make execute`); verifying with PyTorch's,
+    MKL's and oneDNN's vector code forced down is what makes a float-bit dependence fail on the
+    developer's machine (CONTRIBUTING.md, "Numerics").
+    """
+    makefile = (ROOT / "Makefile").read_text()
+    variables = dict(re.findall(r"^(NUMERICS\w*)\s*[:?]?=\s*(.*)$", makefile, flags=re.M))
+    default = variables["NUMERICS"].strip()
+    settings = variables[f"NUMERICS_{default}"]
+    assert "ATEN_CPU_CAPABILITY=default" in settings, settings
+    assert "ONEDNN_MAX_CPU_ISA=" in settings and "MKL_ENABLE_INSTRUCTIONS=" in settings
+    notebooks_recipe = re.search(r"^notebooks:.*\n((?:\t.*\n)+)", makefile, flags=re.M).group(1)
+    assert "$(NUMERICS_$(NUMERICS))" in notebooks_recipe
+    test_target = re.search(r"^test:(.*)$", makefile, flags=re.M).group(1).split()
+    assert "notebooks" in test_target
+    portability = re.search(r"^test-portability:.*\n((?:\t.*\n)+)", makefile, flags=re.M)
+    configs = re.search(r"for config in ([\w ]+);", portability.group(1)).group(1).split()
+    assert len(configs) >= 3 and all(f"NUMERICS_{c}" in variables for c in configs)

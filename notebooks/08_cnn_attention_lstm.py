@@ -862,19 +862,20 @@ attention_mass
 # %% [markdown]
 # **Box positions attend to boxes**: they put {glue:text}`ch8_box_to_box:.2f` of their
 # weight on the two boxes (their own and the other one), far above their uniform share, against
-# {glue:text}`ch8_box_to_triangle:.2f` on the triangles. **Triangle positions attend to
-# triangles**, less sharply: {glue:text}`ch8_triangle_to_triangle:.2f` on the two triangles
-# against {glue:text}`ch8_triangle_to_box:.2f` on the boxes. Both kinds put less weight on the
-# background than a uniform attention would. A box's height can be read at any of its samples,
-# a triangle's only at its peak, which may be why the boxes' pattern is the cleaner one.
+# {glue:text}`ch8_box_to_triangle:.2f` on the triangles. Both kinds put less weight on the
+# background than a uniform attention would. **Triangle positions do not yet show the mirror
+# pattern**: this model puts {glue:text}`ch8_triangle_to_triangle:.2f` of their weight on the two
+# triangles and {glue:text}`ch8_triangle_to_box:.2f` on the boxes, but over five seeds
+# (`scripts/margins_shapes.py`) the order of those two numbers flips from seed to seed, so we
+# claim nothing for triangles at this budget. A box's height can be read at any of its samples,
+# a triangle's only at its peak, which may be why the boxes' pattern is learned first.
 #
-# The triangles' half of the pattern is what the short runs had not learned yet. The same
-# measure on the seed-0 model of the fair comparison (126 steps) gives box positions
-# {glue:text}`ch8_short_box_to_box:.2f` on boxes, but triangle positions only
+# The same measure on the seed-0 model of the fair comparison (126 steps) gives box positions
+# {glue:text}`ch8_short_box_to_box:.2f` on boxes, already above one half, and triangle positions
 # {glue:text}`ch8_short_triangle_to_triangle:.2f` on triangles against
 # {glue:text}`ch8_short_triangle_to_box:.2f` on boxes. Source 004 shows a clean "triangles to
 # triangles, boxes to boxes" pattern after 50 epochs; {glue:text}`ch8_long_epochs` epochs are
-# enough to see both halves. The cell checks these statements.
+# enough for the boxes' half. The cell checks the statements that hold on every seed.
 
 
 # %% tags=["nbval-ignore-output"]
@@ -887,8 +888,9 @@ def same_and_other_kind(table, kind):
 
 box_same, box_other = same_and_other_kind(attention_mass, "box")
 triangle_same, triangle_other = same_and_other_kind(attention_mass, "triangle")
+# Margins (scripts/margins_shapes.py, five seeds, default and scalar numerics): box_same was
+# at least 0.72 and at least 2.7 times box_other. Triangles: no claim (the order flips).
 assert box_same > 0.5 and box_same > 2 * box_other
-assert triangle_same > triangle_other
 uniform_box = attention_mass.loc["box", "uniform"]
 assert (
     attention_mass.loc["box", "attention"]["other shape, same kind"]
@@ -903,7 +905,7 @@ with torch.no_grad():
 short_mass = mass_table(fair_weights)
 short_box_same, _ = same_and_other_kind(short_mass, "box")
 short_triangle_same, short_triangle_other = same_and_other_kind(short_mass, "triangle")
-assert short_box_same > 0.5 and short_triangle_same < short_triangle_other
+assert short_box_same > 0.5
 for name, value in [
     ("box_to_box", box_same),
     ("box_to_triangle", box_other),
@@ -936,9 +938,9 @@ for name, value in [
 #   is read as a sequence of $B$ samples. The model still trains, and still loses to copying
 #   its input.
 # - The attention weights can be read and measured. After the fair comparison's 126 steps the
-#   layer is halfway through learning the rule: boxes already attend to boxes, triangles not
-#   yet. A separate, longer run of the same model shows both halves: boxes attend to boxes and
-#   triangles to triangles.
+#   layer is halfway through learning the rule: boxes already attend to boxes. A longer run of
+#   the same model sharpens the boxes' half; the triangles' half does not show reliably at this
+#   budget (its order flips between seeds), so the chapter makes no claim about it.
 #
 # ## Exercises
 #

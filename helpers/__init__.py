@@ -1,20 +1,50 @@
 """The model code of *Attention and Transformers, taught by running them*.
 
 Each chapter of the book builds a piece from scratch, then shows and uses the canonical
-version that lives here. The top level holds only what every chapter needs: seeding,
-picking a device, showing source code, and gluing numbers into the prose.
+version that lives here. Where code lives:
+
+* **core building blocks**, one concern per module, each readable top to bottom: the classes
+  a chapter shows with ``show_source`` hold the computation and one line of checks;
+* **tasks** (``helpers.tasks``): each training chapter's data, model and configuration;
+* **checks on the reader's code** (``helpers.checks``): every exercise checker;
+* **argument checks** (``helpers._validate``): every check of the package's inputs, one
+  exception type per kind of mistake (TypeError: wrong kind; ValueError: wrong value);
+* the **top level** (this module): what every notebook needs (seeding, the device, threads,
+  showing source, gluing numbers into the prose, expecting an error).
+
+Later chapters import what earlier ones built; nothing is copied.
+
+| chapter | module |
+| --- | --- |
+| 1 kernel regression | ``kernel`` (Nadaraya-Watson), ``tasks.regression`` (data) |
+| 2 masking, 3 attention, 4 multi-head | ``attention`` |
+| 4 weights from PyTorch's modules | ``interop`` |
+| 5 positional encoding | ``positional`` |
+| 6 encoder | ``transformer``, ``analysis`` (parameter counts, stable rank) |
+| 7 reversal | ``training`` (``fit``), ``tasks.reverse`` |
+| 8 triangles and boxes | ``tasks.shapes`` |
+| figures, every chapter | ``plotting`` |
+| exercises, every chapter | ``checks`` |
 """
 
 from __future__ import annotations
 
 import inspect
-import os
 import random
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 import torch
 
-__all__ = ["seed_everything", "get_device", "show_source", "glue"]
+__all__ = [
+    "seed_everything",
+    "get_device",
+    "use_one_thread",
+    "show_source",
+    "glue",
+    "expect_error",
+]
 __version__ = "0.1.0"
 
 
@@ -31,7 +61,8 @@ def seed_everything(seed: int = 0) -> torch.Generator:
     random.seed(seed)
     np.random.seed(seed)  # noqa: NPY002 - seeds the legacy global generator on purpose
     torch.manual_seed(seed)  # also seeds every CUDA device
-    os.environ["PYTHONHASHSEED"] = str(seed)
+    # (Python's string hashing is fixed when the interpreter starts, by the PYTHONHASHSEED
+    # environment variable; setting it here would change only child processes.)
     return torch.Generator().manual_seed(seed)
 
 
@@ -56,6 +87,17 @@ def get_device(prefer: str | None = None) -> torch.device:
         if available[name]:
             return torch.device(name)
     return torch.device("cpu")
+
+
+def use_one_thread(device: torch.device) -> None:
+    """On the CPU, run PyTorch's kernels on one thread.
+
+    The book's models are so small that splitting each matrix product over several threads
+    costs more in synchronization than it saves (and far more on a busy machine). Does
+    nothing on a GPU.
+    """
+    if torch.device(device).type == "cpu":
+        torch.set_num_threads(1)
 
 
 def show_source(obj) -> object:
@@ -101,3 +143,20 @@ def glue(name: str, value, display: bool = False) -> None:
         return None
     myst_glue(name, value, display=display)
     return None
+
+
+@contextmanager
+def expect_error(kind: type[BaseException]) -> Iterator[None]:
+    """Run the block, which must raise ``kind``: print the error, fail if nothing is raised.
+
+    Chapters show mistakes on purpose inside ``with expect_error(ValueError): ...``, so that
+    each demonstration is also a check.
+    """
+    if not (isinstance(kind, type) and issubclass(kind, BaseException)):
+        raise TypeError(f"kind must be an exception class such as ValueError, got {kind!r}")
+    try:
+        yield
+    except kind as error:
+        print(f"{kind.__name__}: {error}")
+    else:
+        raise AssertionError(f"expected a {kind.__name__}, but nothing was raised")

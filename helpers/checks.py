@@ -1,43 +1,180 @@
-"""Checkers for the exercises of chapter 4 (multi-head attention).
+"""Checkers for the book's exercises, all in one place.
 
 Each ``check_*`` function takes the reader's code, runs it on small seeded inputs, and either
-returns a line starting with "Correct:" or raises ``AssertionError`` with a hint that names
-the likely mistake. Shapes: ``B`` batch, ``T`` sequence, ``H`` heads, ``D`` model width
-(``d_model``), ``d_head = D / H``.
+returns a line starting with "Correct:" or raises ``AssertionError`` with a hint that names the
+likely mistake. They are grouped by chapter:
+
+| chapter | checkers |
+| --- | --- |
+| 1 kernel regression | :func:`check_kernel_regression` |
+| 2-3 masking, attention | :func:`check_sliding_window_mask`, :func:`check_attention` |
+| 4 multi-head attention | :func:`check_split_heads`, :func:`check_merge_heads`, |
+| | :func:`check_parameter_count` |
+| 5 positional encoding | :func:`check_fixed_base_encoding` |
+| 6 encoder | :func:`check_rms_norm`, :func:`check_block_parameter_count` |
+| 7 reversal | :func:`check_sequence_accuracy` |
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Sequence
 
+import numpy as np
 import torch
-from torch import nn
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from helpers import _validate as check
+from helpers.analysis import count_parameters
+from helpers.attention import split_heads
+from helpers.transformer import EncoderBlock, RMSNorm
 
 __all__ = [
-    "split_heads",
-    "merge_heads",
+    "check_kernel_regression",
+    "check_attention",
+    "check_sliding_window_mask",
     "mha_parameter_count",
     "check_split_heads",
     "check_merge_heads",
     "check_parameter_count",
+    "check_fixed_base_encoding",
+    "check_rms_norm",
+    "check_block_parameter_count",
+    "check_sequence_accuracy",
 ]
 
 
-def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
-    """(B, T, D) -> (B, H, T, d_head): head ``h`` gets features ``h*d_head:(h+1)*d_head``."""
-    batch, seq_len, d_model = x.shape
-    if d_model % num_heads:
-        raise ValueError(
-            f"d_model={d_model} is not divisible by num_heads={num_heads}; "
-            "pick num_heads among the divisors of d_model"
+def _describe(value) -> str:
+    return f"shape {tuple(value.shape)}" if isinstance(value, Tensor) else type(value).__name__
+
+
+# --------------------------------------------------------------------------- chapter 1
+
+
+def check_kernel_regression(
+    fn: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, float], torch.Tensor],
+) -> str:
+    """Check a reader's Laplace-kernel regression ``fn(queries, keys, values, width)``.
+
+    The Laplace kernel is ``exp(-|q - k| / width)``; the prediction is the kernel-weighted
+    average of the values. Raises AssertionError with a hint when ``fn`` is wrong.
+    """
+    generator = torch.Generator().manual_seed(1)
+    queries = torch.rand(7, generator=generator) * 10
+    keys = torch.rand(11, generator=generator) * 10
+    values = torch.randn(11, generator=generator)
+    for width in (0.3, 1.0, 4.0):
+        expected = torch.softmax(-(queries[:, None] - keys[None, :]).abs() / width, -1) @ values
+        got = fn(queries, keys, values, width)
+        if not isinstance(got, torch.Tensor) or got.shape != expected.shape:
+            shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
+            raise AssertionError(
+                f"expected a tensor of shape {tuple(expected.shape)} (one prediction per "
+                f"query), got {shape}"
+            )
+        if not torch.allclose(got, expected, atol=1e-5):
+            distances = (queries[:, None] - keys[None, :]).abs()
+            wrong_axis = torch.exp(-distances / width)
+            wrong_axis = (wrong_axis / wrong_axis.sum(0)) @ values
+            hint = (
+                "your weights are normalized over the queries (axis 0); normalize each "
+                "query's weights over the keys (axis -1)"
+                if torch.allclose(got, wrong_axis, atol=1e-5)
+                else "compare your weights with softmax(-|q - k| / width) over the keys"
+            )
+            raise AssertionError(f"wrong predictions for width={width}: {hint}")
+    return "Correct: your Laplace-kernel regression matches the reference."
+
+
+# --------------------------------------------------------------------------- chapters 2-3
+
+
+def _reference_attention(q: Tensor, k: Tensor, v: Tensor, dim: int = -1, scaled: bool = True):
+    scores = q @ k.transpose(-2, -1) / (math.sqrt(q.shape[-1]) if scaled else 1.0)
+    return scores.softmax(dim=dim) @ v
+
+
+def check_attention(fn) -> str:
+    """Check a reader's ``fn(q, k, v)`` (returning the output, or (output, weights)).
+
+    Runs it on seeded inputs: Tq == Tk (where swapped queries and keys still run), Tq != Tk,
+    then with batch dimensions; returns a line starting with "Correct:" or raises
+    AssertionError naming the likely mistake.
+    """
+    if not callable(fn):
+        raise TypeError(f"pass your attention function itself, got {type(fn).__name__}")
+    gen = torch.Generator().manual_seed(0)
+    cases = (((4, 4), (4, 4), 3), ((3, 4), (5, 4), 2), ((2, 3, 4, 8), (2, 3, 6, 8), 5))
+    for shape_q, shape_k, dv in cases:
+        q, k = torch.randn(*shape_q, generator=gen), torch.randn(*shape_k, generator=gen)
+        v = torch.randn(*shape_k[:-1], dv, generator=gen)
+        batched = q.ndim > 2
+        try:
+            result = fn(q, k, v)
+        except Exception as error:
+            hint = (
+                "it works without batch dimensions, so use k.transpose(-2, -1), not k.T, "
+                "so that batch dimensions pass through"
+                if batched
+                else "check the shapes: scores q @ k^T are (Tq, Tk), and weights @ v is (Tq, dv)"
+            )
+            raise AssertionError(
+                f"your function raised {type(error).__name__}: {error} on q {tuple(q.shape)}, "
+                f"k {tuple(k.shape)}, v {tuple(v.shape)}; {hint}"
+            ) from None
+        output = result[0] if isinstance(result, tuple) else result
+        expected = _reference_attention(q, k, v)
+        if not isinstance(output, Tensor) or output.shape != expected.shape:
+            raise AssertionError(
+                f"expected an output of shape {tuple(expected.shape)} (..., Tq, dv), got "
+                f"{_describe(output)}"
+            )
+        if torch.allclose(output, expected, atol=1e-5):
+            continue
+        if torch.allclose(output, _reference_attention(q, k, v, scaled=False), atol=1e-5):
+            raise AssertionError("the scores are not scaled: divide q @ k^T by sqrt(d)")
+        if torch.allclose(output, _reference_attention(q, k, v, dim=-2), atol=1e-5):
+            raise AssertionError("the softmax runs over queries: take it over the keys, dim=-1")
+        if q.shape == k.shape and torch.allclose(output, _reference_attention(k, q, v), atol=1e-5):
+            raise AssertionError(
+                "queries and keys are swapped: the scores are q @ k^T (one row per query), "
+                "not k @ q^T"
+            )
+        raise AssertionError(
+            "the output differs from softmax(q k^T / sqrt(d)) v; check that queries come first "
+            "(q @ k^T, not k @ q^T) and that the weights multiply v"
         )
-    return x.view(batch, seq_len, num_heads, d_model // num_heads).transpose(1, 2)
+    return "Correct: your attention matches softmax(q k^T / sqrt(d)) v, batched and unbatched."
 
 
-def merge_heads(x: torch.Tensor) -> torch.Tensor:
-    """(B, H, T, d_head) -> (B, T, D): the inverse of ``split_heads``."""
-    batch, num_heads, seq_len, d_head = x.shape
-    return x.transpose(1, 2).reshape(batch, seq_len, num_heads * d_head)
+def check_sliding_window_mask(fn) -> str:
+    """Check a reader's ``fn(T, window) -> (T, T) bool``: query t sees keys t-window+1..t.
+
+    Returns a line starting with "Correct:" or raises AssertionError with a hint.
+    """
+    if not callable(fn):
+        raise TypeError(f"pass your mask function itself, got {type(fn).__name__}")
+    for T, window in ((5, 2), (6, 1), (4, 4), (7, 3)):
+        rows, cols = torch.arange(T)[:, None], torch.arange(T)[None, :]
+        expected = (cols <= rows) & (cols > rows - window)
+        mask = fn(T, window)
+        if not isinstance(mask, Tensor) or mask.shape != (T, T):
+            raise AssertionError(f"expected a ({T}, {T}) tensor, got {_describe(mask)}")
+        if mask.dtype != torch.bool:
+            raise AssertionError(f"the mask must be boolean, got dtype {mask.dtype}")
+        if torch.equal(mask, ~expected):
+            raise AssertionError("the mask is inverted: True must mean 'may attend'")
+        if not torch.equal(mask, expected):
+            wrong = (mask != expected).nonzero()[0].tolist()
+            raise AssertionError(
+                f"for T={T}, window={window} entry (query, key)={tuple(wrong)} is "
+                f"{bool(mask[tuple(wrong)])}; query t may attend to keys t-window+1, ..., t"
+            )
+    return "Correct: each query sees itself and the window - 1 keys before it."
+
+
+# --------------------------------------------------------------------------- chapter 4
 
 
 def mha_parameter_count(d_model: int, num_heads: int, bias: bool = False) -> int:
@@ -45,15 +182,8 @@ def mha_parameter_count(d_model: int, num_heads: int, bias: bool = False) -> int
 
     ``num_heads`` does not enter: the heads split the width D, they do not add to it.
     """
-    if d_model % num_heads:
-        raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}")
+    check.head_width(d_model, num_heads)
     return 4 * d_model * d_model + (4 * d_model if bias else 0)
-
-
-def _shape(value) -> str:
-    if isinstance(value, torch.Tensor):
-        return str(tuple(value.shape))
-    return type(value).__name__
 
 
 _CASES = ((2, 5, 12, 3), (1, 7, 8, 2), (3, 4, 16, 4), (2, 3, 6, 6))
@@ -69,7 +199,7 @@ def check_split_heads(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> str:
         if not isinstance(got, torch.Tensor) or got.shape != expected.shape:
             raise AssertionError(
                 f"for x of shape {tuple(x.shape)} and num_heads={num_heads} expected shape "
-                f"{tuple(expected.shape)} = (B, H, T, d_head), got {_shape(got)}"
+                f"{tuple(expected.shape)} = (B, H, T, d_head), got {_describe(got)}"
             )
         if not torch.equal(got, expected):
             d_head = d_model // num_heads
@@ -95,7 +225,7 @@ def check_merge_heads(fn: Callable[[torch.Tensor], torch.Tensor]) -> str:
         if not isinstance(got, torch.Tensor) or got.shape != x.shape:
             raise AssertionError(
                 f"for heads of shape {tuple(heads.shape)} expected shape {tuple(x.shape)} "
-                f"= (B, T, D), got {_shape(got)}"
+                f"= (B, T, D), got {_describe(got)}"
             )
         if not torch.equal(got, x):
             hint = (
@@ -129,3 +259,212 @@ def check_parameter_count(fn: Callable[[int, int, bool], int]) -> str:
                     f"{expected} parameters, got {got}.{hint}"
                 )
     return "Correct: your formula matches torch.nn.MultiheadAttention for every case tried."
+
+
+# --------------------------------------------------------------------------- chapter 5
+
+
+def _fixed_base_reference(num_positions: int, bases: Sequence[int]) -> np.ndarray:
+    angles = 2 * np.pi * np.arange(num_positions)[:, None] / np.asarray(bases, float)[None, :]
+    return np.stack((np.sin(angles), np.cos(angles)), axis=-1).reshape(num_positions, -1)
+
+
+def _diagnose(got: np.ndarray, num_positions: int, bases: Sequence[int]) -> str:
+    """Name the usual mistake that produces ``got``, or say where it first goes wrong."""
+    steps = np.arange(num_positions)[:, None]
+    speeds = 1.0 / np.asarray(bases, float)[None, :]
+    expected = _fixed_base_reference(num_positions, bases)
+
+    def pairs(angles: np.ndarray, first=np.sin, second=np.cos) -> np.ndarray:
+        return np.stack((first(angles), second(angles)), -1).reshape(num_positions, -1)
+
+    known_mistakes = [
+        (
+            pairs(360 * steps * speeds),
+            "the angles look like degrees (360 / base per position); torch.sin and np.sin "
+            "take radians: use 2 * pi / base per position",
+        ),
+        (
+            pairs(2 * np.pi * steps * speeds, np.cos, np.sin),
+            "sine and cosine are swapped: column 2k should be sin, column 2k + 1 cos",
+        ),
+        (
+            np.concatenate(
+                (np.sin(2 * np.pi * steps * speeds), np.cos(2 * np.pi * steps * speeds)), 1
+            ),
+            "all sines come first and then all cosines; interleave them instead: "
+            "sin(base 1), cos(base 1), sin(base 2), cos(base 2), ...",
+        ),
+        (
+            pairs(2 * np.pi * (steps + 1) * speeds),
+            "positions start at 1; the first row is position 0 (angle 0)",
+        ),
+        (
+            pairs(steps * speeds),
+            "the angle moves 1 / base radian per position, which is not a full turn in `base` "
+            "steps: use 2 * pi / base",
+        ),
+    ]
+    for candidate, hint in known_mistakes:
+        if candidate.shape == got.shape and np.allclose(candidate, got, atol=1e-4):
+            return hint
+    row, col = np.argwhere(~np.isclose(got, expected, atol=1e-5))[0]
+    return (
+        f"first difference at position {row}, column {col}: got {got[row, col]:.4f}, "
+        f"expected {expected[row, col]:.4f}"
+    )
+
+
+def check_fixed_base_encoding(
+    encode: Callable[[int, Sequence[int]], object],
+    bases: Sequence[int] = (4, 5, 7),
+    num_positions: int = 16,
+) -> str:
+    """Check a reader's fixed-base positional encoding; return a message if it is right.
+
+    ``encode(num_positions, bases)`` must return a tensor or array of shape
+    (num_positions, 2 * len(bases)) whose columns ``2k`` and ``2k + 1`` are
+    ``sin(2 pi t / bases[k])`` and ``cos(2 pi t / bases[k])`` for positions t = 0, 1, ...
+    A wrong answer raises ``AssertionError`` whose message names the likely mistake. A right
+    one also has distances between positions that depend on the offset only, which the
+    returned message reports.
+    """
+    if not callable(encode):
+        raise TypeError(f"pass your encoding function itself, got {type(encode).__name__}")
+    check.positive_int("num_positions", num_positions)
+    for base in bases:
+        check.positive_int("each base", base)
+    expected_shape = (num_positions, 2 * len(bases))
+    result = encode(num_positions, bases)
+    if isinstance(result, torch.Tensor):
+        result = result.detach().cpu().numpy()
+    if not isinstance(result, np.ndarray):
+        raise AssertionError(
+            f"encode returned a {type(result).__name__}; return a torch.Tensor or a NumPy array "
+            f"of shape {expected_shape}"
+        )
+    got = result.astype(np.float64)
+    if got.shape != expected_shape:
+        hint = ""
+        if got.shape == expected_shape[::-1]:
+            hint = " (it looks transposed: one row per position, please)"
+        elif got.shape == (num_positions, len(bases)):
+            hint = " (one column per base: each base needs a sine column AND a cosine column)"
+        raise AssertionError(f"expected shape {expected_shape}, got {got.shape}{hint}")
+    distances = np.linalg.norm(got[:, None, :] - got[None, :, :], axis=-1)
+    offset_only = all(np.ptp(np.diagonal(distances, k)) < 1e-4 for k in range(num_positions))
+    if not np.allclose(got, _fixed_base_reference(num_positions, bases), atol=1e-5):
+        geometry = (
+            "distances between your positions do depend on the offset only, though"
+            if offset_only
+            else "and distances between your positions depend on more than their offset"
+        )
+        raise AssertionError(f"not yet right: {_diagnose(got, num_positions, bases)} ({geometry})")
+    return (
+        f"Correct: {num_positions} positions x {2 * len(bases)} columns, and the distance "
+        "between two positions depends only on their offset (every diagonal of the distance "
+        "matrix is constant to within 1e-4)."
+    )
+
+
+# --------------------------------------------------------------------------- chapter 6
+
+
+def check_rms_norm(fn) -> str:
+    """Check a reader's ``fn(x, weight, eps)`` computing RMSNorm over the last dimension.
+
+    Returns a line starting with "Correct:", or raises AssertionError with a hint.
+    """
+    generator = torch.Generator().manual_seed(6)
+    for shape, eps in (((3, 8), 1e-6), ((2, 4, 6), 1e-2), ((5, 1), 0.5)):
+        x = 2 * torch.randn(shape, generator=generator) + 1  # off-centre on purpose
+        weight = torch.randn(shape[-1], generator=generator)
+        reference = RMSNorm(shape[-1], eps=eps)
+        with torch.no_grad():
+            reference.weight.copy_(weight)
+            expected = reference(x)
+        got = fn(x, weight, eps)
+        if not isinstance(got, torch.Tensor) or got.shape != expected.shape:
+            received = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
+            raise AssertionError(f"expected a tensor of shape {tuple(x.shape)}, got {received}")
+        if torch.allclose(got, expected, atol=1e-5):
+            continue
+        centred = x - x.mean(-1, keepdim=True)
+        hints = (
+            (
+                centred * torch.rsqrt(centred.pow(2).mean(-1, keepdim=True) + eps) * weight,
+                "you subtract the mean: that is LayerNorm; RMSNorm does not centre",
+            ),
+            (
+                x / (x.pow(2).mean(-1, keepdim=True).sqrt() + eps) * weight,
+                "eps goes inside the square root: x / sqrt(mean(x**2) + eps)",
+            ),
+            (
+                x * x.pow(2).mean(-1, keepdim=True).add(eps).sqrt() * weight,
+                "divide by the root mean square, do not multiply by it",
+            ),
+        )
+        hint = next(
+            (text for wrong, text in hints if torch.allclose(got, wrong, atol=1e-5)),
+            "average x**2 over the last dimension only (dim=-1, keepdim=True)",
+        )
+        raise AssertionError(f"wrong output for input shape {shape}, eps={eps}: {hint}")
+    return "Correct: your RMSNorm matches helpers.transformer.RMSNorm."
+
+
+def check_block_parameter_count(fn) -> str:
+    """Check a reader's formula ``fn(d_model, ffn_width)`` for the parameters of one block.
+
+    The block is ``EncoderBlock(d_model, num_heads, ffn_width)`` with biases and LayerNorm.
+    Returns a line starting with "Correct:", or raises AssertionError with a hint.
+    """
+    for d_model, num_heads, ffn_width in ((8, 2, 32), (12, 3, 20), (512, 8, 2048)):
+        expected = count_parameters(EncoderBlock(d_model, num_heads, ffn_width))
+        got = fn(d_model, ffn_width)
+        if got == expected:
+            continue
+        without_norms = expected - 4 * d_model
+        without_biases = expected - (4 * d_model + ffn_width + d_model)
+        hint = {
+            without_norms: "add the two LayerNorms: a gain and a bias of size D each",
+            without_biases: "add the biases: 4D in attention, F + D in the feed-forward network",
+        }.get(got, "attention has 4 D x D matrices, the feed-forward network D x F and F x D")
+        raise AssertionError(
+            f"for d_model={d_model}, ffn_width={ffn_width} the block has {expected:,} "
+            f"parameters, your formula gives {got!r}: {hint}"
+        )
+    return "Correct: your formula matches count_parameters(EncoderBlock(...))."
+
+
+# --------------------------------------------------------------------------- chapter 7
+
+
+def check_sequence_accuracy(fn) -> str:
+    """Check a reader's ``fn(logits, targets)``: the fraction of sequences *entirely* right.
+
+    ``logits`` is ``(B, T, C)``, ``targets`` ``(B, T)``; a sequence counts only if the arg-max
+    is right at every one of its ``T`` positions. Returns a line starting with "Correct:",
+    or raises AssertionError with a hint.
+    """
+    generator = torch.Generator().manual_seed(7)
+    targets = torch.randint(5, (8, 6), generator=generator)
+    logits = 3 * F.one_hot(targets, 5).float() + torch.rand(8, 6, 5, generator=generator)
+    flip = torch.rand(8, 6, generator=generator) < 0.08  # a few wrong tokens
+    logits[flip] = logits[flip].roll(1, dims=-1)
+    expected = (logits.argmax(-1) == targets).all(dim=-1).float().mean()
+    got = fn(logits, targets)
+    one_number = isinstance(got, (float, int)) or (
+        isinstance(got, torch.Tensor) and got.numel() == 1
+    )
+    if not one_number:
+        raise AssertionError(f"return one number (a 0-dim tensor or a float), got {got!r}")
+    got_value = float(got)
+    if abs(got_value - expected.item()) < 1e-6:
+        return "Correct: your sequence accuracy matches."
+    token_accuracy = (logits.argmax(-1) == targets).float().mean()
+    if abs(got_value - token_accuracy.item()) < 1e-6:
+        raise AssertionError("that is the token accuracy: require every position to be right")
+    raise AssertionError(
+        f"expected {expected.item():.4f}, got {got_value:.4f}: compare argmax(-1) with the "
+        "targets, then .all(dim=-1) over positions, then average over sequences"
+    )

@@ -16,7 +16,6 @@ which is what per-step schedules such as :func:`cosine_warmup_schedule` expect.
 from __future__ import annotations
 
 import math
-import numbers
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -25,6 +24,8 @@ import pandas as pd
 import torch
 from torch import nn
 from tqdm import tqdm
+
+from helpers import _validate as check
 
 __all__ = [
     "fit",
@@ -36,44 +37,6 @@ __all__ = [
 ]
 
 Metric = Callable[[torch.Tensor, torch.Tensor], "torch.Tensor | float"]
-
-
-# --- argument checks (shared by the public functions) -----------------------------------------
-
-
-def _check_model(model) -> None:
-    if not isinstance(model, nn.Module):
-        raise TypeError(
-            f"model must be a torch.nn.Module, got {type(model).__name__}; "
-            "wrap plain functions in an nn.Module"
-        )
-
-
-def _check_loader(loader, name: str) -> None:
-    if isinstance(loader, torch.Tensor) or not isinstance(loader, Iterable):
-        raise TypeError(
-            f"{name} must be an iterable of (inputs..., target) batches such as a "
-            f"torch.utils.data.DataLoader, got {type(loader).__name__}; "
-            "wrap tensors with DataLoader(TensorDataset(x, y), batch_size=...)"
-        )
-
-
-def _check_metrics(metrics) -> dict[str, Metric]:
-    if metrics is None:
-        return {}
-    if not isinstance(metrics, Mapping):
-        raise TypeError(
-            f"metrics must be a dict {{name: fn(output, target)}}, got {type(metrics).__name__}"
-        )
-    for name, metric in metrics.items():
-        if not isinstance(name, str) or not name.isidentifier() or name == "loss":
-            raise ValueError(
-                f"metric names must be identifiers other than 'loss', got {name!r}; "
-                "rename it, e.g. 'accuracy'"
-            )
-        if not callable(metric):
-            raise TypeError(f"metric {name!r} must be callable, got {type(metric).__name__}")
-    return dict(metrics)
 
 
 def _resolve_device(model: nn.Module, device) -> torch.device:
@@ -122,11 +85,10 @@ def evaluate(
     smaller last batch counts for what it holds. The model is put in ``eval()`` mode (dropout
     off) and given back in the mode it was in. ``device=None`` uses the model's own device.
     """
-    _check_model(model)
-    _check_loader(loader, "loader")
-    if not callable(loss_fn):
-        raise TypeError(f"loss_fn must be callable, got {type(loss_fn).__name__}")
-    metrics = _check_metrics(metrics)
+    check.model(model)
+    check.loader("loader", loader)
+    check.loss_function(loss_fn)
+    metrics = check.metrics(metrics)
     device = _resolve_device(model, device)
     model.to(device)
 
@@ -137,7 +99,7 @@ def evaluate(
     with torch.no_grad():
         for batch in loader:
             inputs, target = _split_batch(batch, device)
-            output = model(*inputs)
+            output = check.model_output(model(*inputs))
             size = target.shape[0]
             totals["loss"] += _as_float(loss_fn(output, target)) * size
             for name, metric in metrics.items():
@@ -177,80 +139,46 @@ def fit(
     global generator. ``progress`` shows one tqdm bar; notebooks in the book pass ``False``.
 
     The history has one row per logged step: every ``log_every`` steps and always at the last
-    step of an epoch. Columns:
-
-    - ``epoch`` (1-based) and ``step`` (optimizer steps so far, 1-based);
-    - ``lr``: the learning rate of the first parameter group used for that step;
-    - ``train_loss`` and ``train_<metric>``: the means over the steps since the previous row;
-    - ``val_loss`` and ``val_<metric>``: :func:`evaluate` on ``val_loader``, only in the last
-      row of each epoch (NaN elsewhere; absent without a ``val_loader``). Per-epoch values:
-      ``history.dropna(subset=["val_loss"])``;
-    - ``elapsed_s``: wall-clock seconds since the start of training (volatile).
+    step of an epoch. Columns: ``epoch`` (1-based), ``step`` (optimizer steps so far), ``lr``
+    (used for that step), ``train_loss`` and ``train_<metric>`` (means over the steps since the
+    previous row), ``val_loss`` and ``val_<metric>`` (:func:`evaluate` on ``val_loader`` in the
+    last row of each epoch, NaN elsewhere), ``elapsed_s`` (wall-clock seconds, volatile).
     """
-    _check_model(model)
-    _check_loader(train_loader, "train_loader")
-    if val_loader is not None:
-        _check_loader(val_loader, "val_loader")
-    if not callable(loss_fn):
-        raise TypeError(
-            f"loss_fn must be callable, e.g. nn.MSELoss(), got {type(loss_fn).__name__}"
-        )
-    if not isinstance(optimizer, torch.optim.Optimizer):
-        raise TypeError(
-            f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}; "
-            "e.g. torch.optim.AdamW(model.parameters(), lr=1e-3)"
-        )
-    for name, value in (("epochs", epochs), ("log_every", log_every)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
-    if clip_grad_norm is not None and (
-        not isinstance(clip_grad_norm, numbers.Real)
-        or isinstance(clip_grad_norm, bool)
-        or not clip_grad_norm > 0
-    ):
-        raise ValueError(
-            f"clip_grad_norm must be a positive number or None, got {clip_grad_norm!r}; "
-            "1.0 is a common choice"
-        )
-    if scheduler is not None and not callable(getattr(scheduler, "step", None)):
-        raise TypeError(
-            f"scheduler must have a step() method (a torch LR scheduler), "
-            f"got {type(scheduler).__name__}"
-        )
-    metrics = _check_metrics(metrics)
+    metrics = _check_fit(
+        model,
+        train_loader,
+        loss_fn,
+        optimizer,
+        epochs,
+        scheduler,
+        val_loader,
+        metrics,
+        clip_grad_norm,
+        log_every,
+        seed,
+    )
     if seed is not None:
         torch.manual_seed(seed)
     device = _resolve_device(model, device)
     model.to(device)
-
-    rows: list[dict[str, float]] = []
-    sums = dict.fromkeys(["loss", *metrics], 0.0)
-    steps_since_log = 0
-    step = 0
-    start = time.perf_counter()
-    try:
-        steps_per_epoch = len(train_loader)  # type: ignore[arg-type]
-    except TypeError:
-        steps_per_epoch = None
-    total = steps_per_epoch * epochs if steps_per_epoch is not None else None
-    bar = tqdm(total=total, disable=not progress, unit="step", dynamic_ncols=True)
+    log = _Log(metrics, total=_num_steps(train_loader, epochs), progress=progress)
 
     model.train()
     for epoch in range(1, epochs + 1):
         batches = iter(train_loader)
         batch = next(batches, None)
         if batch is None:
-            bar.close()
+            log.close()
             raise ValueError("train_loader yielded no batches; check its dataset and batch_size")
         while batch is not None:
             inputs, target = _split_batch(batch, device)
             lr = optimizer.param_groups[0]["lr"]
-            output = model(*inputs)
+            output = check.model_output(model(*inputs))
             loss = loss_fn(output, target)
             if not torch.isfinite(loss):
-                bar.close()
+                log.close()
                 raise FloatingPointError(
-                    f"the training loss is {loss.item()} at epoch {epoch}, step {step + 1}; "
+                    f"the training loss is {loss.item()} at epoch {epoch}, step {log.step + 1}; "
                     "lower the learning rate, clip gradients (clip_grad_norm=1.0) "
                     "or check the data for NaNs"
                 )
@@ -261,36 +189,94 @@ def fit(
             optimizer.step()
             if scheduler is not None:
                 scheduler.step()
-            step += 1
-
-            sums["loss"] += loss.item()
-            with torch.no_grad():
-                for name, metric in metrics.items():
-                    sums[name] += _as_float(metric(output, target))
-            steps_since_log += 1
-            bar.update(1)
+            log.add(loss, output, target)
 
             batch = next(batches, None)
-            end_of_epoch = batch is None
-            if step % log_every == 0 or end_of_epoch:
-                row = {"epoch": epoch, "step": step, "lr": lr}
-                row.update({f"train_{name}": s / steps_since_log for name, s in sums.items()})
-                if end_of_epoch and val_loader is not None:
+            if log.step % log_every == 0 or batch is None:
+                scores = None
+                if batch is None and val_loader is not None:
                     scores = evaluate(model, val_loader, loss_fn, metrics, device)
-                    row.update({f"val_{name}": value for name, value in scores.items()})
-                row["elapsed_s"] = time.perf_counter() - start
-                rows.append(row)
-                bar.set_postfix(loss=f"{row['train_loss']:.4g}", epoch=epoch)
-                sums = dict.fromkeys(sums, 0.0)
-                steps_since_log = 0
-    bar.close()
+                log.row(epoch, lr, scores)
+    return log.history(validation=val_loader is not None)
 
-    columns = ["epoch", "step", "lr", "train_loss", *(f"train_{name}" for name in metrics)]
+
+class _Log:
+    """The running sums behind :func:`fit`'s history, and its progress bar."""
+
+    def __init__(self, metrics: dict[str, Metric], total: int | None, progress: bool):
+        self.metrics, self.rows, self.step = metrics, [], 0
+        self.sums, self.count = dict.fromkeys(["loss", *metrics], 0.0), 0
+        self.start = time.perf_counter()
+        self.bar = tqdm(total=total, disable=not progress, unit="step", dynamic_ncols=True)
+
+    def add(self, loss: torch.Tensor, output: torch.Tensor, target: torch.Tensor) -> None:
+        self.sums["loss"] += loss.item()
+        with torch.no_grad():
+            for name, metric in self.metrics.items():
+                self.sums[name] += _as_float(metric(output, target))
+        self.step, self.count = self.step + 1, self.count + 1
+        self.bar.update(1)
+
+    def row(self, epoch: int, lr: float, scores: dict[str, float] | None) -> None:
+        row = {"epoch": epoch, "step": self.step, "lr": lr}
+        row.update({f"train_{name}": s / self.count for name, s in self.sums.items()})
+        row.update({f"val_{name}": value for name, value in (scores or {}).items()})
+        row["elapsed_s"] = time.perf_counter() - self.start
+        self.rows.append(row)
+        self.bar.set_postfix(loss=f"{row['train_loss']:.4g}", epoch=epoch)
+        self.sums, self.count = dict.fromkeys(self.sums, 0.0), 0
+
+    def close(self) -> None:
+        self.bar.close()
+
+    def history(self, validation: bool) -> pd.DataFrame:
+        self.close()
+        names = ["loss", *self.metrics]
+        columns = ["epoch", "step", "lr", *(f"train_{name}" for name in names)]
+        if validation:
+            columns += [f"val_{name}" for name in names]
+        history = pd.DataFrame(self.rows, columns=[*columns, "elapsed_s"])
+        return history.astype({"epoch": "int64", "step": "int64"})
+
+
+def _num_steps(loader: Iterable, epochs: int) -> int | None:
+    try:
+        return len(loader) * epochs  # type: ignore[arg-type]
+    except TypeError:
+        return None
+
+
+def _check_fit(
+    model,
+    train_loader,
+    loss_fn,
+    optimizer,
+    epochs,
+    scheduler,
+    val_loader,
+    metrics,
+    clip_grad_norm,
+    log_every,
+    seed,
+) -> dict[str, Metric]:
+    check.model(model)
+    check.loader("train_loader", train_loader)
     if val_loader is not None:
-        columns += ["val_loss", *(f"val_{name}" for name in metrics)]
-    columns.append("elapsed_s")
-    history = pd.DataFrame(rows, columns=columns)
-    return history.astype({"epoch": "int64", "step": "int64"})
+        check.loader("val_loader", val_loader)
+    check.loss_function(loss_fn)
+    check.optimizer(optimizer, for_model=model)
+    check.positive_int("epochs", epochs)
+    check.positive_int("log_every", log_every)
+    if clip_grad_norm is not None:
+        check.positive_number("clip_grad_norm", clip_grad_norm, "1.0 is a common choice")
+    if scheduler is not None and not callable(getattr(scheduler, "step", None)):
+        raise TypeError(
+            f"scheduler must have a step() method (a torch LR scheduler), "
+            f"got {type(scheduler).__name__}"
+        )
+    if seed is not None:
+        check.non_negative_int("seed", seed)
+    return check.metrics(metrics)
 
 
 # --- checkpoints ------------------------------------------------------------------------------
@@ -308,11 +294,9 @@ def save_checkpoint(
     they come back from :func:`load_checkpoint`, which loads with ``weights_only=True`` (safe
     for files from others), so arbitrary Python objects such as DataFrames are refused there.
     """
-    _check_model(model)
-    if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
-        raise TypeError(
-            f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}"
-        )
+    check.model(model)
+    if optimizer is not None:
+        check.optimizer(optimizer)
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
     state = {"model": model.state_dict(), "extra": extra}
@@ -331,7 +315,9 @@ def load_checkpoint(
     Tensors are mapped to the model's current device, so a checkpoint saved on a GPU loads on
     a CPU-only machine.
     """
-    _check_model(model)
+    check.model(model)
+    if optimizer is not None:
+        check.optimizer(optimizer)
     if not os.path.exists(path):
         raise FileNotFoundError(f"no checkpoint at {os.fspath(path)!r}; check the path")
     state = torch.load(path, map_location=_resolve_device(model, None), weights_only=True)
@@ -352,11 +338,8 @@ def load_checkpoint(
 
 
 def _check_schedule(warmup_steps, total_steps) -> None:
-    for name, value in (("warmup_steps", warmup_steps), ("total_steps", total_steps)):
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r})")
-    if total_steps < 1:
-        raise ValueError(f"total_steps must be >= 1, got {total_steps}")
+    check.non_negative_int("warmup_steps", warmup_steps)
+    check.positive_int("total_steps", total_steps)
     if not 0 <= warmup_steps <= total_steps:
         raise ValueError(
             f"warmup_steps must be in [0, total_steps={total_steps}], got {warmup_steps}; "
@@ -372,8 +355,7 @@ def cosine_warmup_factor(step: int, warmup_steps: int, total_steps: int) -> floa
     from 1 at ``step = warmup_steps`` to 0 at ``step = total_steps``; 0 after that.
     """
     _check_schedule(warmup_steps, total_steps)
-    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
-        raise ValueError(f"step must be a non-negative int, got {step!r}")
+    check.non_negative_int("step", step)
     if step < warmup_steps:
         return (step + 1) / warmup_steps
     if step >= total_steps:
@@ -390,10 +372,7 @@ def cosine_warmup_schedule(
     Call ``scheduler.step()`` after every ``optimizer.step()`` (as :func:`fit` does);
     ``total_steps`` is then ``epochs * len(train_loader)``.
     """
-    if not isinstance(optimizer, torch.optim.Optimizer):
-        raise TypeError(
-            f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}"
-        )
+    check.optimizer(optimizer)
     _check_schedule(warmup_steps, total_steps)
     return torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: cosine_warmup_factor(step, warmup_steps, total_steps)

@@ -17,13 +17,10 @@ Dropout only ever touches a sublayer's output, never the residual stream itself.
 
 from __future__ import annotations
 
-import warnings
-
-import pandas as pd
 import torch
 from torch import nn
 
-from helpers._validate import check_positive_int, check_probability
+from helpers import _validate as check
 from helpers.attention import MultiHeadAttention
 
 __all__ = [
@@ -32,29 +29,9 @@ __all__ = [
     "EncoderBlock",
     "TransformerEncoder",
     "make_norm",
-    "count_parameters",
-    "parameter_table",
-    "check_rms_norm",
-    "check_block_parameter_count",
 ]
 
 NORMS = ("layer", "rms")
-
-
-_check_positive_int = check_positive_int
-_check_probability = check_probability
-
-
-def _check_sequence(x, d_model: int, where: str) -> None:
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(
-            f"{where} expects a torch.Tensor of shape (B, T, D), got {type(x).__name__}"
-        )
-    if x.dim() != 3 or x.shape[-1] != d_model:
-        raise ValueError(
-            f"{where} expects input of shape (B, T, D={d_model}), got {tuple(x.shape)}; "
-            "embed tokens first (nn.Embedding) and add a batch dimension with x.unsqueeze(0)"
-        )
 
 
 class RMSNorm(nn.Module):
@@ -68,18 +45,11 @@ class RMSNorm(nn.Module):
 
     def __init__(self, d_model: int, eps: float = 1e-5) -> None:
         super().__init__()
-        _check_positive_int("d_model", d_model)
-        if not isinstance(eps, (int, float)) or isinstance(eps, bool) or eps <= 0:
-            raise ValueError(f"eps must be a positive float, got {eps!r}")
-        self.eps = float(eps)
-        self.weight = nn.Parameter(torch.ones(d_model))
+        self.eps = check.positive_number("eps", eps, "1e-5 is usual")
+        self.weight = nn.Parameter(torch.ones(check.positive_int("d_model", d_model)))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.shape[-1] != self.weight.shape[0]:
-            raise ValueError(
-                f"RMSNorm(d_model={self.weight.shape[0]}) got input with last dimension "
-                f"{x.shape[-1]} (shape {tuple(x.shape)}); the last dimension must be d_model"
-            )
+        _check_width(self, x, self.weight.shape[0])
         inverse_rms = torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps)
         return x * inverse_rms * self.weight
 
@@ -92,6 +62,8 @@ def make_norm(kind: str, d_model: int, eps: float = 1e-5, bias: bool = True) -> 
 
     ``bias`` only concerns LayerNorm (RMSNorm has none).
     """
+    check.positive_int("d_model", d_model)
+    eps = check.positive_number("eps", eps, "1e-5 is usual")
     if kind == "layer":
         return nn.LayerNorm(d_model, eps=eps, bias=bias)
     if kind == "rms":
@@ -109,15 +81,16 @@ class FeedForward(nn.Module):
 
     def __init__(self, d_model: int, ffn_width: int, dropout: float = 0.0, bias: bool = True):
         super().__init__()
-        _check_positive_int("d_model", d_model)
-        _check_positive_int("ffn_width", ffn_width)
-        _check_probability("dropout", dropout)
+        check.positive_int("d_model", d_model)
+        check.positive_int("ffn_width", ffn_width)
+        self.d_model = d_model
         self.linear1 = nn.Linear(d_model, ffn_width, bias=bias)
         self.activation = nn.ReLU()
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = nn.Dropout(check.probability("dropout", dropout))
         self.linear2 = nn.Linear(ffn_width, d_model, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        _check_width(self, x, self.d_model)
         return self.linear2(self.dropout(self.activation(self.linear1(x))))
 
 
@@ -149,20 +122,7 @@ class EncoderBlock(nn.Module):
         eps: float = 1e-5,
     ) -> None:
         super().__init__()
-        _check_positive_int("d_model", d_model)
-        _check_positive_int("num_heads", num_heads)
-        # named after this block's argument; MultiHeadAttention and FeedForward, public
-        # classes of their own, check it again (cheaply) with their own messages
-        _check_probability("dropout", dropout)
-        if d_model % num_heads:
-            raise ValueError(
-                f"d_model={d_model} is not divisible by num_heads={num_heads}; "
-                "pick num_heads among the divisors of d_model"
-            )
-        if not isinstance(norm_first, bool):
-            raise TypeError(f"norm_first must be True or False, got {norm_first!r}")
-        self.d_model = d_model
-        self.norm_first = norm_first
+        self.d_model, self.norm_first = d_model, check.boolean("norm_first", norm_first)
         self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout, bias=bias)
         self.ffn = FeedForward(d_model, ffn_width, dropout=dropout, bias=bias)
         self.norm1 = make_norm(norm, d_model, eps, bias)
@@ -175,10 +135,9 @@ class EncoderBlock(nn.Module):
             return self.self_attn(h, h, h, mask=mask, return_attention=True)
         return self.self_attn(h, h, h, mask=mask), None
 
-    def forward(
-        self, x: torch.Tensor, mask: torch.Tensor | None = None, return_attention: bool = False
-    ):
-        _check_sequence(x, self.d_model, "EncoderBlock")
+    def forward(self, x, mask=None, return_attention=False):
+        check.sequence("x", x, self.d_model, "EncoderBlock")
+        check.module_dtype("x", x, self)
         if self.norm_first:
             attended, weights = self._attend(self.norm1(x), mask, return_attention)
             x = x + self.dropout1(attended)
@@ -189,50 +148,11 @@ class EncoderBlock(nn.Module):
             x = self.norm2(x + self.dropout2(self.ffn(x)))
         return (x, weights) if return_attention else x
 
-    @torch.no_grad()
     def load_from_torch(self, layer: nn.TransformerEncoderLayer) -> EncoderBlock:
-        """Copy the weights of a same-shape ``torch.nn.TransformerEncoderLayer``; return self.
+        """Copy a ``torch.nn.TransformerEncoderLayer``'s weights; see :mod:`helpers.interop`."""
+        from helpers.interop import load_encoder_block
 
-        The layer must use ReLU, LayerNorm with this block's ``eps``, the same ``norm_first``
-        and the same bias setting. Afterwards both compute the same function (in eval mode;
-        in training mode their dropout masks differ). Remember that its ``src_mask`` means
-        True = may *not* attend: pass it ``~mask``.
-        """
-        if not isinstance(layer, nn.TransformerEncoderLayer):
-            raise TypeError(
-                f"expected torch.nn.TransformerEncoderLayer, got {type(layer).__name__}"
-            )
-        if layer.norm_first != self.norm_first:
-            raise ValueError(
-                f"norm_first mismatch: the torch layer has norm_first={layer.norm_first}, "
-                f"this block {self.norm_first}; build both the same way"
-            )
-        if layer.activation_relu_or_gelu != 1:
-            raise ValueError("the torch layer must use activation='relu', as this block does")
-        if not isinstance(self.norm1, nn.LayerNorm) or self.norm1.eps != layer.norm1.eps:
-            raise ValueError(
-                f"normalization mismatch: the torch layer uses LayerNorm(eps={layer.norm1.eps}); "
-                f"build this block with norm='layer', eps={layer.norm1.eps}"
-            )
-        if layer.linear1.weight.shape != self.ffn.linear1.weight.shape:
-            raise ValueError(
-                f"feed-forward shape mismatch: torch {tuple(layer.linear1.weight.shape)}, "
-                f"this block {tuple(self.ffn.linear1.weight.shape)} (ffn_width, d_model)"
-            )
-        if not layer.self_attn.batch_first:
-            # the weights are the same either way, so copying is fine; comparing outputs is not
-            warnings.warn(
-                "the torch layer was built with batch_first=False, so it expects (T, B, D) "
-                "inputs while this block takes (B, T, D); to compare their outputs, build it "
-                "with nn.TransformerEncoderLayer(..., batch_first=True)",
-                stacklevel=2,
-            )
-        self.self_attn.load_from_torch(layer.self_attn)
-        for name in ("linear1", "linear2"):
-            getattr(self.ffn, name).load_state_dict(getattr(layer, name).state_dict())
-        self.norm1.load_state_dict(layer.norm1.state_dict())
-        self.norm2.load_state_dict(layer.norm2.state_dict())
-        return self
+        return load_encoder_block(self, layer)
 
 
 class TransformerEncoder(nn.Module):
@@ -259,7 +179,7 @@ class TransformerEncoder(nn.Module):
         final_norm: bool | None = None,
     ) -> None:
         super().__init__()
-        _check_positive_int("num_blocks", num_blocks)
+        check.positive_int("num_blocks", num_blocks)
         self.blocks = nn.ModuleList(
             EncoderBlock(
                 d_model, num_heads, ffn_width, dropout, norm_first, bias=bias, norm=norm, eps=eps
@@ -291,96 +211,13 @@ class TransformerEncoder(nn.Module):
         return maps
 
 
-def count_parameters(module: nn.Module, trainable_only: bool = False) -> int:
-    """The number of scalar parameters of ``module`` (shared parameters counted once)."""
-    if not isinstance(module, nn.Module):
-        raise TypeError(f"count_parameters expects an nn.Module, got {type(module).__name__}")
-    return sum(p.numel() for p in module.parameters() if p.requires_grad or not trainable_only)
-
-
-def parameter_table(module: nn.Module, max_depth: int = 1) -> pd.DataFrame:
-    """A table of the parameter count of every submodule down to ``max_depth`` levels.
-
-    Submodules without parameters (dropout, activations) are left out.
-    Columns: ``module`` (dotted name), ``type`` and ``parameters``; a last row ``total``.
-    """
-    if not isinstance(module, nn.Module):
-        raise TypeError(f"parameter_table expects an nn.Module, got {type(module).__name__}")
-    _check_positive_int("max_depth", max_depth)
-    rows = []
-    for name, child in module.named_modules():
-        depth = name.count(".") + 1
-        count = count_parameters(child)
-        if name and depth <= max_depth and count > 0:  # skip dropout, activations
-            rows.append((name, type(child).__name__, count))
-    rows.append(("total", type(module).__name__, count_parameters(module)))
-    return pd.DataFrame(rows, columns=["module", "type", "parameters"])
-
-
-# --- exercise checkers (chapter 6) -------------------------------------------------------------
-
-
-def check_rms_norm(fn) -> str:
-    """Check a reader's ``fn(x, weight, eps)`` computing RMSNorm over the last dimension.
-
-    Returns a line starting with "Correct:", or raises AssertionError with a hint.
-    """
-    generator = torch.Generator().manual_seed(6)
-    for shape, eps in (((3, 8), 1e-6), ((2, 4, 6), 1e-2), ((5, 1), 0.5)):
-        x = 2 * torch.randn(shape, generator=generator) + 1  # off-centre on purpose
-        weight = torch.randn(shape[-1], generator=generator)
-        reference = RMSNorm(shape[-1], eps=eps)
-        with torch.no_grad():
-            reference.weight.copy_(weight)
-            expected = reference(x)
-        got = fn(x, weight, eps)
-        if not isinstance(got, torch.Tensor) or got.shape != expected.shape:
-            received = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
-            raise AssertionError(f"expected a tensor of shape {tuple(x.shape)}, got {received}")
-        if torch.allclose(got, expected, atol=1e-5):
-            continue
-        centred = x - x.mean(-1, keepdim=True)
-        hints = (
-            (
-                centred * torch.rsqrt(centred.pow(2).mean(-1, keepdim=True) + eps) * weight,
-                "you subtract the mean: that is LayerNorm; RMSNorm does not centre",
-            ),
-            (
-                x / (x.pow(2).mean(-1, keepdim=True).sqrt() + eps) * weight,
-                "eps goes inside the square root: x / sqrt(mean(x**2) + eps)",
-            ),
-            (
-                x * x.pow(2).mean(-1, keepdim=True).add(eps).sqrt() * weight,
-                "divide by the root mean square, do not multiply by it",
-            ),
+def _check_width(module: nn.Module, x, width: int) -> None:
+    """A float tensor (..., width) of the module's dtype, or a clear error."""
+    who = type(module).__name__
+    check.tensor("x", x, floating=True, min_ndim=1)
+    if x.shape[-1] != width:
+        raise ValueError(
+            f"{who}(d_model={width}) got input with last dimension {x.shape[-1]} (shape "
+            f"{tuple(x.shape)}); the last dimension must be d_model={width}"
         )
-        hint = next(
-            (text for wrong, text in hints if torch.allclose(got, wrong, atol=1e-5)),
-            "average x**2 over the last dimension only (dim=-1, keepdim=True)",
-        )
-        raise AssertionError(f"wrong output for input shape {shape}, eps={eps}: {hint}")
-    return "Correct: your RMSNorm matches helpers.transformer.RMSNorm."
-
-
-def check_block_parameter_count(fn) -> str:
-    """Check a reader's formula ``fn(d_model, ffn_width)`` for the parameters of one block.
-
-    The block is ``EncoderBlock(d_model, num_heads, ffn_width)`` with biases and LayerNorm.
-    Returns a line starting with "Correct:", or raises AssertionError with a hint.
-    """
-    for d_model, num_heads, ffn_width in ((8, 2, 32), (12, 3, 20), (512, 8, 2048)):
-        expected = count_parameters(EncoderBlock(d_model, num_heads, ffn_width))
-        got = fn(d_model, ffn_width)
-        if got == expected:
-            continue
-        without_norms = expected - 4 * d_model
-        without_biases = expected - (4 * d_model + ffn_width + d_model)
-        hint = {
-            without_norms: "add the two LayerNorms: a gain and a bias of size D each",
-            without_biases: "add the biases: 4D in attention, F + D in the feed-forward network",
-        }.get(got, "attention has 4 D x D matrices, the feed-forward network D x F and F x D")
-        raise AssertionError(
-            f"for d_model={d_model}, ffn_width={ffn_width} the block has {expected:,} "
-            f"parameters, your formula gives {got!r}: {hint}"
-        )
-    return "Correct: your formula matches count_parameters(EncoderBlock(...))."
+    check.module_dtype("x", x, module)

@@ -1,8 +1,8 @@
-"""Chapter 7: a Transformer encoder that learns to reverse sequences.
+"""Chapter 7's task: a Transformer encoder that learns to reverse sequences.
 
 The model reads a sequence of ``T`` tokens and predicts, at every position ``t``, the token at
 position ``T - 1 - t``. Shapes: ``B`` batch, ``T`` sequence length, ``C`` number of token
-classes, ``D`` model width. The data set is :func:`helpers.data.make_reverse_dataset`.
+classes, ``D`` model width. The data set is :func:`make_reverse_dataset`.
 
 :class:`ReverseConfig` holds every choice of a training run; :data:`SOURCE_000_CONFIG` is
 source 000's configuration and :data:`BOOK_CONFIG` the faster one chapter 7 uses.
@@ -21,11 +21,13 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from helpers import _validate as check
 from helpers.positional import SinusoidalPositionalEncoding
 from helpers.training import cosine_warmup_schedule
 from helpers.transformer import TransformerEncoder
 
 __all__ = [
+    "make_reverse_dataset",
     "ReversePredictor",
     "token_cross_entropy",
     "token_accuracy",
@@ -34,8 +36,25 @@ __all__ = [
     "SOURCE_000_CONFIG",
     "BOOK_CONFIG",
     "build_reverse_training",
-    "check_sequence_accuracy",
 ]
+
+
+def make_reverse_dataset(
+    num_sequences: int, seq_len: int, num_classes: int, generator: torch.Generator
+) -> TensorDataset:
+    """Random token sequences and their reversals: ``TensorDataset(inputs, targets)``.
+
+    ``inputs`` is ``[N, L]`` (int64) with tokens drawn uniformly from ``0 .. num_classes - 1``;
+    ``targets`` is ``inputs.flip(-1)``: the token at position ``t`` must be predicted from the
+    token at position ``L - 1 - t``. Draw from an explicit ``generator`` (one per split, with
+    different seeds) so the training and test sets are reproducible and independent.
+    """
+    check.positive_int("num_sequences", num_sequences)
+    check.positive_int("seq_len", seq_len)
+    _check_num_classes(num_classes)
+    check.generator(generator)
+    inputs = torch.randint(num_classes, (num_sequences, seq_len), generator=generator)
+    return TensorDataset(inputs, inputs.flip(-1))
 
 
 class ReversePredictor(nn.Module):
@@ -59,9 +78,7 @@ class ReversePredictor(nn.Module):
         positional: bool = True,
     ) -> None:
         super().__init__()
-        if not isinstance(num_classes, int) or isinstance(num_classes, bool) or num_classes < 2:
-            raise ValueError(f"num_classes must be an int >= 2, got {num_classes!r}")
-        self.num_classes = num_classes
+        self.num_classes = _check_num_classes(num_classes)
         self.embedding = nn.Embedding(num_classes, d_model)
         self.positional = (
             SinusoidalPositionalEncoding(d_model, max_len) if positional else nn.Identity()
@@ -71,24 +88,9 @@ class ReversePredictor(nn.Module):
         self.encoder = TransformerEncoder(num_blocks, d_model, num_heads, ffn_width, dropout)
         self.classifier = nn.Linear(d_model, num_classes)
 
-    def _check_tokens(self, tokens) -> None:
-        if not isinstance(tokens, torch.Tensor) or tokens.dtype != torch.long:
-            got = tokens.dtype if isinstance(tokens, torch.Tensor) else type(tokens).__name__
-            raise TypeError(f"tokens must be an int64 tensor of shape (B, T), got {got}")
-        if tokens.dim() != 2:
-            raise ValueError(
-                f"tokens must have shape (B, T), got {tuple(tokens.shape)}; "
-                "add a batch dimension with tokens.unsqueeze(0)"
-            )
-        if tokens.numel() and not 0 <= int(tokens.min()) <= int(tokens.max()) < self.num_classes:
-            raise ValueError(
-                f"tokens must lie in 0 .. {self.num_classes - 1}, got values from "
-                f"{int(tokens.min())} to {int(tokens.max())}"
-            )
-
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
         """Token embeddings plus positional encoding: ``(B, T) -> (B, T, D)``."""
-        self._check_tokens(tokens)
+        check.tokens(tokens, self.num_classes)
         return self.dropout(self.positional(self.embedding(tokens)))
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -104,25 +106,24 @@ class ReversePredictor(nn.Module):
         return self.encoder.get_attention_maps(self.embed(tokens))
 
 
-def _check_logits_targets(logits, targets) -> None:
-    if not isinstance(logits, torch.Tensor) or not isinstance(targets, torch.Tensor):
-        raise TypeError("logits and targets must be tensors of shapes (B, T, C) and (B, T)")
-    if logits.dim() != 3 or logits.shape[:2] != targets.shape:
+def _check_num_classes(num_classes) -> int:
+    if check.positive_int("num_classes", num_classes) < 2:
         raise ValueError(
-            f"logits must be (B, T, C) and targets (B, T), got {tuple(logits.shape)} and "
-            f"{tuple(targets.shape)}"
+            "num_classes must be at least 2 (with one token every sequence is its own "
+            f"reversal), got {num_classes}"
         )
+    return num_classes
 
 
 def token_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy over every token: logits ``(B, T, C)``, targets ``(B, T)``."""
-    _check_logits_targets(logits, targets)
+    check.logits_targets(logits, targets)
     return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
 
 
 def token_accuracy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Fraction of tokens whose arg-max class is the target: a 0-dim tensor."""
-    _check_logits_targets(logits, targets)
+    check.logits_targets(logits, targets)
     return (logits.argmax(dim=-1) == targets).float().mean()
 
 
@@ -231,33 +232,3 @@ def build_reverse_training(config: ReverseConfig, train_set: TensorDataset):
         generator=torch.Generator().manual_seed(config.seed),
     )
     return model, optimizer, scheduler, loader
-
-
-def check_sequence_accuracy(fn) -> str:
-    """Check a reader's ``fn(logits, targets)``: the fraction of sequences *entirely* right.
-
-    ``logits`` is ``(B, T, C)``, ``targets`` ``(B, T)``; a sequence counts only if the arg-max
-    is right at every one of its ``T`` positions. Returns a line starting with "Correct:",
-    or raises AssertionError with a hint.
-    """
-    generator = torch.Generator().manual_seed(7)
-    targets = torch.randint(5, (8, 6), generator=generator)
-    logits = 3 * F.one_hot(targets, 5).float() + torch.rand(8, 6, 5, generator=generator)
-    flip = torch.rand(8, 6, generator=generator) < 0.08  # a few wrong tokens
-    logits[flip] = logits[flip].roll(1, dims=-1)
-    expected = (logits.argmax(-1) == targets).all(dim=-1).float().mean()
-    got = fn(logits, targets)
-    one_number = isinstance(got, (float, int)) or (
-        isinstance(got, torch.Tensor) and got.numel() == 1
-    )
-    if not one_number:
-        raise AssertionError(f"return one number (a 0-dim tensor or a float), got {got!r}")
-    got_value = float(got)
-    if abs(got_value - expected.item()) < 1e-6:
-        return "Correct: your sequence accuracy matches."
-    if abs(got_value - token_accuracy(logits, targets).item()) < 1e-6:
-        raise AssertionError("that is the token accuracy: require every position to be right")
-    raise AssertionError(
-        f"expected {expected.item():.4f}, got {got_value:.4f}: compare argmax(-1) with the "
-        "targets, then .all(dim=-1) over positions, then average over sequences"
-    )

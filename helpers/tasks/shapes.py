@@ -1,0 +1,378 @@
+"""Chapter 8's task: triangles and boxes, and the three models that compete on it.
+
+The data: François Fleuret's toy task for attention. Each sequence holds two triangles and two
+boxes at random positions, with random heights and widths, plus a little uniform noise. The
+target is the same picture, noise-free, with each shape's height replaced by the mean height of
+the two shapes of its kind. A network has to find the other shape of the same kind, wherever it
+is in the sequence, which is what attention is good at and what a stack of small convolutions
+is not.
+
+The models mix information along a 1-D signal of shape ``[B, C, T]`` (``B`` batch, ``C``
+channels, ``T`` positions, the ``Conv1d`` layout):
+
+- :func:`make_shapes_cnn`: five convolutions; each output sees only 21 neighbouring inputs;
+- :func:`make_shapes_attention_model`: the same with the middle convolution replaced by
+  :class:`ConvSelfAttention`, which lets every position look at every other one;
+- :class:`ShapesLSTM`: a bidirectional LSTM that reads the signal one position at a time.
+
+:class:`BatchAxisLSTM` reproduces the recurrent model of source 004, which runs its LSTM along
+the *batch*; it is here only so that the chapter can show that mistake, and its tests pin it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.utils.data import TensorDataset
+
+from helpers import _validate as check
+
+__all__ = [
+    "SHAPES_HEIGHT_RANGE",
+    "SHAPES_WIDTH_RANGE",
+    "ShapesData",
+    "render_shapes",
+    "shapes_collide",
+    "make_shapes_dataset",
+    "ConvSelfAttention",
+    "make_shapes_cnn",
+    "make_shapes_attention_model",
+    "ShapesLSTM",
+    "BatchAxisLSTM",
+]
+
+# --------------------------------------------------------------------------- data
+
+SHAPES_HEIGHT_RANGE = (1.0, 25.0)
+SHAPES_WIDTH_RANGE = (5.0, 11.0)
+
+
+@dataclass(frozen=True)
+class ShapesData:
+    """A triangles-and-boxes data set and the shapes it was drawn from.
+
+    Attributes:
+        inputs: ``[N, 1, L]`` the noisy signals.
+        targets: ``[N, 1, L]`` noise-free signals with each shape at its kind's mean height.
+        triangles: ``[N, 2, 3]`` the two triangles as (center, height, width) in the inputs.
+        boxes: ``[N, 2, 3]`` the two boxes, same layout.
+        shape_ids: ``[N, L]`` which shape covers each position: 0 and 1 the triangles,
+            2 and 3 the boxes, -1 the background. The kind is ``shape_ids // 2`` where >= 0.
+    """
+
+    inputs: torch.Tensor
+    targets: torch.Tensor
+    triangles: torch.Tensor
+    boxes: torch.Tensor
+    shape_ids: torch.Tensor
+
+    def __len__(self) -> int:
+        return self.inputs.shape[0]
+
+    def tensor_dataset(self) -> TensorDataset:
+        """``TensorDataset(inputs, targets)``, ready for a ``DataLoader``."""
+        return TensorDataset(self.inputs, self.targets)
+
+
+def _check_shapes(triangles: torch.Tensor, boxes: torch.Tensor, seq_len: int) -> None:
+    for name, shapes in (("triangles", triangles), ("boxes", boxes)):
+        if not isinstance(shapes, torch.Tensor):
+            raise TypeError(f"{name} must be a tensor, got {type(shapes).__name__}")
+        if shapes.dim() != 3 or shapes.shape[2] != 3:
+            raise ValueError(
+                f"{name} must have shape [N, K, 3] holding (center, height, width), "
+                f"got {tuple(shapes.shape)}"
+            )
+    if triangles.shape[0] != boxes.shape[0]:
+        raise ValueError(
+            f"triangles and boxes must describe the same N sequences, "
+            f"got {triangles.shape[0]} and {boxes.shape[0]}"
+        )
+    check.positive_int("seq_len", seq_len)
+
+
+def _shape_profiles(
+    triangles: torch.Tensor, boxes: torch.Tensor, seq_len: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each shape drawn alone: ``[N, K_triangles + K_boxes, L]`` heights, triangles first."""
+    positions = torch.arange(seq_len, dtype=triangles.dtype, device=triangles.device)
+    center, height, width = (triangles[..., i, None] for i in range(3))
+    # A triangle is flat over the sample nearest its center and falls linearly to 0 at
+    # half a width on each side, so its base is (width + 1) samples wide.
+    slope = 2.0 * height / width
+    distance = (positions - center).abs()
+    triangle = (height - slope * (distance - 0.5).clamp(min=0)).clamp(min=0)
+    center, height, width = (boxes[..., i, None] for i in range(3))
+    box = torch.where((positions - center).abs() < width / 2, height, torch.zeros(()))
+    return triangle, box
+
+
+def render_shapes(triangles: torch.Tensor, boxes: torch.Tensor, seq_len: int = 100) -> torch.Tensor:
+    """Draw triangles and boxes on a zero background, noise-free: ``[N, 1, L]``.
+
+    ``triangles`` and ``boxes`` are ``[N, K, 3]`` tensors of (center, height, width), in
+    samples. Where shapes overlap the higher one wins (valid data sets have no overlaps).
+    """
+    _check_shapes(triangles, boxes, seq_len)
+    triangle, box = _shape_profiles(triangles, boxes, seq_len)
+    return torch.cat((triangle, box), dim=1).amax(dim=1, keepdim=True)
+
+
+def shapes_collide(
+    triangles: torch.Tensor, boxes: torch.Tensor, seq_len: int = 100
+) -> torch.Tensor:
+    """``[N]`` booleans: True where two shapes overlap or touch (no empty sample between them)."""
+    _check_shapes(triangles, boxes, seq_len)
+    triangle, box = _shape_profiles(triangles, boxes, seq_len)
+    covered = torch.cat((triangle, box), dim=1) > 0  # [N, S, L]
+    # Widen every shape by one sample to the left, so touching shapes count as colliding.
+    widened = covered.clone()
+    widened[..., :-1] |= covered[..., 1:]
+    return (widened.sum(dim=1) > 1).any(dim=-1)
+
+
+def _draw_shapes(count: int, seq_len: int, generator: torch.Generator) -> torch.Tensor:
+    """``[count, 2, 3]`` random (center, height, width) for two shapes of one kind."""
+    low_h, high_h = SHAPES_HEIGHT_RANGE
+    low_w, high_w = SHAPES_WIDTH_RANGE
+    unit = torch.rand(count, 2, 3, generator=generator)
+    margin = high_w / 2  # every shape lies inside the sequence
+    low = torch.tensor([margin, low_h, low_w])
+    high = torch.tensor([seq_len - margin, high_h, high_w])
+    return low + unit * (high - low)
+
+
+def make_shapes_dataset(
+    num_samples: int,
+    *,
+    seq_len: int = 100,
+    noise_level: float = 0.3,
+    min_height_gap: float = 4.0,
+    seed: int = 0,
+) -> ShapesData:
+    """Generate ``num_samples`` triangles-and-boxes sequences of length ``seq_len``.
+
+    Candidates are drawn in batches and rejected when two shapes collide or when the two
+    triangles, or the two boxes, differ in height by ``min_height_gap`` or less (their mean
+    would then be almost the input, an easy sample). Inputs get uniform noise in
+    ``[-noise_level / 2, noise_level / 2]``; targets are noise-free. The same ``seed``
+    always gives the same data.
+    """
+    check.positive_int("num_samples", num_samples)
+    check.positive_int("seq_len", seq_len)
+    noise_level = check.real("noise_level", noise_level)
+    min_height_gap = check.real("min_height_gap", min_height_gap)
+    if seq_len < 4 * (SHAPES_WIDTH_RANGE[1] + 2):
+        raise ValueError(
+            f"seq_len={seq_len} is too short for four shapes up to {SHAPES_WIDTH_RANGE[1]:g} "
+            f"samples wide; use seq_len >= {math.ceil(4 * (SHAPES_WIDTH_RANGE[1] + 2))}"
+        )
+    if not 0 <= noise_level < 2 * SHAPES_HEIGHT_RANGE[0]:
+        raise ValueError(
+            f"noise_level must be in [0, {2 * SHAPES_HEIGHT_RANGE[0]:g}) so that noise stays "
+            f"below the lowest shape, got {noise_level!r}"
+        )
+    max_gap = SHAPES_HEIGHT_RANGE[1] - SHAPES_HEIGHT_RANGE[0]
+    if not 0 <= min_height_gap < max_gap:
+        raise ValueError(f"min_height_gap must be in [0, {max_gap:g}), got {min_height_gap!r}")
+    check.non_negative_int("seed", seed)
+
+    generator = torch.Generator().manual_seed(seed)
+    kept_triangles, kept_boxes, num_kept = [], [], 0
+    while num_kept < num_samples:
+        # About one candidate in six survives the checks on 100-sample sequences.
+        count = max(1024, 8 * (num_samples - num_kept))
+        triangles = _draw_shapes(count, seq_len, generator)
+        boxes = _draw_shapes(count, seq_len, generator)
+        # Check BOTH kinds: source 004 tests the triangles twice and never the boxes.
+        gap_ok = (triangles[:, 0, 1] - triangles[:, 1, 1]).abs() > min_height_gap
+        gap_ok &= (boxes[:, 0, 1] - boxes[:, 1, 1]).abs() > min_height_gap
+        valid = gap_ok & ~shapes_collide(triangles, boxes, seq_len)
+        kept_triangles.append(triangles[valid])
+        kept_boxes.append(boxes[valid])
+        num_kept += int(valid.sum())
+    triangles = torch.cat(kept_triangles)[:num_samples]
+    boxes = torch.cat(kept_boxes)[:num_samples]
+
+    clean = render_shapes(triangles, boxes, seq_len)
+    noise = (torch.rand(clean.shape, generator=generator) - 0.5) * noise_level
+    averaged_triangles, averaged_boxes = triangles.clone(), boxes.clone()
+    averaged_triangles[:, :, 1] = triangles[:, :, 1].mean(dim=1, keepdim=True)
+    averaged_boxes[:, :, 1] = boxes[:, :, 1].mean(dim=1, keepdim=True)
+    targets = render_shapes(averaged_triangles, averaged_boxes, seq_len)
+
+    triangle, box = _shape_profiles(triangles, boxes, seq_len)
+    covered = torch.cat((triangle, box), dim=1) > 0  # [N, 4, L], shapes never overlap
+    shape_ids = torch.where(covered.any(dim=1), covered.int().argmax(dim=1), -1)
+    return ShapesData(clean + noise, targets, triangles, boxes, shape_ids.long())
+
+
+# --------------------------------------------------------------------------- models
+
+
+def _check_signal(x: torch.Tensor, channels: int, who: str) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{who} expects a tensor, got {type(x).__name__}")
+    if x.dim() != 3 or x.shape[1] != channels:
+        raise ValueError(
+            f"{who} expects input of shape [B, {channels}, T] (Conv1d layout), got "
+            f"{tuple(x.shape)}; add the channel axis with x.unsqueeze(1) if it is missing"
+        )
+
+
+class ConvSelfAttention(nn.Module):
+    """Single-head self-attention on a ``[B, C, T]`` signal, with 1x1 convolutions as Q/K/V.
+
+    A ``Conv1d`` with ``kernel_size=1`` is a linear map applied at every position, so queries
+    and keys are ``[B, key_channels, T]`` and values ``[B, out_channels, T]``. The weights
+    ``softmax(Q^T K / sqrt(key_channels))`` are ``[B, T, T]``, one row per query position,
+    summing to 1 over key positions; ``scaled=False`` drops the ``1/sqrt(key_channels)``, as
+    source 004 does. No mask: every position may attend to every position.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, key_channels: int, scaled: bool = True):
+        super().__init__()
+        for name, value in (("in_channels", in_channels), ("out_channels", out_channels)):
+            check.positive_int(name, value)
+        check.positive_int("key_channels", key_channels)
+        check.boolean("scaled", scaled)
+        self.query = nn.Conv1d(in_channels, key_channels, kernel_size=1, bias=False)
+        self.key = nn.Conv1d(in_channels, key_channels, kernel_size=1, bias=False)
+        self.value = nn.Conv1d(in_channels, out_channels, kernel_size=1, bias=False)
+        self.scaled = scaled
+
+    def attention(self, x: torch.Tensor) -> torch.Tensor:
+        """The attention weights ``[B, T_query, T_key]`` for a ``[B, C_in, T]`` input."""
+        _check_signal(x, self.query.in_channels, type(self).__name__)
+        queries, keys = self.query(x), self.key(x)  # [B, key_channels, T]
+        scores = queries.transpose(1, 2) @ keys  # [B, T, T]: scores[b, i, j] = q_i . k_j
+        if self.scaled:
+            scores = scores / math.sqrt(self.query.out_channels)
+        return scores.softmax(dim=-1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        weights = self.attention(x)  # [B, T, T]
+        values = self.value(x)  # [B, out_channels, T]
+        # Output position i is the weighted mean of the values: sum_j weights[b, i, j] v_j.
+        return values @ weights.transpose(1, 2)  # [B, out_channels, T]
+
+    def extra_repr(self) -> str:
+        return (
+            f"in_channels={self.query.in_channels}, out_channels={self.value.out_channels}, "
+            f"key_channels={self.query.out_channels}, scaled={self.scaled}"
+        )
+
+
+def _conv(in_channels: int, out_channels: int, kernel_size: int) -> nn.Conv1d:
+    return nn.Conv1d(in_channels, out_channels, kernel_size, padding=kernel_size // 2)
+
+
+def _check_sizes(**sizes: int) -> None:
+    for name, value in sizes.items():
+        check.positive_int(name, value)
+    kernel_size = sizes["kernel_size"]
+    if kernel_size % 2 == 0:
+        raise ValueError(
+            f"kernel_size must be odd so that padding keeps the length, got {kernel_size}"
+        )
+
+
+def make_shapes_cnn(channels: int = 64, kernel_size: int = 5) -> nn.Sequential:
+    """Five ``Conv1d`` layers with ReLUs: ``[B, 1, T] -> [B, 1, T]`` (62,337 parameters).
+
+    Each output position depends on ``5 * (kernel_size - 1) + 1`` input positions (21).
+    """
+    _check_sizes(channels=channels, kernel_size=kernel_size)
+    return nn.Sequential(
+        _conv(1, channels, kernel_size),
+        nn.ReLU(),
+        _conv(channels, channels, kernel_size),
+        nn.ReLU(),
+        _conv(channels, channels, kernel_size),
+        nn.ReLU(),
+        _conv(channels, channels, kernel_size),
+        nn.ReLU(),
+        _conv(channels, 1, kernel_size),
+    )
+
+
+def make_shapes_attention_model(
+    channels: int = 64, kernel_size: int = 5, key_channels: int = 96, scaled: bool = True
+) -> nn.Sequential:
+    """:func:`make_shapes_cnn` with the middle convolution replaced by self-attention.
+
+    ``[B, 1, T] -> [B, 1, T]``, 58,177 parameters with the defaults. Index 4 of the returned
+    ``nn.Sequential`` is the :class:`ConvSelfAttention` layer and ``model[:4]`` computes its
+    input, so ``model[4].attention(model[:4](x))`` gives the attention weights.
+    """
+    _check_sizes(channels=channels, kernel_size=kernel_size, key_channels=key_channels)
+    return nn.Sequential(
+        _conv(1, channels, kernel_size),
+        nn.ReLU(),
+        _conv(channels, channels, kernel_size),
+        nn.ReLU(),
+        ConvSelfAttention(channels, channels, key_channels, scaled=scaled),
+        nn.ReLU(),
+        _conv(channels, channels, kernel_size),
+        nn.ReLU(),
+        _conv(channels, 1, kernel_size),
+    )
+
+
+class ShapesLSTM(nn.Module):
+    """A bidirectional LSTM over the ``T`` positions of a ``[B, 1, T]`` signal.
+
+    Every position is one time step with one input feature; a linear layer maps the two
+    directions' hidden states to the output value. ``[B, 1, T] -> [B, 1, T]``; with the
+    defaults (hidden_size=44, num_layers=2) it has 63,801 parameters, close to the CNN's.
+    Samples are independent: no state is carried from one batch or sample to the next.
+    """
+
+    def __init__(self, hidden_size: int = 44, num_layers: int = 2):
+        super().__init__()
+        check.positive_int("hidden_size", hidden_size)
+        check.positive_int("num_layers", num_layers)
+        self.lstm = nn.LSTM(
+            input_size=1,
+            hidden_size=hidden_size,
+            num_layers=num_layers,
+            batch_first=True,  # [B, T, features]; the default is [T, B, features]
+            bidirectional=True,
+        )
+        self.head = nn.Linear(2 * hidden_size, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        _check_signal(x, 1, type(self).__name__)
+        hidden, _ = self.lstm(x.transpose(1, 2))  # [B, T, 1] -> [B, T, 2 * hidden_size]
+        return self.head(hidden).transpose(1, 2)  # [B, T, 1] -> [B, 1, T]
+
+
+class BatchAxisLSTM(nn.Module):
+    """Source 004's LSTM, kept to show its mistake. Do not use it as a baseline.
+
+    It feeds ``[B, 1, T]`` to ``nn.LSTM(T, hidden_size)`` without ``batch_first``, and
+    ``nn.LSTM`` reads that as ``[seq_len=B, batch=1, features=T]``: the recurrence runs along
+    the *batch*, each sample is a single step of ``T`` features, and the state flows from one
+    sample into the next. It also keeps the final state (detached) for the next call, as the
+    source does, so a prediction depends on every sample seen before it. ``reset()`` clears it.
+    """
+
+    def __init__(self, seq_len: int = 100, hidden_size: int = 128):
+        super().__init__()
+        check.positive_int("seq_len", seq_len)
+        check.positive_int("hidden_size", hidden_size)
+        self.lstm = nn.LSTM(seq_len, hidden_size)
+        self.head = nn.Linear(hidden_size, seq_len)
+        self.state: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def reset(self) -> None:
+        self.state = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        _check_signal(x, 1, type(self).__name__)
+        hidden, state = self.lstm(x, self.state)  # x read as [seq_len=B, batch=1, T]
+        self.state = tuple(s.detach() for s in state)
+        return self.head(hidden)  # [B, 1, T]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -250,6 +250,43 @@ def generator(value) -> torch.Generator:
     return value
 
 
+def lengths(lengths, max_len):
+    """Sequence lengths (a 1-D integer tensor or a list of ints) and a ``max_len`` >= each.
+
+    Returns the lengths as a tensor and ``max_len`` (the longest length when it is None).
+    """
+    if not isinstance(lengths, Tensor):
+        if isinstance(lengths, (str, bytes)) or not isinstance(lengths, Sequence):
+            raise TypeError(
+                f"lengths must be a 1-D integer tensor or a list of ints, got {lengths!r}"
+            )
+        if not all(isinstance(n, int) and not isinstance(n, bool) for n in lengths):
+            raise TypeError(f"lengths must contain ints, got {list(lengths)!r}")
+        lengths = torch.tensor(list(lengths), dtype=torch.long)
+    if lengths.dtype.is_floating_point or lengths.dtype == torch.bool or lengths.is_complex():
+        raise TypeError(
+            f"lengths must be an integer tensor, got dtype {lengths.dtype}; use lengths.long()"
+        )
+    if lengths.ndim != 1 or lengths.numel() == 0:
+        raise ValueError(
+            f"lengths must be a non-empty 1-D tensor (one length per sequence), got shape "
+            f"{tuple(lengths.shape)}"
+        )
+    if (lengths < 0).any():
+        raise ValueError(f"lengths must be non-negative, got {lengths.tolist()}")
+    longest = int(lengths.max())
+    if max_len is None:
+        max_len = longest
+    elif isinstance(max_len, bool) or not isinstance(max_len, int):
+        raise TypeError(f"max_len must be an int or None, got {max_len!r}")
+    if max_len < 1 or max_len < longest:
+        raise ValueError(
+            f"max_len={max_len} must be positive and at least the longest length {longest}; "
+            "leave it as None to use the longest length"
+        )
+    return lengths, max_len
+
+
 def tokens(value, vocab_size: int, max_len: int | None = None) -> Tensor:
     """Token ids: an int64 ``(B, T)`` tensor with values in ``0 .. vocab_size - 1``."""
     if not isinstance(value, Tensor) or value.dtype != torch.long:
@@ -302,7 +339,7 @@ def bool_mask(value) -> Tensor:
     return value
 
 
-def mask(value, scores_shape: torch.Size) -> Tensor:
+def attention_mask(value, scores_shape: torch.Size) -> Tensor:
     """A boolean mask (True = may attend) that broadcasts to ``scores_shape`` (..., Tq, Tk).
 
     Also refuses the one mask of the opposite convention that can be recognized for sure:
@@ -334,10 +371,77 @@ def mask(value, scores_shape: torch.Size) -> Tensor:
     return value
 
 
+# --------------------------------------------------------------------------- attention
+
+DROPOUT_HINT = "0 turns dropout off, and 1 would drop every attention weight"
+SCALE_HINT = (
+    "it multiplies q @ k^T (0 would make every weight uniform, a negative scale would favour "
+    "the least similar keys), and None means 1 / sqrt(d)"
+)
+
+
+def attention_arguments(q, k, v, mask, dropout_p, training, scale):
+    """Check scaled_dot_product_attention's arguments; return the mask and the scale.
+
+    q (..., Tq, d), k (..., Tk, d), v (..., Tk, dv) of one dtype; a 3-D mask against 4-D
+    scores is returned as (B, 1, Tq, Tk), shared by the heads.
+    """
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        tensor(name, x, floating=True, min_ndim=2)
+    same_dtype(q=q, k=k, v=v)
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(
+            f"queries and keys must have the same width d, got q {tuple(q.shape)} and "
+            f"k {tuple(k.shape)}; project them to a common width first"
+        )
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(
+            f"keys and values must have the same length Tk, got k {tuple(k.shape)} and "
+            f"v {tuple(v.shape)}; each key needs exactly one value"
+        )
+    try:
+        batch_shape = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    except RuntimeError:
+        raise ValueError(
+            f"the leading (batch) dimensions of q {tuple(q.shape)}, k {tuple(k.shape)} and "
+            f"v {tuple(v.shape)} do not broadcast together"
+        ) from None
+    probability("dropout_p", dropout_p, DROPOUT_HINT)
+    boolean("training", training)
+    if scale is not None:
+        scale = positive_number("scale", scale, SCALE_HINT)
+    if mask is not None:
+        scores_shape = torch.Size((*batch_shape, q.shape[-2], k.shape[-2]))
+        if isinstance(mask, Tensor) and mask.ndim == 3 and len(scores_shape) == 4:
+            # (B, Tq, Tk) against (B, H, Tq, Tk): one mask per sequence, shared by the heads
+            # (as in MultiHeadAttention), not lined up with H by right-aligned broadcasting.
+            mask = mask[:, None]
+        mask = attention_mask(mask, scores_shape)
+    return mask, scale
+
+
+def multi_head_inputs(layer, query, key, value, mask) -> Tensor | None:
+    """Check a multi-head layer's inputs; return the mask as a 4-D (B|1, H|1, Tq, Tk) one."""
+    who = type(layer).__name__
+    attention_inputs(query, key, value, layer.d_model, who)
+    module_dtype("query", query, layer)
+    if mask is None:
+        return None
+    mask = bool_mask(mask)
+    if mask.ndim not in (2, 3, 4):
+        raise ValueError(
+            f"mask must be 2-D (Tq, Tk), 3-D (B, Tq, Tk) or 4-D (B, H, Tq, Tk), got shape "
+            f"{tuple(mask.shape)}"
+        )
+    mask = mask[None, None] if mask.ndim == 2 else mask[:, None] if mask.ndim == 3 else mask
+    scores = torch.Size((query.shape[0], layer.num_heads, query.shape[1], key.shape[1]))
+    return attention_mask(mask, scores)
+
+
 # --------------------------------------------------------------------------- training
 
 
-def model(value) -> nn.Module:
+def module(value) -> nn.Module:
     if not isinstance(value, nn.Module):
         raise TypeError(
             f"model must be a torch.nn.Module, got {type(value).__name__}; "
@@ -367,7 +471,7 @@ def loss_function(value):
     return value
 
 
-def optimizer(value, for_model: nn.Module | None = None) -> torch.optim.Optimizer:
+def optimizer_of(value, for_model: nn.Module | None = None) -> torch.optim.Optimizer:
     """An optimizer; with ``for_model``, one that updates at least one of its parameters."""
     if not isinstance(value, torch.optim.Optimizer):
         raise TypeError(
@@ -386,7 +490,7 @@ def optimizer(value, for_model: nn.Module | None = None) -> torch.optim.Optimize
     return value
 
 
-def metrics(value) -> dict:
+def metric_functions(value) -> dict:
     if value is None:
         return {}
     if not isinstance(value, Mapping):
@@ -413,3 +517,107 @@ def model_output(output) -> Tensor:
             "return_attention, or wrap it in a module whose forward returns output only"
         )
     return output
+
+
+def fit_arguments(
+    model,
+    train_loader,
+    loss_fn,
+    optimizer,
+    epochs,
+    scheduler,
+    val_loader,
+    metrics,
+    clip_grad_norm,
+    log_every,
+    seed,
+) -> dict:
+    module(model)
+    loader("train_loader", train_loader)
+    if val_loader is not None:
+        loader("val_loader", val_loader)
+    loss_function(loss_fn)
+    optimizer_of(optimizer, for_model=model)
+    positive_int("epochs", epochs)
+    positive_int("log_every", log_every)
+    if clip_grad_norm is not None:
+        positive_number("clip_grad_norm", clip_grad_norm, "1.0 is a common choice")
+    if scheduler is not None and not callable(getattr(scheduler, "step", None)):
+        raise TypeError(
+            f"scheduler must have a step() method (a torch LR scheduler), "
+            f"got {type(scheduler).__name__}"
+        )
+    if seed is not None:
+        non_negative_int("seed", seed)
+    return metric_functions(metrics)
+
+
+def schedule(warmup_steps, total_steps) -> None:
+    non_negative_int("warmup_steps", warmup_steps)
+    positive_int("total_steps", total_steps)
+    if not 0 <= warmup_steps <= total_steps:
+        raise ValueError(
+            f"warmup_steps must be in [0, total_steps={total_steps}], got {warmup_steps}; "
+            "a few percent of total_steps is usual"
+        )
+
+
+# --------------------------------------------------------------------------- layers and tasks
+
+
+def last_dim(module: nn.Module, x, width: int) -> None:
+    """A float tensor (..., width) of the module's dtype, or a clear error."""
+    who = type(module).__name__
+    tensor("x", x, floating=True, min_ndim=1)
+    if x.shape[-1] != width:
+        raise ValueError(
+            f"{who}(d_model={width}) got input with last dimension {x.shape[-1]} (shape "
+            f"{tuple(x.shape)}); the last dimension must be d_model={width}"
+        )
+    module_dtype("x", x, module)
+
+
+def num_classes(num_classes) -> int:
+    if positive_int("num_classes", num_classes) < 2:
+        raise ValueError(
+            "num_classes must be at least 2 (with one token every sequence is its own "
+            f"reversal), got {num_classes}"
+        )
+    return num_classes
+
+
+def shape_parameters(triangles: torch.Tensor, boxes: torch.Tensor, seq_len: int) -> None:
+    for name, shapes in (("triangles", triangles), ("boxes", boxes)):
+        if not isinstance(shapes, torch.Tensor):
+            raise TypeError(f"{name} must be a tensor, got {type(shapes).__name__}")
+        if shapes.dim() != 3 or shapes.shape[2] != 3:
+            raise ValueError(
+                f"{name} must have shape [N, K, 3] holding (center, height, width), "
+                f"got {tuple(shapes.shape)}"
+            )
+    if triangles.shape[0] != boxes.shape[0]:
+        raise ValueError(
+            f"triangles and boxes must describe the same N sequences, "
+            f"got {triangles.shape[0]} and {boxes.shape[0]}"
+        )
+    positive_int("seq_len", seq_len)
+
+
+def signal(x: torch.Tensor, channels: int, who: str) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{who} expects a tensor, got {type(x).__name__}")
+    if x.dim() != 3 or x.shape[1] != channels:
+        raise ValueError(
+            f"{who} expects input of shape [B, {channels}, T] (Conv1d layout), got "
+            f"{tuple(x.shape)}; add the channel axis with x.unsqueeze(1) if it is missing"
+        )
+
+
+def conv_sizes(**sizes: int) -> None:
+    for name, value in sizes.items():
+        positive_int(name, value)
+    kernel_size = sizes.get("kernel_size", 1)
+    if kernel_size % 2 == 0:
+        raise ValueError(
+            f"kernel_size must be odd so that padding keeps the length, got {kernel_size}"
+        )

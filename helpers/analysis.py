@@ -20,7 +20,7 @@ def count_parameters(module: nn.Module, trainable_only: bool = False) -> int:
 
     ``trainable_only=True`` counts only those with ``requires_grad`` (frozen ones left out).
     """
-    check.model(module)
+    check.module(module)
     return sum(p.numel() for p in module.parameters() if p.requires_grad or not trainable_only)
 
 
@@ -30,7 +30,7 @@ def parameter_table(module: nn.Module, max_depth: int = 1) -> pd.DataFrame:
     Submodules without parameters (dropout, activations) are left out.
     Columns: ``module`` (dotted name), ``type`` and ``parameters``; a last row ``total``.
     """
-    check.model(module)
+    check.module(module)
     check.positive_int("max_depth", max_depth)
     rows = []
     for name, child in module.named_modules():

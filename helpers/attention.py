@@ -57,6 +57,7 @@ def scaled_dot_product_attention(
     training: bool = True,
     generator: torch.Generator | None = None,
     scale: float | None = None,
+    validate: bool = True,
 ) -> tuple[Tensor, Tensor]:
     """softmax(q k^T / sqrt(d) masked) v, returning the output and the attention weights.
 
@@ -74,22 +75,14 @@ def scaled_dot_product_attention(
     ``dropout_p`` zeroes attention weights with that probability and rescales the survivors
     by 1 / (1 - dropout_p) (no renormalization), only when ``training`` is True; the returned
     weights are the ones that multiplied ``v``. ``generator`` makes the dropout pattern
-    reproducible. ``scale``, a positive number, replaces 1 / sqrt(d).
+    reproducible. ``scale``, a positive number, replaces 1 / sqrt(d). ``validate=False``
+    skips the input checks, for callers that have checked their inputs already.
     """
-    q, k, v, batch_shape = _check_qkv_heads(q, k, v)
-    dropout_p = check.probability("dropout_p", dropout_p, _DROPOUT_HINT)
-    check.boolean("training", training)
-    if scale is not None:
-        scale = check.positive_number("scale", scale, _SCALE_HINT)
+    if validate:
+        mask, scale = check.attention_arguments(q, k, v, mask, dropout_p, training, scale)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     scores = (q @ k.transpose(-2, -1)) * scale  # (..., Tq, Tk)
-    scores_shape = torch.Size((*batch_shape, q.shape[-2], k.shape[-2]))
     if mask is not None:
-        if isinstance(mask, Tensor) and mask.ndim == 3 and len(scores_shape) == 4:
-            # (B, Tq, Tk) against (B, H, Tq, Tk): one mask per sequence, shared by the heads
-            # (as in MultiHeadAttention), not lined up with H by right-aligned broadcasting.
-            mask = mask[:, None]
-        mask = check.mask(mask, scores_shape)
         # -inf (not -1e9): exactly zero weight in every dtype, float16 included.
         scores = scores.masked_fill(~mask, float("-inf"))
         # A row with no allowed key would be softmax(-inf, ..., -inf) = NaN: give it finite
@@ -127,35 +120,7 @@ def padding_mask(lengths: Tensor | Sequence[int], max_len: int | None = None) ->
     self-attention (Tq = Tk) and cross-attention (any Tq); ``mask[:, 0]`` is the
     (B, 1, Tk) form for 3-D scores. ``max_len`` defaults to the longest length.
     """
-    if not isinstance(lengths, Tensor):
-        if isinstance(lengths, (str, bytes)) or not isinstance(lengths, Sequence):
-            raise TypeError(
-                f"lengths must be a 1-D integer tensor or a list of ints, got {lengths!r}"
-            )
-        if not all(isinstance(n, int) and not isinstance(n, bool) for n in lengths):
-            raise TypeError(f"lengths must contain ints, got {list(lengths)!r}")
-        lengths = torch.tensor(list(lengths), dtype=torch.long)
-    if lengths.dtype.is_floating_point or lengths.dtype == torch.bool or lengths.is_complex():
-        raise TypeError(
-            f"lengths must be an integer tensor, got dtype {lengths.dtype}; use lengths.long()"
-        )
-    if lengths.ndim != 1 or lengths.numel() == 0:
-        raise ValueError(
-            f"lengths must be a non-empty 1-D tensor (one length per sequence), got shape "
-            f"{tuple(lengths.shape)}"
-        )
-    if (lengths < 0).any():
-        raise ValueError(f"lengths must be non-negative, got {lengths.tolist()}")
-    longest = int(lengths.max())
-    if max_len is None:
-        max_len = longest
-    elif isinstance(max_len, bool) or not isinstance(max_len, int):
-        raise TypeError(f"max_len must be an int or None, got {max_len!r}")
-    if max_len < 1 or max_len < longest:
-        raise ValueError(
-            f"max_len={max_len} must be positive and at least the longest length {longest}; "
-            "leave it as None to use the longest length"
-        )
+    lengths, max_len = check.lengths(lengths, max_len)
     positions = torch.arange(max_len, device=lengths.device)
     return (positions < lengths[:, None])[:, None, None, :]
 
@@ -200,12 +165,12 @@ class MultiHeadAttention(nn.Module):
         super().__init__()
         self.d_head = check.head_width(d_model, num_heads)
         self.d_model, self.num_heads = d_model, num_heads
-        self.dropout = check.probability("dropout", dropout, _DROPOUT_HINT)
+        self.dropout = check.probability("dropout", dropout, check.DROPOUT_HINT)
         self.qkv_proj = nn.Linear(d_model, 3 * d_model, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
 
     def forward(self, query, key, value, mask=None, return_attention=False):
-        mask = _check_layer_inputs(self, query, key, value, mask)
+        mask = check.multi_head_inputs(self, query, key, value, mask)
         if query is key and key is value:  # self-attention: one matmul
             q, k, v = self.qkv_proj(query).split(self.d_model, dim=-1)
         else:  # cross-attention: each input through its own block of the fused weight
@@ -213,7 +178,7 @@ class MultiHeadAttention(nn.Module):
         q, k, v = (split_heads(x, self.num_heads) for x in (q, k, v))  # (B, H, T, d_head)
         dropout_p = self.dropout if self.training else 0.0
         if return_attention:  # the book's own kernel, which returns the weights
-            heads, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p)
+            heads, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p, validate=False)
         else:  # PyTorch's fused kernel; rows with no key give zeros, as the package's rule says
             heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
             if mask is not None:
@@ -273,7 +238,7 @@ class PerHeadMultiHeadAttention(nn.Module):
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
 
     def forward(self, query, key, value, mask=None, return_attention=False):
-        mask = _check_layer_inputs(self, query, key, value, mask)
+        mask = check.multi_head_inputs(self, query, key, value, mask)
         outputs, weights = [], []
         for h, head in enumerate(self.heads):
             head_mask = None if mask is None else mask[:, min(h, mask.shape[1] - 1)]
@@ -288,55 +253,3 @@ class PerHeadMultiHeadAttention(nn.Module):
         from helpers.interop import fuse_heads
 
         return fuse_heads(self)
-
-
-# --------------------------------------------------------------------------- checks
-
-_DROPOUT_HINT = "0 turns dropout off, and 1 would drop every attention weight"
-_SCALE_HINT = (
-    "it multiplies q @ k^T (0 would make every weight uniform, a negative scale would favour "
-    "the least similar keys), and None means 1 / sqrt(d)"
-)
-
-
-def _check_qkv_heads(q, k, v):
-    """q (..., Tq, d), k (..., Tk, d), v (..., Tk, dv) of one dtype; return them and batch shape."""
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        check.tensor(name, x, floating=True, min_ndim=2)
-    check.same_dtype(q=q, k=k, v=v)
-    if q.shape[-1] != k.shape[-1]:
-        raise ValueError(
-            f"queries and keys must have the same width d, got q {tuple(q.shape)} and "
-            f"k {tuple(k.shape)}; project them to a common width first"
-        )
-    if k.shape[-2] != v.shape[-2]:
-        raise ValueError(
-            f"keys and values must have the same length Tk, got k {tuple(k.shape)} and "
-            f"v {tuple(v.shape)}; each key needs exactly one value"
-        )
-    try:
-        batch_shape = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
-    except RuntimeError:
-        raise ValueError(
-            f"the leading (batch) dimensions of q {tuple(q.shape)}, k {tuple(k.shape)} and "
-            f"v {tuple(v.shape)} do not broadcast together"
-        ) from None
-    return q, k, v, batch_shape
-
-
-def _check_layer_inputs(layer, query, key, value, mask) -> Tensor | None:
-    """Check a multi-head layer's inputs; return the mask as a 4-D (B|1, H|1, Tq, Tk) one."""
-    who = type(layer).__name__
-    check.attention_inputs(query, key, value, layer.d_model, who)
-    check.module_dtype("query", query, layer)
-    if mask is None:
-        return None
-    mask = check.bool_mask(mask)
-    if mask.ndim not in (2, 3, 4):
-        raise ValueError(
-            f"mask must be 2-D (Tq, Tk), 3-D (B, Tq, Tk) or 4-D (B, H, Tq, Tk), got shape "
-            f"{tuple(mask.shape)}"
-        )
-    mask = mask[None, None] if mask.ndim == 2 else mask[:, None] if mask.ndim == 3 else mask
-    scores = torch.Size((query.shape[0], layer.num_heads, query.shape[1], key.shape[1]))
-    return check.mask(mask, scores)

@@ -85,10 +85,10 @@ def evaluate(
     smaller last batch counts for what it holds. The model is put in ``eval()`` mode (dropout
     off) and given back in the mode it was in. ``device=None`` uses the model's own device.
     """
-    check.model(model)
+    check.module(model)
     check.loader("loader", loader)
     check.loss_function(loss_fn)
-    metrics = check.metrics(metrics)
+    metrics = check.metric_functions(metrics)
     device = _resolve_device(model, device)
     model.to(device)
 
@@ -144,7 +144,7 @@ def fit(
     previous row), ``val_loss`` and ``val_<metric>`` (:func:`evaluate` on ``val_loader`` in the
     last row of each epoch, NaN elsewhere), ``elapsed_s`` (wall-clock seconds, volatile).
     """
-    metrics = _check_fit(
+    metrics = check.fit_arguments(
         model,
         train_loader,
         loss_fn,
@@ -246,39 +246,6 @@ def _num_steps(loader: Iterable, epochs: int) -> int | None:
         return None
 
 
-def _check_fit(
-    model,
-    train_loader,
-    loss_fn,
-    optimizer,
-    epochs,
-    scheduler,
-    val_loader,
-    metrics,
-    clip_grad_norm,
-    log_every,
-    seed,
-) -> dict[str, Metric]:
-    check.model(model)
-    check.loader("train_loader", train_loader)
-    if val_loader is not None:
-        check.loader("val_loader", val_loader)
-    check.loss_function(loss_fn)
-    check.optimizer(optimizer, for_model=model)
-    check.positive_int("epochs", epochs)
-    check.positive_int("log_every", log_every)
-    if clip_grad_norm is not None:
-        check.positive_number("clip_grad_norm", clip_grad_norm, "1.0 is a common choice")
-    if scheduler is not None and not callable(getattr(scheduler, "step", None)):
-        raise TypeError(
-            f"scheduler must have a step() method (a torch LR scheduler), "
-            f"got {type(scheduler).__name__}"
-        )
-    if seed is not None:
-        check.non_negative_int("seed", seed)
-    return check.metrics(metrics)
-
-
 # --- checkpoints ------------------------------------------------------------------------------
 
 
@@ -294,9 +261,9 @@ def save_checkpoint(
     they come back from :func:`load_checkpoint`, which loads with ``weights_only=True`` (safe
     for files from others), so arbitrary Python objects such as DataFrames are refused there.
     """
-    check.model(model)
+    check.module(model)
     if optimizer is not None:
-        check.optimizer(optimizer)
+        check.optimizer_of(optimizer)
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
     state = {"model": model.state_dict(), "extra": extra}
@@ -315,9 +282,9 @@ def load_checkpoint(
     Tensors are mapped to the model's current device, so a checkpoint saved on a GPU loads on
     a CPU-only machine.
     """
-    check.model(model)
+    check.module(model)
     if optimizer is not None:
-        check.optimizer(optimizer)
+        check.optimizer_of(optimizer)
     if not os.path.exists(path):
         raise FileNotFoundError(f"no checkpoint at {os.fspath(path)!r}; check the path")
     state = torch.load(path, map_location=_resolve_device(model, None), weights_only=True)
@@ -337,16 +304,6 @@ def load_checkpoint(
 # --- learning-rate schedule -------------------------------------------------------------------
 
 
-def _check_schedule(warmup_steps, total_steps) -> None:
-    check.non_negative_int("warmup_steps", warmup_steps)
-    check.positive_int("total_steps", total_steps)
-    if not 0 <= warmup_steps <= total_steps:
-        raise ValueError(
-            f"warmup_steps must be in [0, total_steps={total_steps}], got {warmup_steps}; "
-            "a few percent of total_steps is usual"
-        )
-
-
 def cosine_warmup_factor(step: int, warmup_steps: int, total_steps: int) -> float:
     """The learning-rate multiplier at optimizer step ``step`` (0-based).
 
@@ -354,7 +311,7 @@ def cosine_warmup_factor(step: int, warmup_steps: int, total_steps: int) -> floa
     first step already learns and step ``warmup_steps - 1`` reaches 1), then a cosine decay
     from 1 at ``step = warmup_steps`` to 0 at ``step = total_steps``; 0 after that.
     """
-    _check_schedule(warmup_steps, total_steps)
+    check.schedule(warmup_steps, total_steps)
     check.non_negative_int("step", step)
     if step < warmup_steps:
         return (step + 1) / warmup_steps
@@ -372,8 +329,8 @@ def cosine_warmup_schedule(
     Call ``scheduler.step()`` after every ``optimizer.step()`` (as :func:`fit` does);
     ``total_steps`` is then ``epochs * len(train_loader)``.
     """
-    check.optimizer(optimizer)
-    _check_schedule(warmup_steps, total_steps)
+    check.optimizer_of(optimizer)
+    check.schedule(warmup_steps, total_steps)
     return torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: cosine_warmup_factor(step, warmup_steps, total_steps)
     )

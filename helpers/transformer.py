@@ -49,7 +49,7 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(check.positive_int("d_model", d_model)))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        _check_width(self, x, self.weight.shape[0])
+        check.last_dim(self, x, self.weight.shape[0])
         inverse_rms = torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps)
         return x * inverse_rms * self.weight
 
@@ -90,7 +90,7 @@ class FeedForward(nn.Module):
         self.linear2 = nn.Linear(ffn_width, d_model, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        _check_width(self, x, self.d_model)
+        check.last_dim(self, x, self.d_model)
         return self.linear2(self.dropout(self.activation(self.linear1(x))))
 
 
@@ -209,15 +209,3 @@ class TransformerEncoder(nn.Module):
             x, weights = block(x, mask=mask, return_attention=True)
             maps.append(weights)
         return maps
-
-
-def _check_width(module: nn.Module, x, width: int) -> None:
-    """A float tensor (..., width) of the module's dtype, or a clear error."""
-    who = type(module).__name__
-    check.tensor("x", x, floating=True, min_ndim=1)
-    if x.shape[-1] != width:
-        raise ValueError(
-            f"{who}(d_model={width}) got input with last dimension {x.shape[-1]} (shape "
-            f"{tuple(x.shape)}); the last dimension must be d_model={width}"
-        )
-    check.module_dtype("x", x, module)

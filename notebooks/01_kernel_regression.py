@@ -46,7 +46,15 @@ if "google.colab" in sys.modules:
         check=True,
     )
 
-import helpers
+try:
+    import helpers
+except ModuleNotFoundError:  # not on Colab, and the book's package is not installed
+    raise ModuleNotFoundError(
+        "this notebook needs the book's `helpers` package. In a clone of the book run "
+        "`make lab` (or `pip install -e .`); elsewhere run `pip install "
+        "'attention-book-helpers @ git+https://github.com/attention-book/attention-book'`. "
+        "(`pip install helpers` installs an unrelated package.)"
+    ) from None
 from helpers.plotting import use_book_style
 
 use_book_style()
@@ -60,15 +68,14 @@ import pandas as pd
 import torch
 
 from helpers import glue, show_source
+from helpers.checks import check_kernel_regression
 from helpers.kernel import (
-    check_kernel_regression,
     fit_width,
     gaussian_kernel,
-    make_regression_data,
     nadaraya_watson,
     nearest_neighbour,
-    true_function,
 )
+from helpers.tasks.regression import make_regression_data, true_function
 
 # %% [markdown]
 # ## A regression problem with no model
@@ -568,7 +575,7 @@ torch.testing.assert_close(
 #
 # 1. **A different kernel.** Write `laplace_regression(queries, keys, values, width)` that uses
 #    the Laplace kernel $K(d) = \exp(-|d| / \sigma)$ and returns one prediction per query. Check
-#    it with `helpers.kernel.check_kernel_regression(laplace_regression)`.
+#    it with `helpers.checks.check_kernel_regression(laplace_regression)`.
 #
 # :::{admonition} Solution
 # :class: dropdown

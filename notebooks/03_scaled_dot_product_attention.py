@@ -50,7 +50,15 @@ if "google.colab" in sys.modules:
         check=True,
     )
 
-import helpers
+try:
+    import helpers
+except ModuleNotFoundError:  # not on Colab, and the book's package is not installed
+    raise ModuleNotFoundError(
+        "this notebook needs the book's `helpers` package. In a clone of the book run "
+        "`make lab` (or `pip install -e .`); elsewhere run `pip install "
+        "'attention-book-helpers @ git+https://github.com/attention-book/attention-book'`. "
+        "(`pip install helpers` installs an unrelated package.)"
+    ) from None
 from helpers.plotting import use_book_style
 
 use_book_style()
@@ -61,7 +69,6 @@ device = helpers.get_device()
 import math
 import os
 import time
-from contextlib import contextmanager
 
 import matplotlib.pyplot as plt
 import pandas as pd
@@ -69,33 +76,19 @@ import seaborn as sns
 import torch
 import torch.nn.functional as F
 
-from helpers import glue, show_source
+from helpers import expect_error, glue, show_source
 from helpers.attention import (
     MultiHeadAttention,
     SingleHeadAttention,
-    check_attention,
     scaled_dot_product_attention,
 )
+from helpers.checks import check_attention
 from helpers.plotting import heatmap
 
 # %% [markdown]
-# Several cells below show an error on purpose. They run inside `expect_error`, which prints
-# the error and fails loudly if nothing is raised, so each demonstration is also a check.
-
-
-# %%
-@contextmanager
-def expect_error(kind):
-    """Run the block, which must raise `kind`: print the error, fail if nothing is raised."""
-    try:
-        yield
-    except kind as error:
-        print(f"{kind.__name__}: {error}")
-    else:
-        raise AssertionError(f"expected a {kind.__name__}, but nothing was raised")
-
-
-# %% [markdown]
+# Several cells below show an error on purpose. They run inside `helpers.expect_error`, which
+# prints the error and fails loudly if nothing is raised, so each demonstration is also a check.
+#
 # ## The formula and its shapes
 #
 # There are $T_q$ queries and $T_k$ keys, each a vector of width $d$, and one value of width

@@ -51,7 +51,15 @@ if "google.colab" in sys.modules:
         check=True,
     )
 
-import helpers
+try:
+    import helpers
+except ModuleNotFoundError:  # not on Colab, and the book's package is not installed
+    raise ModuleNotFoundError(
+        "this notebook needs the book's `helpers` package. In a clone of the book run "
+        "`make lab` (or `pip install -e .`); elsewhere run `pip install "
+        "'attention-book-helpers @ git+https://github.com/attention-book/attention-book'`. "
+        "(`pip install helpers` installs an unrelated package.)"
+    ) from None
 from helpers.plotting import use_book_style
 
 use_book_style()
@@ -68,6 +76,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from helpers import checks
+from helpers.analysis import count_parameters, stable_rank
 from helpers.attention import (
     MultiHeadAttention,
     PerHeadMultiHeadAttention,
@@ -322,11 +331,13 @@ print("the two views agree within 1e-6:", fused_vs_per_head < 1e-6)
 # ## The canonical module: `helpers.attention.MultiHeadAttention`
 #
 # The rest of the book uses the package's version. It is the fused view plus what a library
-# needs: input validation with messages that say how to fix the call, the book's mask
+# needs: input validation (one line here; every check of the package lives in
+# `helpers/_validate.py`, with messages that say how to fix the call), the book's mask
 # convention (boolean, `True` = may attend, 2-D, 3-D or 4-D), attention dropout, optional
 # biases, a single matrix product when `query is key is value`, and PyTorch's fused
 # `F.scaled_dot_product_attention` kernel unless the weights are asked for with
-# `return_attention=True`.
+# `return_attention=True`. Copying weights from PyTorch's own layer (`load_from_torch`, used
+# below) is in `helpers.interop`.
 
 # %%
 helpers.show_source(MultiHeadAttention)
@@ -839,22 +850,18 @@ class Source001MHA(nn.Module):
 
 
 # %%
-def count(module: nn.Module) -> int:
-    return sum(parameter.numel() for parameter in module.parameters())
-
-
 rows = []
 for d, h in [(64, 1), (64, 4), (64, 16), (512, 8)]:
     for bias in (False, True):
         formula = 4 * d * d + (4 * d if bias else 0)
         counts = {
-            "ours": count(MultiHeadAttention(d, h, bias=bias)),
-            "per head": count(PerHeadMultiHeadAttention(d, h, bias=bias)),
-            "torch": count(nn.MultiheadAttention(d, h, bias=bias)),
+            "ours": count_parameters(MultiHeadAttention(d, h, bias=bias)),
+            "per head": count_parameters(PerHeadMultiHeadAttention(d, h, bias=bias)),
+            "torch": count_parameters(nn.MultiheadAttention(d, h, bias=bias)),
         }
         assert all(value == formula for value in counts.values()), (d, h, bias, counts)
         assert checks.mha_parameter_count(d, h, bias) == formula
-        wide = count(Source001MHA(h, d)) if bias else None
+        wide = count_parameters(Source001MHA(h, d)) if bias else None
         rows.append({"D": d, "H": h, "bias": bias, "4D² (+4D)": formula, **counts})
         rows[-1]["source 001"] = wide
 parameter_table = pd.DataFrame(rows).astype({"source 001": "Int64"})
@@ -868,11 +875,11 @@ parameter_table
 # are not the $d_\text{head} = D/H$ heads the per-head and fused views above agree on.
 
 # %%
-wide_16 = count(Source001MHA(16, 64))
+wide_16 = count_parameters(Source001MHA(16, 64))
 wide_ratio_16 = wide_16 / (4 * 64 * 64 + 4 * 64)
 helpers.glue("ch4_wide_ratio_16", round(wide_ratio_16, 1))
 assert wide_16 == 3 * 16 * (64 * 64 + 64) + 16 * 64 * 64 + 64
-assert count(Source001MHA(1, 64)) == 4 * 64 * 64 + 4 * 64
+assert count_parameters(Source001MHA(1, 64)) == 4 * 64 * 64 + 4 * 64
 assert 15 < wide_ratio_16 < 16
 
 # %% [markdown]
@@ -974,7 +981,8 @@ assert fixed(embedded[None], embedded[None], embedded[None]).shape == (1, 8, n_e
 gpt2_vocab = 50_304  # 50,257 tokens padded to a multiple of 64, as source 002 does
 vocab_width_params = 4 * gpt2_vocab**2  # four (V, V) matrices
 helpers.glue("ch4_vocab_width_params", vocab_width_params)
-assert count(padded_demo) == 4 * 128**2  # the same formula, counted on a real module
+# the same formula, counted on a real module
+assert count_parameters(padded_demo) == 4 * 128**2
 
 # %% [markdown]
 # ## What the output looks like: a singular-value picture
@@ -983,19 +991,14 @@ assert count(padded_demo) == 4 * 128**2  # the same formula, counted on a real m
 # random sequence is nearly of rank one, while its queries and keys are not. The singular
 # values $\sigma_1 \ge \sigma_2 \ge \ldots$ of a $T \times D$ matrix measure this: a matrix
 # of rank one has a single nonzero $\sigma_1$. A convenient single number is the *stable
-# rank* $\sum_k \sigma_k^2 / \sigma_1^2$, which is at most the rank and is not fooled by tiny
-# singular values. Take $T=1024$ random tokens of width $D=128$ and a fresh layer with 8
+# rank* $\sum_k \sigma_k^2 / \sigma_1^2$ (`helpers.analysis.stable_rank`), which is at most the
+# rank and is not fooled by tiny singular values. Take $T=1024$ random tokens of width $D=128$ and a fresh layer with 8
 # heads:
 
 
 # %%
 def singular_values(matrix: torch.Tensor) -> torch.Tensor:
     return torch.linalg.svdvals(matrix.detach())
-
-
-def stable_rank(matrix: torch.Tensor) -> float:
-    sigma = singular_values(matrix)
-    return (sigma.square().sum() / sigma[0].square()).item()
 
 
 torch.manual_seed(4)
@@ -1241,6 +1244,6 @@ checks.check_split_heads(
 
 # %%
 helpers.glue("ch4_params_768", checks.mha_parameter_count(768, 12, bias=True))
-assert checks.mha_parameter_count(768, 12, bias=True) == count(
+assert checks.mha_parameter_count(768, 12, bias=True) == count_parameters(
     nn.MultiheadAttention(768, 12, bias=True)
 )

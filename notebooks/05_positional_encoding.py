@@ -48,7 +48,15 @@ if "google.colab" in sys.modules:
         check=True,
     )
 
-import helpers
+try:
+    import helpers
+except ModuleNotFoundError:  # not on Colab, and the book's package is not installed
+    raise ModuleNotFoundError(
+        "this notebook needs the book's `helpers` package. In a clone of the book run "
+        "`make lab` (or `pip install -e .`); elsewhere run `pip install "
+        "'attention-book-helpers @ git+https://github.com/attention-book/attention-book'`. "
+        "(`pip install helpers` installs an unrelated package.)"
+    ) from None
 from helpers.plotting import use_book_style
 
 use_book_style()
@@ -66,6 +74,7 @@ import torch
 import torch.nn.functional as F
 
 from helpers import glue, show_source
+from helpers.checks import check_fixed_base_encoding
 from helpers.plotting import heatmap
 from helpers.positional import (
     LearnedPositionalEmbedding,
@@ -74,7 +83,6 @@ from helpers.positional import (
     alibi_slopes,
     angular_speeds,
     apply_rotary,
-    check_fixed_base_encoding,
     relative_rotation,
     sinusoidal_encoding,
 )

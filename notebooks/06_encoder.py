@@ -45,7 +45,15 @@ if "google.colab" in sys.modules:
         check=True,
     )
 
-import helpers
+try:
+    import helpers
+except ModuleNotFoundError:  # not on Colab, and the book's package is not installed
+    raise ModuleNotFoundError(
+        "this notebook needs the book's `helpers` package. In a clone of the book run "
+        "`make lab` (or `pip install -e .`); elsewhere run `pip install "
+        "'attention-book-helpers @ git+https://github.com/attention-book/attention-book'`. "
+        "(`pip install helpers` installs an unrelated package.)"
+    ) from None
 from helpers.plotting import use_book_style
 
 use_book_style()
@@ -64,21 +72,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from helpers import glue, show_source
+from helpers.analysis import count_parameters, parameter_table, stable_rank
 from helpers.attention import MultiHeadAttention, causal_mask
-from helpers.transformer import (
-    EncoderBlock,
-    RMSNorm,
-    TransformerEncoder,
-    check_block_parameter_count,
-    check_rms_norm,
-    count_parameters,
-    parameter_table,
-)
+from helpers.checks import check_block_parameter_count, check_rms_norm
+from helpers.transformer import EncoderBlock, RMSNorm, TransformerEncoder
 
-if device.type == "cpu":
-    # The models of this chapter are so small that splitting each matrix product over
-    # several CPU threads costs more in synchronization than it saves.
-    torch.set_num_threads(1)
+# The models of this chapter are so small that splitting each matrix product over several
+# CPU threads costs more in synchronization than it saves.
+helpers.use_one_thread(device)
 
 # %% [markdown]
 # ## The block, piece by piece
@@ -164,7 +165,8 @@ torch.testing.assert_close(scratch.ffn(x), per_position)
 # matrix product instead of several small sequential ones.
 #
 # The book's canonical block lives in `helpers.transformer`. It computes the same function with
-# input checks, an optional RMSNorm (below) and a way to return the attention weights:
+# input checks (one line; they live in `helpers/_validate.py`), an optional RMSNorm (below) and
+# a way to return the attention weights:
 
 # %%
 show_source(EncoderBlock)
@@ -593,15 +595,10 @@ print(f"largest error in a block-1 attention weight: {map_error}")
 # matrix, even though its input is full rank and the query and key projections are too. The
 # residual connection adds the full-rank input back. We measure it with the *stable rank*
 # $\|A\|_F^2 / \|A\|_2^2$ (a smooth count of the significant singular values) for 1024 random
-# tokens of width 128.
+# tokens of width 128 (`helpers.analysis.stable_rank`, the measure chapter 4 used).
 
 
 # %%
-def stable_rank(matrix):
-    singular_values = torch.linalg.svdvals(matrix)
-    return (singular_values.pow(2).sum() / singular_values[0] ** 2).item()
-
-
 torch.manual_seed(0)
 attention = MultiHeadAttention(128, 8)
 tokens = torch.randn(1, 1024, 128)
@@ -673,7 +670,7 @@ stack_ranks.round(1)
 #
 # 1. **RMSNorm by hand.** Write `rms_norm(x, weight, eps)` for a tensor `x` of shape
 #    `(..., D)` and a gain `weight` of shape `(D,)`, and check it with
-#    `helpers.transformer.check_rms_norm(rms_norm)`.
+#    `helpers.checks.check_rms_norm(rms_norm)`.
 #
 # :::{admonition} Solution
 # :class: dropdown
@@ -698,7 +695,7 @@ print(check_rms_norm(rms_norm))
 # 2. **Count the base model.** Write `block_parameters(d_model, ffn_width)` returning the
 #    number of parameters of `EncoderBlock(d_model, num_heads, ffn_width)` (biases and two
 #    LayerNorms included) and check it with
-#    `helpers.transformer.check_block_parameter_count(block_parameters)`. How many parameters
+#    `helpers.checks.check_block_parameter_count(block_parameters)`. How many parameters
 #    does one block of the 2017 base model ($D = 512$, $F = 2048$) have?
 #
 # :::{admonition} Solution

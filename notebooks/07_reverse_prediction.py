@@ -44,7 +44,15 @@ if "google.colab" in sys.modules:
         check=True,
     )
 
-import helpers
+try:
+    import helpers
+except ModuleNotFoundError:  # not on Colab, and the book's package is not installed
+    raise ModuleNotFoundError(
+        "this notebook needs the book's `helpers` package. In a clone of the book run "
+        "`make lab` (or `pip install -e .`); elsewhere run `pip install "
+        "'attention-book-helpers @ git+https://github.com/attention-book/attention-book'`. "
+        "(`pip install helpers` installs an unrelated package.)"
+    ) from None
 from helpers.plotting import use_book_style
 
 use_book_style()
@@ -65,15 +73,16 @@ from torch.utils.data import DataLoader
 
 # %%
 from helpers import glue, show_source
-from helpers.data import make_reverse_dataset
+from helpers.analysis import count_parameters, parameter_table
+from helpers.checks import check_sequence_accuracy
 from helpers.plotting import heatmap
-from helpers.reverse import (
+from helpers.tasks.reverse import (
     BOOK_CONFIG,
     SOURCE_000_CONFIG,
     ReversePredictor,
     bag_oracle_accuracy,
     build_reverse_training,
-    check_sequence_accuracy,
+    make_reverse_dataset,
     token_accuracy,
     token_cross_entropy,
 )
@@ -84,19 +93,17 @@ from helpers.training import (
     load_checkpoint,
     save_checkpoint,
 )
-from helpers.transformer import count_parameters, parameter_table
 
-if device.type == "cpu":
-    # This model is so small that splitting each matrix product over several CPU threads
-    # costs more in synchronization than it saves (and far more on a busy machine).
-    torch.set_num_threads(1)
+# This model is so small that splitting each matrix product over several CPU threads costs
+# more in synchronization than it saves (and far more on a busy machine).
+helpers.use_one_thread(device)
 
 # %% [markdown]
 # ## The task
 #
 # Each example is a sequence of $T = 16$ tokens drawn uniformly from $C = 10$ classes (the
 # digits); its target is the same sequence reversed, so position $t$ must output the input
-# token at position $T - 1 - t$. `helpers.data.make_reverse_dataset` generates the pairs from
+# token at position $T - 1 - t$. `helpers.tasks.reverse.make_reverse_dataset` generates the pairs from
 # an explicit random generator, one per split, so the training, validation and test sets are
 # reproducible and independent.
 
@@ -737,7 +744,7 @@ pd.Series(by_length, name="token accuracy").rename_axis("test length").round(
 #
 # 1. **All or nothing.** Write `sequence_accuracy(logits, targets)`, the fraction of sequences
 #    whose *every* token is right, and check it with
-#    `helpers.reverse.check_sequence_accuracy(sequence_accuracy)`.
+#    `helpers.checks.check_sequence_accuracy(sequence_accuracy)`.
 #
 # :::{admonition} Solution
 # :class: dropdown

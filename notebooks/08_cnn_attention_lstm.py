@@ -54,7 +54,15 @@ if "google.colab" in sys.modules:
         check=True,
     )
 
-import helpers
+try:
+    import helpers
+except ModuleNotFoundError:  # not on Colab, and the book's package is not installed
+    raise ModuleNotFoundError(
+        "this notebook needs the book's `helpers` package. In a clone of the book run "
+        "`make lab` (or `pip install -e .`); elsewhere run `pip install "
+        "'attention-book-helpers @ git+https://github.com/attention-book/attention-book'`. "
+        "(`pip install helpers` installs an unrelated package.)"
+    ) from None
 from helpers.plotting import use_book_style
 
 use_book_style()
@@ -73,14 +81,14 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from helpers import glue, show_source
-from helpers.data import make_shapes_dataset
-from helpers.models import (
+from helpers.analysis import count_parameters
+from helpers.tasks.shapes import (
     BatchAxisLSTM,
     ConvSelfAttention,
     ShapesLSTM,
-    count_parameters,
     make_shapes_attention_model,
     make_shapes_cnn,
+    make_shapes_dataset,
 )
 from helpers.training import cosine_warmup_schedule, evaluate, fit
 
@@ -93,7 +101,7 @@ from helpers.training import cosine_warmup_schedule, evaluate, fit
 # those where two shapes overlap or touch, and those where the two triangles, or the two boxes,
 # differ in height by 4 or less (their mean would be almost the input, an easy sample). The
 # target is the noise-free picture with each shape at the mean height of its kind.
-# `helpers.data.make_shapes_dataset` generates it, seeded, and also returns the shapes' parameters
+# `helpers.tasks.shapes.make_shapes_dataset` generates it, seeded, and also returns the shapes' parameters
 # and, for each position, which shape covers it; we will need those to read the attention
 # weights.
 #
@@ -312,7 +320,7 @@ def conv_self_attention(x, w_query, w_key, w_value, scaled=True):
 
 
 # %% [markdown]
-# The book's version, `helpers.models.ConvSelfAttention`, holds the three projections as
+# The book's version, `helpers.tasks.shapes.ConvSelfAttention`, holds the three projections as
 # `Conv1d` layers; it must agree with the lines above, and with PyTorch's own kernel
 # (`tests/test_models.py` checks the latter).
 
@@ -387,7 +395,7 @@ assert init_unscaled > init_scaled
 # one step, and since the source also keeps the final state for the next batch, a prediction
 # depends on every sample seen before it. Nothing crashes, and the output even has the right
 # shape. The symptom: the prediction for a sample changes when the *other* samples change.
-# `helpers.models.BatchAxisLSTM` reproduces it; the cells below show the symptom and what it
+# `helpers.tasks.shapes.BatchAxisLSTM` reproduces it; the cells below show the symptom and what it
 # costs. The fix reads each signal as 100 steps of one feature (`ShapesLSTM` below), and
 # `tests/test_models.py::test_samples_do_not_influence_each_other` and
 # `test_batch_axis_lstm_treats_the_batch_as_time` pin the difference.
@@ -1002,5 +1010,5 @@ for num_layers, sees_the_end in ((49, False), (50, True)):
 # The state kept between batches must go too: with a correct layout it would carry the end of
 # one sequence into the start of an unrelated one. Reading in both directions
 # (`bidirectional=True`) lets the first positions see the end of the signal; that is
-# `helpers.models.ShapesLSTM`.
+# `helpers.tasks.shapes.ShapesLSTM`.
 # ```

@@ -12,7 +12,7 @@ LayerNorm, ReLU, Dropout, Linear, LayerNorm), its pre-LN encoder ends with a fin
 (source 000 multiplies by cos(pi * step / max_iter)). The ratio below therefore measures the
 effect of the hyper-parameters, not of source 000's exact architecture.
 
-Both configurations train the same model class (helpers.reverse.ReversePredictor) on the same
+Both configurations train the same model class (helpers.tasks.reverse.ReversePredictor) on the same
 50,000 training sequences with the same loop (helpers.training.fit), and are evaluated on the
 same 10,000 fresh test sequences (seed 2, as chapter 7's test set) every ``--eval-every``
 optimizer steps. The clock runs only while training: evaluation time is excluded, so the
@@ -41,12 +41,12 @@ import time
 import torch
 from torch.utils.data import DataLoader
 
-from helpers.data import make_reverse_dataset
-from helpers.reverse import (
+from helpers.tasks.reverse import (
     BOOK_CONFIG,
     SOURCE_000_CONFIG,
     ReverseConfig,
     build_reverse_training,
+    make_reverse_dataset,
     token_accuracy,
     token_cross_entropy,
 )

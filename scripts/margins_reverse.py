@@ -18,11 +18,11 @@ import pandas as pd
 import torch
 from torch.utils.data import DataLoader
 
-from helpers.data import make_reverse_dataset
-from helpers.reverse import (
+from helpers.tasks.reverse import (
     BOOK_CONFIG,
     bag_oracle_accuracy,
     build_reverse_training,
+    make_reverse_dataset,
     token_accuracy,
     token_cross_entropy,
 )

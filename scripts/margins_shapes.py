@@ -19,8 +19,12 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from helpers.data import make_shapes_dataset
-from helpers.models import ShapesLSTM, make_shapes_attention_model, make_shapes_cnn
+from helpers.tasks.shapes import (
+    ShapesLSTM,
+    make_shapes_attention_model,
+    make_shapes_cnn,
+    make_shapes_dataset,
+)
 from helpers.training import cosine_warmup_schedule, evaluate, fit
 
 FACTORIES = {

@@ -51,7 +51,7 @@ def make_reverse_dataset(
     """
     check.positive_int("num_sequences", num_sequences)
     check.positive_int("seq_len", seq_len)
-    _check_num_classes(num_classes)
+    check.num_classes(num_classes)
     check.generator(generator)
     inputs = torch.randint(num_classes, (num_sequences, seq_len), generator=generator)
     return TensorDataset(inputs, inputs.flip(-1))
@@ -78,7 +78,7 @@ class ReversePredictor(nn.Module):
         positional: bool = True,
     ) -> None:
         super().__init__()
-        self.num_classes = _check_num_classes(num_classes)
+        self.num_classes = check.num_classes(num_classes)
         self.embedding = nn.Embedding(num_classes, d_model)
         self.positional = (
             SinusoidalPositionalEncoding(d_model, max_len) if positional else nn.Identity()
@@ -104,15 +104,6 @@ class ReversePredictor(nn.Module):
         computed with attention dropout on (random, and not rows that sum to one).
         """
         return self.encoder.get_attention_maps(self.embed(tokens))
-
-
-def _check_num_classes(num_classes) -> int:
-    if check.positive_int("num_classes", num_classes) < 2:
-        raise ValueError(
-            "num_classes must be at least 2 (with one token every sequence is its own "
-            f"reversal), got {num_classes}"
-        )
-    return num_classes
 
 
 def token_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

@@ -77,23 +77,6 @@ class ShapesData:
         return TensorDataset(self.inputs, self.targets)
 
 
-def _check_shapes(triangles: torch.Tensor, boxes: torch.Tensor, seq_len: int) -> None:
-    for name, shapes in (("triangles", triangles), ("boxes", boxes)):
-        if not isinstance(shapes, torch.Tensor):
-            raise TypeError(f"{name} must be a tensor, got {type(shapes).__name__}")
-        if shapes.dim() != 3 or shapes.shape[2] != 3:
-            raise ValueError(
-                f"{name} must have shape [N, K, 3] holding (center, height, width), "
-                f"got {tuple(shapes.shape)}"
-            )
-    if triangles.shape[0] != boxes.shape[0]:
-        raise ValueError(
-            f"triangles and boxes must describe the same N sequences, "
-            f"got {triangles.shape[0]} and {boxes.shape[0]}"
-        )
-    check.positive_int("seq_len", seq_len)
-
-
 def _shape_profiles(
     triangles: torch.Tensor, boxes: torch.Tensor, seq_len: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -116,7 +99,7 @@ def render_shapes(triangles: torch.Tensor, boxes: torch.Tensor, seq_len: int = 1
     ``triangles`` and ``boxes`` are ``[N, K, 3]`` tensors of (center, height, width), in
     samples. Where shapes overlap the higher one wins (valid data sets have no overlaps).
     """
-    _check_shapes(triangles, boxes, seq_len)
+    check.shape_parameters(triangles, boxes, seq_len)
     triangle, box = _shape_profiles(triangles, boxes, seq_len)
     return torch.cat((triangle, box), dim=1).amax(dim=1, keepdim=True)
 
@@ -125,7 +108,7 @@ def shapes_collide(
     triangles: torch.Tensor, boxes: torch.Tensor, seq_len: int = 100
 ) -> torch.Tensor:
     """``[N]`` booleans: True where two shapes overlap or touch (no empty sample between them)."""
-    _check_shapes(triangles, boxes, seq_len)
+    check.shape_parameters(triangles, boxes, seq_len)
     triangle, box = _shape_profiles(triangles, boxes, seq_len)
     covered = torch.cat((triangle, box), dim=1) > 0  # [N, S, L]
     # Widen every shape by one sample to the left, so touching shapes count as colliding.
@@ -213,16 +196,6 @@ def make_shapes_dataset(
 # --------------------------------------------------------------------------- models
 
 
-def _check_signal(x: torch.Tensor, channels: int, who: str) -> None:
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{who} expects a tensor, got {type(x).__name__}")
-    if x.dim() != 3 or x.shape[1] != channels:
-        raise ValueError(
-            f"{who} expects input of shape [B, {channels}, T] (Conv1d layout), got "
-            f"{tuple(x.shape)}; add the channel axis with x.unsqueeze(1) if it is missing"
-        )
-
-
 class ConvSelfAttention(nn.Module):
     """Single-head self-attention on a ``[B, C, T]`` signal, with 1x1 convolutions as Q/K/V.
 
@@ -235,9 +208,9 @@ class ConvSelfAttention(nn.Module):
 
     def __init__(self, in_channels: int, out_channels: int, key_channels: int, scaled: bool = True):
         super().__init__()
-        for name, value in (("in_channels", in_channels), ("out_channels", out_channels)):
-            check.positive_int(name, value)
-        check.positive_int("key_channels", key_channels)
+        check.conv_sizes(
+            in_channels=in_channels, out_channels=out_channels, key_channels=key_channels
+        )
         check.boolean("scaled", scaled)
         self.query = nn.Conv1d(in_channels, key_channels, kernel_size=1, bias=False)
         self.key = nn.Conv1d(in_channels, key_channels, kernel_size=1, bias=False)
@@ -246,7 +219,7 @@ class ConvSelfAttention(nn.Module):
 
     def attention(self, x: torch.Tensor) -> torch.Tensor:
         """The attention weights ``[B, T_query, T_key]`` for a ``[B, C_in, T]`` input."""
-        _check_signal(x, self.query.in_channels, type(self).__name__)
+        check.signal(x, self.query.in_channels, type(self).__name__)
         queries, keys = self.query(x), self.key(x)  # [B, key_channels, T]
         scores = queries.transpose(1, 2) @ keys  # [B, T, T]: scores[b, i, j] = q_i . k_j
         if self.scaled:
@@ -270,22 +243,12 @@ def _conv(in_channels: int, out_channels: int, kernel_size: int) -> nn.Conv1d:
     return nn.Conv1d(in_channels, out_channels, kernel_size, padding=kernel_size // 2)
 
 
-def _check_sizes(**sizes: int) -> None:
-    for name, value in sizes.items():
-        check.positive_int(name, value)
-    kernel_size = sizes["kernel_size"]
-    if kernel_size % 2 == 0:
-        raise ValueError(
-            f"kernel_size must be odd so that padding keeps the length, got {kernel_size}"
-        )
-
-
 def make_shapes_cnn(channels: int = 64, kernel_size: int = 5) -> nn.Sequential:
     """Five ``Conv1d`` layers with ReLUs: ``[B, 1, T] -> [B, 1, T]`` (62,337 parameters).
 
     Each output position depends on ``5 * (kernel_size - 1) + 1`` input positions (21).
     """
-    _check_sizes(channels=channels, kernel_size=kernel_size)
+    check.conv_sizes(channels=channels, kernel_size=kernel_size)
     return nn.Sequential(
         _conv(1, channels, kernel_size),
         nn.ReLU(),
@@ -308,7 +271,7 @@ def make_shapes_attention_model(
     ``nn.Sequential`` is the :class:`ConvSelfAttention` layer and ``model[:4]`` computes its
     input, so ``model[4].attention(model[:4](x))`` gives the attention weights.
     """
-    _check_sizes(channels=channels, kernel_size=kernel_size, key_channels=key_channels)
+    check.conv_sizes(channels=channels, kernel_size=kernel_size, key_channels=key_channels)
     return nn.Sequential(
         _conv(1, channels, kernel_size),
         nn.ReLU(),
@@ -345,7 +308,7 @@ class ShapesLSTM(nn.Module):
         self.head = nn.Linear(2 * hidden_size, 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        _check_signal(x, 1, type(self).__name__)
+        check.signal(x, 1, type(self).__name__)
         hidden, _ = self.lstm(x.transpose(1, 2))  # [B, T, 1] -> [B, T, 2 * hidden_size]
         return self.head(hidden).transpose(1, 2)  # [B, T, 1] -> [B, 1, T]
 
@@ -372,7 +335,7 @@ class BatchAxisLSTM(nn.Module):
         self.state = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        _check_signal(x, 1, type(self).__name__)
+        check.signal(x, 1, type(self).__name__)
         hidden, state = self.lstm(x, self.state)  # x read as [seq_len=B, batch=1, T]
         self.state = tuple(s.detach() for s in state)
         return self.head(hidden)  # [B, 1, T]

@@ -54,8 +54,10 @@ lint: $(STAMP)
 drift: $(STAMP)
 	$(BIN)/pytest -q tests/test_notebooks.py
 
+# Unit tests: two workers, one file each at a time, one PyTorch thread each (tiny models: more
+# threads only fight over the cores; tests/conftest.py also sets it inside the workers).
 unit: $(STAMP)
-	$(BIN)/pytest -q -m "not site" -n 2 --dist loadfile
+	OMP_NUM_THREADS=1 $(BIN)/pytest -q -m "not site" -n 2 --dist loadfile
 
 # Strict nbval: every notebook re-executed, its outputs compared with the stored ones.
 # Two workers, one notebook each at a time: chapter 8 runs beside the others.

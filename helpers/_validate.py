@@ -343,8 +343,8 @@ def attention_mask(value, scores_shape: torch.Size) -> Tensor:
     """A boolean mask (True = may attend) that broadcasts to ``scores_shape`` (..., Tq, Tk).
 
     Also refuses the one mask of the opposite convention that can be recognized for sure:
-    PyTorch's causal mask ``torch.triu(ones, 1)`` (True = blocked) read as True = may attend
-    blocks every query from itself and leaves the last query nothing at all.
+    exactly PyTorch's causal mask ``torch.triu(ones, 1)`` (True = blocked), which read as
+    True = may attend blocks every query from itself and leaves the last query no key.
     """
     value = bool_mask(value)
     try:
@@ -360,13 +360,13 @@ def attention_mask(value, scores_shape: torch.Size) -> Tensor:
         )
     size = value.shape[-1]
     if value.ndim >= 2 and size > 1 and value.shape[-2] == size:
-        blocked_self = not value.diagonal(dim1=-2, dim2=-1).any()
-        if blocked_self and not value.any(dim=-1).all():
+        pytorch_causal = torch.ones(size, size, dtype=torch.bool, device=value.device).triu(1)
+        if bool((value == pytorch_causal).all()):
             raise ValueError(
-                "this mask blocks every query from its own key and leaves the last query no key "
-                "at all: it looks like PyTorch's causal mask torch.triu(ones, 1), where True "
-                "means 'blocked'. This package's masks mean True = may attend: pass ~mask, "
-                "or build it with helpers.attention.causal_mask(T)"
+                "this mask is PyTorch's causal mask torch.triu(ones, 1), where True means "
+                "'blocked'; read as this package's True = may attend it lets every query see "
+                "only the future and leaves the last query no key at all. Pass ~mask, or "
+                "build it with helpers.attention.causal_mask(T)"
             )
     return value
 

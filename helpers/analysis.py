@@ -54,4 +54,6 @@ def stable_rank(matrix: torch.Tensor) -> float:
             f"matrix must be 2-D, got shape {tuple(matrix.shape)}; pick one, e.g. x[0]"
         )
     singular = torch.linalg.svdvals(matrix.detach().double())
+    if singular[0] == 0:
+        raise ValueError("the stable rank of a zero matrix is undefined (0 / 0)")
     return float((singular**2).sum() / singular[0] ** 2)

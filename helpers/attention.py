@@ -139,7 +139,8 @@ def additive_mask(mask: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
 def split_heads(x: Tensor, num_heads: int) -> Tensor:
     """(B, T, D) -> (B, H, T, d_head): head ``h`` gets features ``h*d_head:(h+1)*d_head``."""
     batch, length, d_model = x.shape
-    return x.view(batch, length, num_heads, d_model // num_heads).transpose(1, 2)
+    d_head = check.head_width(d_model, num_heads)
+    return x.view(batch, length, num_heads, d_head).transpose(1, 2)
 
 
 def merge_heads(x: Tensor) -> Tensor:

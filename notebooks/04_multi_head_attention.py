@@ -36,29 +36,18 @@
 # Setup: on Colab, install the book's helpers; everywhere, import, seed and pick a device.
 import sys
 
+# The book's package at the book's version (a release tag, kept in step by a test).
+HELPERS = "attention-book-helpers @ git+https://github.com/attention-book/attention-book@v0.1.0"
 if "google.colab" in sys.modules:
     import subprocess
 
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "attention-book-helpers @ git+https://github.com/attention-book/attention-book",
-        ],
-        check=True,
-    )
-
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", HELPERS], check=True)
 try:
     import helpers
-except ModuleNotFoundError:  # not on Colab, and the book's package is not installed
+except ModuleNotFoundError:  # outside Colab the package must be installed first
     raise ModuleNotFoundError(
-        "this notebook needs the book's `helpers` package. In a clone of the book run "
-        "`make lab` (or `pip install -e .`); elsewhere run `pip install "
-        "'attention-book-helpers @ git+https://github.com/attention-book/attention-book'`. "
-        "(`pip install helpers` installs an unrelated package.)"
+        f"this notebook needs the book's helpers package; run: pip install '{HELPERS}' "
+        "(or `make lab` in a clone of the book). `pip install helpers` is an unrelated package."
     ) from None
 from helpers.plotting import use_book_style
 
@@ -361,7 +350,7 @@ assert torch.allclose(mha(x, x, x), out_fused, atol=1e-6)
 # %% [markdown]
 # The package also keeps a per-head version, `PerHeadMultiHeadAttention`, for when a head as a
 # module of its own is handy; its `fused()` method performs the weight mapping of `fuse` above.
-# `test_per_head_modules_equal_fused` in `tests/test_attention.py` checks the two against each
+# `test_per_head_modules_equal_fused` in `tests/test_interop.py` checks the two against each
 # other on random shapes.
 
 # %%
@@ -416,7 +405,7 @@ print("agrees with torch.nn.MultiheadAttention within 1e-6:", torch_vs_ours < 1e
 # The outputs agree within the assert's tolerance of $10^{-6}$ (largest difference
 # {glue:text}`ch4_torch_vs_ours:.1g`), and so do the per-head and the head-averaged weights.
 # `MultiHeadAttention.load_from_torch(torch_mha)` does the copying above in one call, and
-# `test_mha_matches_torch_multihead_attention` in `tests/test_attention.py` repeats this
+# `test_mha_matches_torch_multihead_attention` in `tests/test_interop.py` repeats this
 # comparison on random shapes.
 
 # %% [markdown]
@@ -630,7 +619,7 @@ cross_out.shape, cross_weights.shape
 # cross-attention the symptom is louder, the weights come out $T_k \times T_q$ and the product
 # with the $T_k$ values fails. The fix is the argument order; `Head` above and the package's
 # `SingleHeadAttention` call `(query, key, value)`. The test
-# `test_per_head_cross_attention` in `tests/test_multihead_chapter.py` pins it: a per-head
+# `test_per_head_cross_attention` in `tests/test_attention.py` pins it: a per-head
 # layer on $T_q \ne T_k$ returns weights of shape $(B, H, T_q, T_k)$ whose rows sum to one.
 # ```
 
@@ -714,7 +703,7 @@ assert torch.allclose(out_mbd, out_dbm[:, [2, 1, 0]], atol=1e-6)
 # rows move with the queries and its columns with the keys: `mask[query_order][:, key_order]`.
 # Permute the inputs but keep a causal mask fixed and the outputs change, because the mask
 # itself encodes positions: causal attention is *not* blind to order. The cell below shows
-# both; `test_permutation_symmetries_with_mask` in `tests/test_multihead_chapter.py` pins
+# both; `test_permutation_symmetries_with_mask` in `tests/test_attention.py` pins
 # them.
 # ```
 
@@ -892,7 +881,7 @@ assert 15 < wide_ratio_16 < 16
 # source never hits this branch because its multi-head module always projects the values. The
 # cell below shows the three cases. Our modules have no such switch: every head projects its
 # values to `d_head`, whatever its input. `test_source_001_value_width` in
-# `tests/test_multihead_chapter.py` pins the crash and the fix.
+# `tests/test_attention.py` pins the fix (the cell below shows the crash).
 # ```
 
 # %%
@@ -926,7 +915,7 @@ print("raw values, width 3:      ", error_of(lambda: raw_narrow(narrow)))
 # a harmless naming slip. The fix is to size the attention by the embedding width,
 # `MultiHeadAttention(n_embd, num_heads)`, which also refuses a width the heads cannot split
 # evenly. `test_attention_width_is_the_embedding_width` and
-# `test_indivisible_width_is_refused` in `tests/test_multihead_chapter.py` pin both.
+# `test_indivisible_width_is_refused` in `tests/test_attention.py` pin both.
 # ```
 
 

@@ -29,29 +29,18 @@
 # Setup: on Colab, install the book's helpers; everywhere, import, seed and pick a device.
 import sys
 
+# The book's package at the book's version (a release tag, kept in step by a test).
+HELPERS = "attention-book-helpers @ git+https://github.com/attention-book/attention-book@v0.1.0"
 if "google.colab" in sys.modules:
     import subprocess
 
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "attention-book-helpers @ git+https://github.com/attention-book/attention-book",
-        ],
-        check=True,
-    )
-
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", HELPERS], check=True)
 try:
     import helpers
-except ModuleNotFoundError:  # not on Colab, and the book's package is not installed
+except ModuleNotFoundError:  # outside Colab the package must be installed first
     raise ModuleNotFoundError(
-        "this notebook needs the book's `helpers` package. In a clone of the book run "
-        "`make lab` (or `pip install -e .`); elsewhere run `pip install "
-        "'attention-book-helpers @ git+https://github.com/attention-book/attention-book'`. "
-        "(`pip install helpers` installs an unrelated package.)"
+        f"this notebook needs the book's helpers package; run: pip install '{HELPERS}' "
+        "(or `make lab` in a clone of the book). `pip install helpers` is an unrelated package."
     ) from None
 from helpers.plotting import use_book_style
 
@@ -571,7 +560,7 @@ print(
 # Without positions the model reaches {glue:text}`ch7_blind_accuracy`, and the ceiling is
 # {glue:text}`ch7_bag_oracle`: it learned exactly the best position-blind rule, counting
 # tokens, and nothing more is possible on average. (The test
-# `test_without_positions_the_model_is_permutation_equivariant` in `tests/test_reverse_data.py` checks the symmetry that makes this so.)
+# `test_without_positions_the_model_is_permutation_equivariant` in `tests/test_tasks_reverse.py` checks the symmetry that makes this so.)
 #
 # ### With heavy dropout
 #

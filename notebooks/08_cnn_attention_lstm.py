@@ -39,29 +39,18 @@
 # Setup: on Colab, install the book's helpers; everywhere, import, seed and pick a device.
 import sys
 
+# The book's package at the book's version (a release tag, kept in step by a test).
+HELPERS = "attention-book-helpers @ git+https://github.com/attention-book/attention-book@v0.1.0"
 if "google.colab" in sys.modules:
     import subprocess
 
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "attention-book-helpers @ git+https://github.com/attention-book/attention-book",
-        ],
-        check=True,
-    )
-
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", HELPERS], check=True)
 try:
     import helpers
-except ModuleNotFoundError:  # not on Colab, and the book's package is not installed
+except ModuleNotFoundError:  # outside Colab the package must be installed first
     raise ModuleNotFoundError(
-        "this notebook needs the book's `helpers` package. In a clone of the book run "
-        "`make lab` (or `pip install -e .`); elsewhere run `pip install "
-        "'attention-book-helpers @ git+https://github.com/attention-book/attention-book'`. "
-        "(`pip install helpers` installs an unrelated package.)"
+        f"this notebook needs the book's helpers package; run: pip install '{HELPERS}' "
+        "(or `make lab` in a clone of the book). `pip install helpers` is an unrelated package."
     ) from None
 from helpers.plotting import use_book_style
 
@@ -184,7 +173,7 @@ first_shapes
 # boxes are never checked. The cell below applies that rule to candidates that only passed the
 # collision check: {glue:text}`ch8_source_rule_easy_boxes:.0%` of the sequences it keeps have two
 # boxes within 4 of each other, easy samples the data set was meant to exclude. The fix tests
-# `bx` in the second half; `tests/test_data.py::test_no_collisions_and_both_kinds_have_distinct_heights`
+# `bx` in the second half; `tests/test_tasks_shapes.py::test_no_collisions_and_both_kinds_have_distinct_heights`
 # pins it.
 # ```
 
@@ -243,7 +232,7 @@ print(
 # $0.3^2/12$, to every test MSE. Normalized, that floor is {glue:text}`ch8_noise_floor:.5f`:
 # small next to the errors of this chapter's short runs, but a sizeable part of the error of a
 # fully trained attention model, where it blurs the comparison. Our targets are noise-free;
-# `tests/test_data.py::test_targets_are_noise_free_and_inputs_are_not` pins it.
+# `tests/test_tasks_shapes.py::test_targets_are_noise_free_and_inputs_are_not` pins it.
 # ```
 
 # %%
@@ -322,7 +311,7 @@ def conv_self_attention(x, w_query, w_key, w_value, scaled=True):
 # %% [markdown]
 # The book's version, `helpers.tasks.shapes.ConvSelfAttention`, holds the three projections as
 # `Conv1d` layers; it must agree with the lines above, and with PyTorch's own kernel
-# (`tests/test_models.py` checks the latter).
+# (`tests/test_tasks_shapes.py::test_conv_attention_matches_pytorch_sdpa` checks the latter).
 
 # %%
 show_source(ConvSelfAttention)
@@ -397,7 +386,7 @@ assert init_unscaled > init_scaled
 # shape. The symptom: the prediction for a sample changes when the *other* samples change.
 # `helpers.tasks.shapes.BatchAxisLSTM` reproduces it; the cells below show the symptom and what it
 # costs. The fix reads each signal as 100 steps of one feature (`ShapesLSTM` below), and
-# `tests/test_models.py::test_samples_do_not_influence_each_other` and
+# `tests/test_tasks_shapes.py::test_samples_do_not_influence_each_other` and
 # `test_batch_axis_lstm_treats_the_batch_as_time` pin the difference.
 # ```
 
@@ -897,8 +886,8 @@ def same_and_other_kind(table, kind):
 box_same, box_other = same_and_other_kind(attention_mass, "box")
 triangle_same, triangle_other = same_and_other_kind(attention_mass, "triangle")
 # Margins (scripts/margins_shapes.py, five seeds, default and scalar numerics): box_same was
-# at least 0.72 and at least 2.7 times box_other. Triangles: no claim (the order flips).
-assert box_same > 0.5 and box_same > 2 * box_other
+# at least 0.67 and at least 2.1 times box_other. Triangles: no claim (the order flips).
+assert box_same > 0.5 and box_same > 1.5 * box_other
 uniform_box = attention_mass.loc["box", "uniform"]
 assert (
     attention_mass.loc["box", "attention"]["other shape, same kind"]

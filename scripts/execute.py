@@ -58,8 +58,8 @@ def execute(ipynb: pathlib.Path, timeout: int) -> float:
         client.execute()
     elapsed = time.perf_counter() - start
     jupytext.write(notebook, ipynb, fmt="ipynb")
-    # The twin goes through the CLI so that jupytext.toml's metadata filters apply, exactly
-    # as in the drift check of tests/test_notebooks.py.
+    # The twin goes through the CLI so that jupytext.toml's metadata filters apply (the drift
+    # check of tests/test_notebooks.py applies the same configuration in-process).
     subprocess.run(
         [sys.executable, "-m", "jupytext", "--quiet", "--to", "py:percent", str(ipynb)],
         check=True,

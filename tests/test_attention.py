@@ -1,7 +1,12 @@
-"""Tests of helpers.attention: against PyTorch's own attention, and every documented error."""
+"""Tests of helpers.attention: against PyTorch's own attention, and every documented error.
+
+The comparisons that copy weights from PyTorch's modules are in tests/test_interop.py, the
+exercise checkers of chapters 2-4 in tests/test_checks.py.
+"""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -9,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from strategies import mha_case
 from torch import nn
 
 from helpers.attention import (
@@ -17,10 +23,10 @@ from helpers.attention import (
     SingleHeadAttention,
     additive_mask,
     causal_mask,
-    check_attention,
-    check_sliding_window_mask,
+    merge_heads,
     padding_mask,
     scaled_dot_product_attention,
+    split_heads,
 )
 
 FEW = settings(max_examples=25, deadline=None)
@@ -51,6 +57,8 @@ def sdpa_case(draw):
         mask = torch.rand(*batch, q_len, k_len, generator=gen) < 0.7
     elif mask_kind == "2d":
         mask = torch.rand(q_len, k_len, generator=gen) < 0.7
+    if mask is not None:  # never the pattern of PyTorch's triu mask, which is refused
+        mask[..., 0, 0] = True
     return q, k, v, mask
 
 
@@ -158,13 +166,13 @@ def test_scale_argument_replaces_sqrt_d():
 @pytest.mark.parametrize(
     ("scale", "error", "match"),
     [
-        ("x", TypeError, "positive number or None"),
-        (True, TypeError, "positive number or None"),
-        (torch.tensor(1.0), TypeError, "positive number or None"),
-        (0.0, ValueError, "positive finite"),
-        (-1.0, ValueError, "positive finite"),
-        (float("inf"), ValueError, "positive finite"),
-        (float("nan"), ValueError, "positive finite"),
+        ("x", TypeError, "scale must be a number, got str"),
+        (True, TypeError, "scale must be a number, got bool"),
+        (torch.tensor(1.0), TypeError, "scale must be a number, got Tensor"),
+        (0.0, ValueError, r"scale must be > 0.*uniform"),
+        (-1.0, ValueError, r"scale must be > 0.*least similar keys"),
+        (float("inf"), ValueError, "scale must be finite"),
+        (float("nan"), ValueError, "scale must be finite"),
     ],
 )
 def test_scale_must_be_a_positive_number(scale, error, match):
@@ -284,8 +292,9 @@ def test_dropout_keeps_total_weight_one_on_average():
         ),
         ((torch.ones(2, 3),) * 3, {"dropout_p": 1.0}, ValueError, r"\[0, 1\)"),
         ((torch.ones(2, 3),) * 3, {"dropout_p": -0.1}, ValueError, r"\[0, 1\)"),
-        ((torch.ones(2, 3),) * 3, {"dropout_p": True}, TypeError, "float"),
-        ((torch.ones(2, 3),) * 3, {"training": 1}, TypeError, "bool"),
+        ((torch.ones(2, 3),) * 3, {"dropout_p": True}, TypeError, "dropout_p must be a number"),
+        ((torch.ones(2, 3),) * 3, {"dropout_p": "0.1"}, TypeError, "dropout_p must be a number"),
+        ((torch.ones(2, 3),) * 3, {"training": 1}, TypeError, "training must be True or False"),
     ],
 )
 def test_sdpa_errors(args, kwargs, error, match):
@@ -337,9 +346,9 @@ def test_causal_mask_is_lower_triangular(T):
 @pytest.mark.parametrize(
     ("T", "error", "match"),
     [
-        (0, ValueError, "positive sequence length"),
-        (2.0, TypeError, "int"),
-        (True, TypeError, "int"),
+        (0, ValueError, "T must be a positive int, got 0"),
+        (2.0, TypeError, "T must be a positive int, got float"),
+        (True, TypeError, "T must be a positive int, got bool"),
     ],
 )
 def test_causal_mask_errors(T, error, match):
@@ -417,34 +426,6 @@ def test_torch_mha_uses_the_opposite_convention():
 # ----------------------------------------------------------------- multi-head attention
 
 
-@st.composite
-def mha_case(draw):
-    seed = draw(st.integers(0, 2**16))
-    num_heads = draw(st.integers(1, 4))
-    d_model = num_heads * draw(st.integers(1, 4))
-    batch, q_len = draw(st.integers(1, 3)), draw(st.integers(1, 5))
-    self_attention = draw(st.booleans())
-    k_len = q_len if self_attention else draw(st.integers(1, 5))
-    bias = draw(st.booleans())
-    gen = torch.Generator().manual_seed(seed)
-    query = torch.randn(batch, q_len, d_model, generator=gen)
-    key = query if self_attention else torch.randn(batch, k_len, d_model, generator=gen)
-    value = query if self_attention else torch.randn(batch, k_len, d_model, generator=gen)
-    mask_kind = draw(st.sampled_from(["none", "2d", "3d", "4d", "padding"]))
-    shapes = {
-        "2d": (q_len, k_len),
-        "3d": (batch, q_len, k_len),
-        "4d": (batch, num_heads, q_len, k_len),
-    }
-    mask = None
-    if mask_kind in shapes:
-        mask = torch.rand(*shapes[mask_kind], generator=gen) < 0.7
-    elif mask_kind == "padding":
-        lengths = torch.randint(1, k_len + 1, (batch,), generator=gen)
-        mask = padding_mask(lengths, max_len=k_len)
-    return seed, d_model, num_heads, bias, query, key, value, mask
-
-
 @FEW
 @given(mha_case())
 def test_fast_and_weights_paths_agree(case):
@@ -456,42 +437,6 @@ def test_fast_and_weights_paths_agree(case):
     assert fast.shape == (query.shape[0], query.shape[1], d_model)
     assert weights.shape == (query.shape[0], num_heads, query.shape[1], key.shape[1])
     _close(fast, slow)
-
-
-@FEW
-@given(mha_case())
-def test_mha_matches_torch_multihead_attention(case):
-    seed, d_model, num_heads, bias, query, key, value, mask = case
-    torch.manual_seed(seed)
-    torch_mha = nn.MultiheadAttention(d_model, num_heads, bias=bias, batch_first=True)
-    mha = MultiHeadAttention(d_model, num_heads, bias=bias).load_from_torch(torch_mha)
-    torch_mask = None
-    if mask is not None:  # torch wants True = ignore, and (B * H, Tq, Tk) for per-batch masks
-        # torch returns NaN for rows with no key (tested separately): let key 0 in everywhere
-        mask = mask.clone()
-        mask[..., 0] = True
-        full = mask if mask.ndim != 3 else mask[:, None]
-        full = full.expand(query.shape[0], num_heads, query.shape[1], key.shape[1])
-        assert full.any(-1).all()
-        torch_mask = ~full.reshape(-1, query.shape[1], key.shape[1])
-    expected, expected_weights = torch_mha(query, key, value, attn_mask=torch_mask)
-    output, weights = mha(query, key, value, mask, return_attention=True)
-    _close(output, expected)
-    _close(weights.mean(dim=1), expected_weights)
-
-
-@FEW
-@given(mha_case())
-def test_per_head_modules_equal_fused(case):
-    seed, d_model, num_heads, bias, query, key, value, mask = case
-    torch.manual_seed(seed)
-    per_head = PerHeadMultiHeadAttention(d_model, num_heads, bias=bias)
-    fused = per_head.fused()
-    expected, expected_weights = per_head(query, key, value, mask, return_attention=True)
-    output, weights = fused(query, key, value, mask, return_attention=True)
-    _close(output, expected)
-    _close(weights, expected_weights)
-    _close(fused(query, key, value, mask), expected)
 
 
 def test_single_head_attention_shapes():
@@ -601,7 +546,7 @@ def test_single_head_constructor_errors(d_model, d_head, error, match):
 @pytest.mark.parametrize(
     ("shapes", "mask", "error", "match"),
     [
-        (((3, 8), (3, 8), (3, 8)), None, ValueError, r"x\[None\]"),
+        (((3, 8), (3, 8), (3, 8)), None, ValueError, r"\(B, T, D=8\).*unsqueeze\(0\)"),
         (((2, 3, 6), (2, 3, 8), (2, 3, 8)), None, ValueError, "project it to 8 features"),
         (((2, 3, 8), (2, 4, 8), (2, 5, 8)), None, ValueError, "same length"),
         (((2, 3, 8), (1, 4, 8), (1, 4, 8)), None, ValueError, "batch size"),
@@ -631,18 +576,6 @@ def test_mha_rejects_non_tensors():
         MultiHeadAttention(8, 2)([[0.0] * 8], [[0.0] * 8], [[0.0] * 8])
 
 
-def test_load_from_torch_errors():
-    mha = MultiHeadAttention(8, 2)
-    with pytest.raises(TypeError, match="MultiheadAttention"):
-        mha.load_from_torch(nn.Linear(8, 8))
-    with pytest.raises(ValueError, match="size mismatch"):
-        mha.load_from_torch(nn.MultiheadAttention(8, 4))
-    with pytest.raises(ValueError, match="bias mismatch"):
-        mha.load_from_torch(nn.MultiheadAttention(8, 2, bias=True))
-    with pytest.raises(ValueError, match="kdim"):
-        mha.load_from_torch(nn.MultiheadAttention(8, 2, kdim=4, vdim=4))
-
-
 def test_self_attention_uses_one_fused_projection():
     """Self-attention and cross-attention with the same tensor give the same result."""
     torch.manual_seed(0)
@@ -652,60 +585,249 @@ def test_self_attention_uses_one_fused_projection():
     assert mha.qkv_proj.weight.shape == (24, 8)
 
 
-# ----------------------------------------------------------------- exercise checkers
+# ----------------------------------------------------------------- masks of the other convention
 
 
-def _attention(q, k, v):
-    return (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).softmax(-1) @ v
+def _torch_causal(T: int) -> torch.Tensor:
+    """PyTorch's causal mask: True = blocked (the opposite of this package's convention)."""
+    return torch.triu(torch.ones(T, T, dtype=torch.bool), 1)
 
 
-@pytest.mark.parametrize(
-    ("fn", "match"),
-    [
-        (lambda q, k, v: (q @ k.transpose(-2, -1)).softmax(-1) @ v, "not scaled"),
-        (
-            lambda q, k, v: (q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5).softmax(-2) @ v,
-            "over queries",
-        ),
-        (lambda q, k, v: (q @ k.T / q.shape[-1] ** 0.5).softmax(-1) @ v, "transpose"),
-        (lambda q, k, v: _attention(k, q, v), "queries and keys are swapped"),
-        (lambda q, k, v: (q @ k.transpose(-2, -1)).softmax(-1) @ v[:2], "check the shapes"),
-        (lambda q, k, v: _attention(q, k, v) + 1, "queries come first"),
-        (lambda q, k, v: _attention(q, k, v)[..., :1], "shape"),
-    ],
+@pytest.mark.parametrize("T", [2, 5])
+def test_sdpa_refuses_pytorchs_causal_mask(T):
+    q = torch.randn(2, T, 4, generator=torch.Generator().manual_seed(0))
+    for mask in (_torch_causal(T), _torch_causal(T).expand(2, T, T)):
+        with pytest.raises(
+            ValueError, match=r"PyTorch's causal mask torch\.triu\(ones, 1\)"
+        ) as info:
+            scaled_dot_product_attention(q, q, q, mask)
+        assert "True = may attend" in str(info.value) and "~mask" in str(info.value)
+    _, weights = scaled_dot_product_attention(q, q, q, ~_torch_causal(T))  # the fix it names
+    assert torch.equal(weights != 0, causal_mask(T).expand(2, T, T))
+
+
+@pytest.mark.parametrize("module", [MultiHeadAttention, PerHeadMultiHeadAttention])
+@pytest.mark.parametrize("return_attention", [False, True])
+def test_multi_head_layers_refuse_pytorchs_causal_mask(module, return_attention):
+    torch.manual_seed(0)
+    layer = module(8, 2)
+    x = torch.randn(2, 5, 8)
+    for mask in (_torch_causal(5), _torch_causal(5)[None].expand(2, 5, 5)):
+        with pytest.raises(ValueError, match=r"torch\.triu\(ones, 1\).*True = may attend"):
+            layer(x, x, x, mask, return_attention=return_attention)
+    fixed = layer(x, x, x, ~_torch_causal(5), return_attention=return_attention)  # the fix
+    expected = layer(x, x, x, causal_mask(5), return_attention=return_attention)
+    if return_attention:
+        fixed, expected = fixed[0], expected[0]
+    _close(fixed, expected)
+
+
+def _legitimate_masks(T: int) -> dict[str, torch.Tensor]:
+    empty_rows = causal_mask(T).clone()
+    empty_rows[1] = False  # a query with no key at all, but others see themselves
+    return {
+        "causal": causal_mask(T),
+        "padding": padding_mask([T, 2])[:, 0].expand(2, T, T),
+        "padding with an empty sequence": padding_mask([T, 0], max_len=T)[:, 0].expand(2, T, T),
+        "empty rows, diagonal partly True": empty_rows,
+        "leave one out (no diagonal, every row has keys)": ~torch.eye(T, dtype=torch.bool),
+        "all True": torch.ones(T, T, dtype=torch.bool),
+    }
+
+
+@pytest.mark.parametrize("name", list(_legitimate_masks(4)))
+def test_legitimate_masks_are_not_taken_for_pytorchs_convention(name):
+    mask = _legitimate_masks(4)[name]
+    q = torch.randn(2, 4, 8, generator=torch.Generator().manual_seed(1))
+    _, weights = scaled_dot_product_attention(q, q, q, mask)
+    assert (weights[~mask.expand(2, 4, 4)] == 0).all()
+    torch.manual_seed(0)
+    layer = MultiHeadAttention(8, 2)
+    fast = layer(q, q, q, mask)
+    slow, _ = layer(q, q, q, mask, return_attention=True)
+    _close(fast, slow)
+
+
+def test_a_strictly_causal_mask_is_not_taken_for_pytorchs_convention():
+    strictly_causal = torch.tril(torch.ones(4, 4, dtype=torch.bool), -1)
+    q = torch.randn(4, 8, generator=torch.Generator().manual_seed(1))
+    _, weights = scaled_dot_product_attention(q, q, q, strictly_causal)
+    assert (weights[0] == 0).all() and torch.equal(weights[1:] != 0, strictly_causal[1:])
+    nothing = torch.zeros(4, 4, dtype=torch.bool)  # documented: every row gives zeros
+    assert (scaled_dot_product_attention(q, q, q, nothing)[0] == 0).all()
+
+
+def test_padding_mask_with_an_empty_sequence_in_self_attention():
+    """A (B, 1, 1, Tk) padding mask is never square: the triu check must not look at it."""
+    x = torch.randn(2, 3, 8, generator=torch.Generator().manual_seed(2))
+    mask = padding_mask([3, 0])
+    torch.manual_seed(0)
+    output = MultiHeadAttention(8, 2)(x, x, x, mask)
+    assert (output[1] == 0).all() and torch.isfinite(output).all()
+
+
+# ----------------------------------------------------------------- dtypes
+
+
+@pytest.mark.parametrize("module", [MultiHeadAttention, PerHeadMultiHeadAttention])
+def test_multi_head_layers_refuse_float64_input_naming_both_dtypes(module):
+    layer = module(8, 2)
+    x = torch.randn(2, 3, 8, dtype=torch.float64)
+    with pytest.raises(TypeError, match=r"dtype torch\.float64.*parameters are torch\.float32"):
+        layer(x, x, x)
+    assert layer.double()(x, x, x).dtype == torch.float64  # the fix the message names
+
+
+def test_multi_head_layers_refuse_integer_input():
+    x = torch.ones(2, 3, 8, dtype=torch.long)
+    with pytest.raises(TypeError, match="floating-point query.*nn.Embedding"):
+        MultiHeadAttention(8, 2)(x, x, x)
+
+
+# ----------------------------------------------------------------- split and merge heads
+
+
+def test_split_and_merge_heads_round_trip():
+    x = torch.randn(2, 5, 12, generator=torch.Generator().manual_seed(3))
+    heads = split_heads(x, 3)
+    assert heads.shape == (2, 3, 5, 4)
+    torch.testing.assert_close(heads[:, 1], x[..., 4:8])  # head h: features h*4 .. h*4 + 3
+    assert torch.equal(merge_heads(heads), x)
+
+
+def test_split_heads_refuses_an_indivisible_width():
+    with pytest.raises(ValueError, match="not divisible"):
+        split_heads(torch.zeros(2, 5, 12), 5)
+
+
+# ----------------------------------------------------------------- chapter 4's claims
+
+
+def _randn(*shape: int, seed: int = 0) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize(("d_model", "num_heads"), [(8, 1), (8, 8), (12, 3), (64, 4), (96, 12)])
+@pytest.mark.parametrize("bias", [False, True])
+def test_parameter_count_is_4_d_squared_whatever_the_heads(d_model, num_heads, bias):
+    formula = 4 * d_model**2 + (4 * d_model if bias else 0)
+    for module in (
+        MultiHeadAttention(d_model, num_heads, bias=bias),
+        PerHeadMultiHeadAttention(d_model, num_heads, bias=bias),
+        nn.MultiheadAttention(d_model, num_heads, bias=bias),
+    ):
+        assert sum(p.numel() for p in module.parameters()) == formula, type(module).__name__
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    q_len=st.integers(1, 7),
+    k_len=st.integers(1, 7),
+    num_heads=st.sampled_from([1, 2, 4]),
+    seed=st.integers(0, 2**16),
 )
-def test_check_attention_names_the_mistake(fn, match):
-    with pytest.raises(AssertionError, match=match):
-        check_attention(fn)
+def test_per_head_cross_attention(q_len, k_len, num_heads, seed):
+    """Pins source 003's swapped q/k: weights are (B, H, Tq, Tk), rows sum to one over keys."""
+    torch.manual_seed(seed)
+    d_model = 8
+    per_head = PerHeadMultiHeadAttention(d_model, num_heads)
+    query, memory = _randn(2, q_len, d_model, seed=seed), _randn(2, k_len, d_model, seed=seed + 1)
+    output, weights = per_head(query, memory, memory, return_attention=True)
+    assert output.shape == (2, q_len, d_model)
+    assert weights.shape == (2, num_heads, q_len, k_len)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(2, num_heads, q_len))
+    _close(output, per_head.fused()(query, memory, memory))
 
 
-def test_check_attention_accepts_correct_answers():
-    assert check_attention(_attention).startswith("Correct")
-    assert check_attention(scaled_dot_product_attention).startswith("Correct")
-    with pytest.raises(TypeError):
-        check_attention("not a function")
+@settings(max_examples=20, deadline=None)
+@given(q_len=st.integers(1, 6), k_len=st.integers(1, 6), seed=st.integers(0, 2**16))
+def test_permutation_symmetries(q_len, k_len, seed):
+    torch.manual_seed(seed)
+    mha = MultiHeadAttention(12, 3)
+    query, memory = _randn(2, q_len, 12, seed=seed), _randn(2, k_len, 12, seed=seed + 1)
+    q_order, k_order = torch.randperm(q_len), torch.randperm(k_len)
+    reference = mha(query, memory, memory)
+    _close(mha(query[:, q_order], memory, memory), reference[:, q_order])
+    _close(mha(query, memory[:, k_order], memory[:, k_order]), reference)
 
 
-def _window(T, window):
-    rows, cols = torch.arange(T)[:, None], torch.arange(T)[None, :]
-    return (cols <= rows) & (rows - cols < window)
+def test_permutation_symmetries_with_mask():
+    """A mask encodes positions: it must be permuted with the inputs (source 000 omits it)."""
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(12, 3)
+    x = _randn(2, 6, 12)
+    order = torch.tensor([3, 0, 5, 1, 4, 2])
+    mask = causal_mask(6)
+    reference = mha(x, x, x, mask=mask)
+    moved = mha(x[:, order], x[:, order], x[:, order], mask=mask[order][:, order])
+    _close(moved, reference[:, order])
+    kept = mha(x[:, order], x[:, order], x[:, order], mask=mask)
+    assert (kept - reference[:, order]).abs().max() > 1e-2
 
 
-@pytest.mark.parametrize(
-    ("fn", "match"),
-    [
-        (lambda T, w: ~_window(T, w), "inverted"),
-        (lambda T, w: _window(T, w).float(), "boolean"),
-        (lambda T, w: _window(T, w)[:-1], "tensor"),
-        (lambda T, w: _window(T, w + 1), "entry"),
-    ],
-)
-def test_check_sliding_window_mask_names_the_mistake(fn, match):
-    with pytest.raises(AssertionError, match=match):
-        check_sliding_window_mask(fn)
+def test_a_fixed_causal_mask_allows_only_the_identity_permutation():
+    """Chapter 4, exercise 4: under a fixed causal mask no reordering of positions is free."""
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(12, 3)
+    x = _randn(1, 4, 12)
+    causal = causal_mask(4)
+    reference = mha(x, x, x, mask=causal)
+    allowed = [
+        order
+        for order in itertools.permutations(range(4))
+        if torch.allclose(
+            mha(x[:, order], x[:, order], x[:, order], mask=causal), reference[:, order], atol=1e-6
+        )
+    ]
+    assert allowed == [(0, 1, 2, 3)]
 
 
-def test_check_sliding_window_mask_accepts_correct_answer():
-    assert check_sliding_window_mask(_window).startswith("Correct")
-    with pytest.raises(TypeError):
-        check_sliding_window_mask(None)
+def test_heads_own_their_rows_of_qkv_and_columns_of_out_proj():
+    """The documented weight layout: head h is rows h*d_head:(h+1)*d_head of each q/k/v block
+    and the same columns of out_proj. Moving all four together reorders the heads and changes
+    nothing else (chapter 4, exercise 3)."""
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(12, 3)
+    order = [2, 0, 1]
+    rows = torch.cat([torch.arange(h * mha.d_head, (h + 1) * mha.d_head) for h in order])
+    permuted = MultiHeadAttention(12, 3)
+    with torch.no_grad():
+        for block in range(3):
+            permuted.qkv_proj.weight[block * 12 : (block + 1) * 12] = mha.qkv_proj.weight[
+                block * 12 + rows
+            ]
+        permuted.out_proj.weight.copy_(mha.out_proj.weight[:, rows])
+    x = _randn(2, 5, 12)
+    output, weights = mha(x, x, x, return_attention=True)
+    permuted_output, permuted_weights = permuted(x, x, x, return_attention=True)
+    _close(permuted_output, output)
+    _close(permuted_weights, weights[:, order])
+
+
+def test_attention_width_is_the_embedding_width():
+    """Source 002 sizes attention by the vocabulary; the fix sizes it by the embeddings."""
+    torch.manual_seed(0)
+    n_vocab, n_embd = 65, 32
+    embedded = nn.Embedding(n_vocab, n_embd)(torch.randint(0, n_vocab, (2, 8)))
+    assert MultiHeadAttention(n_embd, 4)(embedded, embedded, embedded).shape == (2, 8, n_embd)
+    with pytest.raises(ValueError, match=r"d_model=65 but query has width 32"):
+        MultiHeadAttention(n_vocab, 5)(embedded, embedded, embedded)
+
+
+def test_indivisible_width_is_refused():
+    for module in (MultiHeadAttention, PerHeadMultiHeadAttention):
+        with pytest.raises(ValueError, match=r"not divisible by num_heads.*among \[1, 5, 13, 65\]"):
+            module(65, 4)
+
+
+def test_source_001_value_width():
+    """Source 001's unprojected values crash its output layer unless the input width is
+    d_model. Here every head projects its values to d_head, and an input of another width is
+    refused up front with a message, not a matmul error deep inside."""
+    same, narrow = _randn(2, 5, 4), _randn(2, 5, 3)
+    for num_heads in (1, 2, 4):
+        per_head = PerHeadMultiHeadAttention(4, num_heads)
+        assert all(head.value.out_features == 4 // num_heads for head in per_head.heads)
+        assert per_head(same, same, same).shape == (2, 5, 4)
+        with pytest.raises(ValueError, match="project it to 4 features"):
+            per_head(narrow, narrow, narrow)

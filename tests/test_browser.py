@@ -26,16 +26,12 @@ import threading
 import warnings
 
 import pytest
-import yaml
+from conftest import BRANCH, CHAPTERS, OWNER_REPO, PAGES, ROOT, markdown_of
 
 pytestmark = pytest.mark.site
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
 SITE = pathlib.Path(os.environ.get("BOOK_HTML_DIR", ROOT / "_build" / "html")).resolve()
 SHOTS = pathlib.Path(os.environ.get("BOOK_SCREENSHOT_DIR", SITE.parent / "screenshots"))
-CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
-OWNER_REPO = CONFIG["repository"]["url"].removeprefix("https://github.com/")
-BRANCH = CONFIG["repository"]["branch"]
 # Debian's Chromium, offline: no background traffic, no first-run or sync services.
 FLAGS = [
     "--no-sandbox",
@@ -47,26 +43,6 @@ FLAGS = [
     "--disable-sync",
 ]
 WAIT_MS = 30_000
-
-
-def toc_files(node):
-    """Every ``file:`` of _toc.yml, in reading order."""
-    if isinstance(node, dict):
-        if "file" in node:
-            yield node["file"]
-        for key in ("root", "parts", "chapters", "sections"):
-            if key == "root" and key in node:
-                yield node[key]
-            elif key in node:
-                for child in node[key]:
-                    yield from toc_files(child)
-
-
-PAGES = [
-    re.sub(r"\.(md|ipynb)$", "", f)
-    for f in toc_files(yaml.safe_load((ROOT / "_toc.yml").read_text()))
-]
-CHAPTERS = [p.removeprefix("notebooks/") for p in PAGES if p.startswith("notebooks/")]
 
 
 def find_browser():
@@ -447,10 +423,7 @@ def test_glued_values_are_shown(chapter, stem):
     facts = chapter(stem)
     # the notebook this build was made from (test_site.py checks it is the repository's)
     notebook = json.loads((SITE / "_sources" / "notebooks" / f"{stem}.ipynb").read_text())
-    markdown = "".join(
-        "".join(c["source"]) for c in notebook["cells"] if c["cell_type"] == "markdown"
-    )
-    roles = re.findall(r"\{glue(?::text)?\}`", markdown)
+    roles = re.findall(r"\{glue(?::text)?\}`", markdown_of(notebook))
     assert len(facts["glue"]) >= len(roles), f"{len(roles)} glue roles, {len(facts['glue'])} shown"
     assert all(facts["glue"]), f"empty glued values: {facts['glue']}"
     missing = re.search(r"glue.{0,40}not found|not found.{0,40}glue", facts["text"], re.I)

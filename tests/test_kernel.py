@@ -1,6 +1,9 @@
-"""Tests of helpers.kernel: Nadaraya-Watson regression (chapter 1)."""
+"""Tests of helpers.kernel: Nadaraya-Watson regression (chapter 1).
 
-import numpy as np
+The data of chapter 1 are tested in tests/test_tasks_regression.py, its checker in
+tests/test_checks.py.
+"""
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -8,14 +11,13 @@ from hypothesis import strategies as st
 
 from helpers.kernel import (
     LearnedWidthRegression,
-    check_kernel_regression,
     fit_width,
     gaussian_kernel,
     kernel_scores,
-    make_regression_data,
     nadaraya_watson,
     nearest_neighbour,
 )
+from helpers.tasks.regression import make_regression_data
 
 sizes = st.integers(min_value=1, max_value=40)
 widths = st.floats(min_value=0.01, max_value=100.0)
@@ -113,28 +115,6 @@ def test_leave_one_out_keeps_a_useful_width_and_self_attention_collapses():
     assert self_losses[-1] < self_losses[0]
 
 
-def test_data_are_seeded_and_sorted():
-    x1, y1 = make_regression_data(20, generator=torch.Generator().manual_seed(5))
-    x2, y2 = make_regression_data(20, generator=torch.Generator().manual_seed(5))
-    torch.testing.assert_close(x1, x2)
-    torch.testing.assert_close(y1, y2)
-    assert (x1.diff() >= 0).all()
-
-
-def test_data_are_drawn_in_float64_and_rounded_once_so_every_cpu_gets_the_same_bits():
-    # An independent float64 reference (NumPy's sin, not torch's), rounded to float32: equal
-    # bits. Float32 sin and randn differ in their last bit between instruction sets.
-    x, y = make_regression_data(200, noise=0.5, generator=torch.Generator().manual_seed(5))
-    generator = torch.Generator().manual_seed(5)
-    x64 = torch.rand(200, generator=generator, dtype=torch.float64).numpy() * 10.0
-    eps = torch.randn(200, generator=generator, dtype=torch.float64).numpy()
-    x64 = np.sort(x64)  # sorted before the noise is drawn, as the function does
-    expected = 2 * np.sin(x64) + x64 + 0.5 * eps
-    assert x.dtype == y.dtype == torch.float32
-    assert np.array_equal(x.numpy(), x64.astype(np.float32))
-    assert np.array_equal(y.numpy(), expected.astype(np.float32))
-
-
 @pytest.mark.parametrize(
     ("call", "error", "message"),
     [
@@ -150,12 +130,9 @@ def test_data_are_drawn_in_float64_and_rounded_once_so_every_cpu_gets_the_same_b
             lambda: nadaraya_watson(
                 torch.zeros(2), torch.zeros(3), torch.zeros(3), mask=torch.ones(2, 3)
             ),
-            ValueError,
-            "bool",
+            TypeError,
+            r"mask must be boolean.*mask\.bool\(\)",
         ),
-        (lambda: make_regression_data(0), ValueError, "positive int"),
-        (lambda: make_regression_data(3.0), TypeError, "positive int"),
-        (lambda: make_regression_data(5, noise=float("nan")), ValueError, "noise"),
         (lambda: gaussian_kernel(torch.zeros(3), torch.tensor(float("nan"))), ValueError, "> 0"),
         (
             lambda: nadaraya_watson(torch.zeros(2), [0.0, 1.0], torch.zeros(2)),
@@ -175,31 +152,27 @@ def test_data_are_drawn_in_float64_and_rounded_once_so_every_cpu_gets_the_same_b
             "shape",
         ),
         (lambda: fit_width(torch.zeros(4), torch.zeros(4), steps=0), ValueError, "steps"),
-        (lambda: fit_width(torch.zeros(4), torch.zeros(4), lr=-1.0), ValueError, "lr"),
-        (lambda: make_regression_data(5, noise=-1.0), ValueError, "noise"),
+        (lambda: fit_width(torch.zeros(4), torch.zeros(4), lr=-1.0), ValueError, "lr must be > 0"),
+        (
+            lambda: fit_width(torch.zeros(4), torch.zeros(4), lr="0.1"),
+            TypeError,
+            "lr must be a number, got str",
+        ),
+        (
+            lambda: fit_width(torch.zeros(4), torch.zeros(4), steps=10.0),
+            TypeError,
+            "steps must be a positive int, got float",
+        ),
+        (
+            lambda: fit_width(torch.zeros(4), torch.zeros(4), leave_one_out=1),
+            TypeError,
+            "leave_one_out must be True or False",
+        ),
+        (lambda: gaussian_kernel(torch.zeros(3), "1"), TypeError, "width must be a number"),
+        (lambda: LearnedWidthRegression("1"), TypeError, "width must be a number"),
         (lambda: LearnedWidthRegression(-1.0), ValueError, "width must be > 0"),
     ],
 )
 def test_errors_say_what_is_wrong(call, error, message):
     with pytest.raises(error, match=message):
         call()
-
-
-def test_checker_accepts_a_right_answer_and_explains_the_wrong_axis():
-    def right(queries, keys, values, width):
-        return torch.softmax(-(queries[:, None] - keys[None, :]).abs() / width, -1) @ values
-
-    def wrong_axis(queries, keys, values, width):
-        kernel = torch.exp(-(queries[:, None] - keys[None, :]).abs() / width)
-        return (kernel / kernel.sum(0)) @ values
-
-    def gaussian(queries, keys, values, width):
-        return nadaraya_watson(queries, keys, values, width)[0]
-
-    assert check_kernel_regression(right).startswith("Correct")
-    with pytest.raises(AssertionError, match="over the queries"):
-        check_kernel_regression(wrong_axis)
-    with pytest.raises(AssertionError, match="compare your weights"):
-        check_kernel_regression(gaussian)
-    with pytest.raises(AssertionError, match="shape"):
-        check_kernel_regression(lambda q, k, v, w: v)

@@ -4,19 +4,21 @@ Strict nbval (``make notebooks``) re-executes the notebooks and compares outputs
 checks make sure there is something to compare and that the two twins say the same thing.
 """
 
-import json
-import pathlib
 import re
-import subprocess
-import sys
 
+import jupytext
 import pytest
-import yaml
+from conftest import (
+    CHAPTERS,
+    NOTEBOOKS,
+    REPOSITORY,
+    ROOT,
+    glue_records,
+    markdown_of,
+    read_notebook,
+)
+from jupytext.config import load_jupytext_config
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
-REPOSITORY = CONFIG["repository"]["url"]
 ids = [path.stem for path in NOTEBOOKS]
 
 
@@ -25,33 +27,43 @@ def test_there_are_notebooks():
 
 
 def code_cells(path):
-    return [c for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
+    return [c for c in read_notebook(path)["cells"] if c["cell_type"] == "code"]
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=ids)
-def test_twin_equals_the_jupytext_regeneration(path, tmp_path):
-    twin = path.with_suffix(".py")
+def regenerated_twin(path) -> str:
+    """The py:percent twin that `jupytext --to py:percent` writes for the notebook at ``path``.
+
+    In-process, with the configuration the command line would find (jupytext.toml, whose
+    metadata filter leaves out the ``jupytext_version`` header line).
+    """
+    config = load_jupytext_config(str(path))
+    notebook = jupytext.read(path, config=config)
+    return jupytext.writes(notebook, fmt="py:percent", config=config)
+
+
+def assert_twin_matches(path, twin) -> None:
     assert twin.exists(), f"{path.name} has no .py twin; run `make execute NB={path}`"
-    regenerated = tmp_path / twin.name
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "jupytext",
-            "--quiet",
-            "--to",
-            "py:percent",
-            "-o",
-            regenerated,
-            path,
-        ],
-        check=True,
-        cwd=ROOT,
-    )
-    assert regenerated.read_text() == twin.read_text(), (
+    assert regenerated_twin(path) == twin.read_text(), (
         f"{twin.name} and {path.name} have drifted apart: edit one, then run "
         f"`make execute NB={path.relative_to(ROOT)}` to execute it and rewrite both"
     )
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=ids)
+def test_twin_equals_the_jupytext_regeneration(path):
+    assert_twin_matches(path, path.with_suffix(".py"))
+
+
+def test_the_drift_check_catches_an_edited_twin(tmp_path):
+    """The control of the check above: one changed line in a twin makes it fail."""
+    path = NOTEBOOKS[0]
+    twin = tmp_path / path.with_suffix(".py").name
+    text = regenerated_twin(path)
+    twin.write_text(text)
+    assert_twin_matches(path, twin)
+    twin.write_text(text.replace("# %% [markdown]", "# %% [markdown]\n# an edit", 1))
+    with pytest.raises(AssertionError, match="drifted apart"):
+        assert_twin_matches(path, twin)
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=ids)
@@ -81,44 +93,32 @@ def test_first_code_cell_is_the_hidden_setup_cell(path):
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=ids)
 def test_every_glue_role_has_a_glued_value(path):
-    cells = json.loads(path.read_text())["cells"]
-    markdown = "".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
-    used = set(re.findall(r"\{glue(?::\w+)?\}`([A-Za-z_][\w]*)", markdown))
-    glued = set()
-    for cell in cells:
-        for output in cell.get("outputs", []):
-            key = output.get("metadata", {}).get("scrapbook", {}).get("name")
-            if key:
-                glued.add(key)
+    notebook = read_notebook(path)
+    used = set(re.findall(r"\{glue(?::\w+)?\}`([A-Za-z_][\w]*)", markdown_of(notebook)))
+    glued = {name for name, _ in glue_records(notebook)}
     assert used <= glued, f"{path.name}: glue keys used but never glued: {sorted(used - glued)}"
 
 
 def test_toc_lists_exactly_the_notebooks():
-    toc = (ROOT / "_toc.yml").read_text()
-    listed = set(re.findall(r"file:\s*notebooks/(\S+)", toc))
-    assert listed == set(ids), f"_toc.yml and notebooks/ disagree: {sorted(listed ^ set(ids))}"
+    assert set(CHAPTERS) == set(ids), (
+        f"_toc.yml and notebooks/ disagree: {sorted(set(CHAPTERS) ^ set(ids))}"
+    )
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=ids)
 def test_glued_values_are_plain_numbers_or_text(path):
-    for cell in json.loads(path.read_text())["cells"]:
-        for output in cell.get("outputs", []):
-            name = output.get("metadata", {}).get("scrapbook", {}).get("name")
-            text = output.get("data", {}).get("application/papermill.record/text/plain", "")
-            assert not (name and re.match(r"(np\.|numpy\.|tensor\()", text)), (
-                f"{path.name}: {name} is glued as {text}; glue a Python number (helpers.glue "
-                "converts NumPy/torch scalars)"
-            )
+    for name, text in glue_records(read_notebook(path)):
+        assert not re.match(r"(np\.|numpy\.|tensor\()", text), (
+            f"{path.name}: {name} is glued as {text}; glue a Python number (helpers.glue "
+            "converts NumPy/torch scalars)"
+        )
 
 
 def test_glue_names_are_unique_across_the_book():
     seen = {}
     for path in NOTEBOOKS:
-        for cell in json.loads(path.read_text())["cells"]:
-            for output in cell.get("outputs", []):
-                key = output.get("metadata", {}).get("scrapbook", {}).get("name")
-                if key:
-                    assert seen.setdefault(key, path.name) == path.name, f"{key} glued twice"
+        for name, _ in glue_records(read_notebook(path)):
+            assert seen.setdefault(name, path.name) == path.name, f"{name} glued twice"
 
 
 def test_make_test_verifies_the_notebooks_under_other_numerics():

@@ -1,4 +1,7 @@
-"""Tests of helpers.positional: properties of every encoding, the module contract, the errors."""
+"""Tests of helpers.positional: properties of every encoding, the module contract, the errors.
+
+The checker of chapter 5's exercise is tested in tests/test_checks.py.
+"""
 
 from __future__ import annotations
 
@@ -17,7 +20,6 @@ from helpers.positional import (
     alibi_slopes,
     angular_speeds,
     apply_rotary,
-    check_fixed_base_encoding,
     relative_rotation,
     sinusoidal_encoding,
 )
@@ -156,7 +158,7 @@ def test_module_too_long_sequence_is_a_clear_error():
 
 def test_module_wrong_shapes_are_clear_errors():
     module = SinusoidalPositionalEncoding(8, max_len=10)
-    with pytest.raises(ValueError, match=r"shape \(B, T, D\).*unsqueeze"):
+    with pytest.raises(ValueError, match=r"shape \(B, T, D=8\), got \(5, 8\).*unsqueeze\(0\)"):
         module(torch.zeros(5, 8))
     with pytest.raises(ValueError, match=r"d_model=8 but x has width 6"):
         module(torch.zeros(1, 5, 6))
@@ -173,26 +175,36 @@ def test_odd_d_model_is_refused_clearly(d_model):
         sinusoidal_encoding(4, d_model)
 
 
-def test_sources_recipe_crashes_on_odd_d_model():
-    """The pitfall the ValueError above replaces: the sources' slice assignment."""
-    d_model = 7
-    table = torch.zeros(4, d_model)
-    speeds = torch.exp(torch.arange(0, d_model, 2).float() * (-math.log(10000.0) / d_model))
-    positions = torch.arange(4).float().unsqueeze(1)
-    table[:, 0::2] = torch.sin(positions * speeds)
-    with pytest.raises(RuntimeError):
-        table[:, 1::2] = torch.cos(positions * speeds)
-
-
 @pytest.mark.parametrize(
     ("kwargs", "error", "pattern"),
     [
         ({"num_positions": 0, "d_model": 8}, ValueError, "num_positions must be a positive int"),
-        ({"num_positions": 3.0, "d_model": 8}, TypeError, "num_positions must be an int"),
-        ({"num_positions": 3, "d_model": True}, TypeError, "d_model must be an int"),
+        (
+            {"num_positions": 3.0, "d_model": 8},
+            TypeError,
+            "num_positions must be a positive int, got float",
+        ),
+        (
+            {"num_positions": 3, "d_model": True},
+            TypeError,
+            "d_model must be a positive int, got bool",
+        ),
+        (
+            {"num_positions": 3, "d_model": 8.0},
+            TypeError,
+            "d_model must be a positive int, got float",
+        ),
         ({"num_positions": 3, "d_model": 8, "base": 1.0}, ValueError, "base must be a finite"),
-        ({"num_positions": 3, "d_model": 8, "base": float("inf")}, ValueError, "base must be"),
-        ({"num_positions": 3, "d_model": 8, "base": "10000"}, TypeError, "base must be a float"),
+        (
+            {"num_positions": 3, "d_model": 8, "base": float("inf")},
+            ValueError,
+            "base must be finite",
+        ),
+        (
+            {"num_positions": 3, "d_model": 8, "base": "10000"},
+            TypeError,
+            "base must be a number, got str",
+        ),
     ],
 )
 def test_sinusoidal_argument_errors(kwargs, error, pattern):
@@ -272,7 +284,7 @@ def test_alibi_bias_works_as_an_sdpa_float_mask():
 def test_alibi_argument_errors():
     with pytest.raises(ValueError, match="num_heads must be a positive int"):
         alibi_bias(0, 4)
-    with pytest.raises(TypeError, match="seq_len must be an int"):
+    with pytest.raises(TypeError, match="seq_len must be a positive int, got float"):
         alibi_bias(2, 4.5)
 
 
@@ -346,70 +358,6 @@ def test_rotary_argument_errors():
         apply_rotary([[0.0, 1.0]])
 
 
-# --- the exercise checker -----
-
-
-def make_encoding(unit="radians", order="sin-cos", layout="interleaved", start=0):
-    def encode(num_positions, bases):
-        steps = torch.arange(start, start + num_positions, dtype=torch.float64)[:, None]
-        turn = 360.0 if unit == "degrees" else 2 * math.pi
-        angles = turn * steps / torch.tensor(bases, dtype=torch.float64)[None, :]
-        first, second = (angles.sin(), angles.cos())
-        if order == "cos-sin":
-            first, second = second, first
-        if layout == "blocks":
-            return torch.cat((first, second), dim=1)
-        return torch.stack((first, second), dim=-1).reshape(num_positions, -1)
-
-    return encode
-
-
-def test_checker_accepts_right_answers_in_torch_and_numpy():
-    assert check_fixed_base_encoding(make_encoding()).startswith("Correct:")
-    numpy_answer = lambda n, b: make_encoding()(n, b).numpy().astype(np.float32)  # noqa: E731
-    assert "offset" in check_fixed_base_encoding(numpy_answer, bases=(3, 11), num_positions=30)
-
-
-@pytest.mark.parametrize(
-    ("encoding", "pattern"),
-    [
-        (make_encoding(unit="degrees"), "degrees"),
-        (make_encoding(order="cos-sin"), "swapped"),
-        (make_encoding(layout="blocks"), "interleave"),
-        (make_encoding(start=1), "start at 1"),
-    ],
-)
-def test_checker_names_the_usual_mistakes(encoding, pattern):
-    with pytest.raises(AssertionError, match=pattern):
-        check_fixed_base_encoding(encoding)
-
-
-def test_checker_reports_shape_and_type_mistakes():
-    with pytest.raises(AssertionError, match="transposed"):
-        check_fixed_base_encoding(lambda n, b: make_encoding()(n, b).T)
-    with pytest.raises(AssertionError, match="sine column AND a cosine column"):
-        check_fixed_base_encoding(lambda n, b: torch.zeros(n, len(b)))
-    with pytest.raises(AssertionError, match="returned a list"):
-        check_fixed_base_encoding(lambda n, b: [[0.0]])
-    with pytest.raises(TypeError, match="pass your encoding function itself"):
-        check_fixed_base_encoding(make_encoding()(4, (4, 5, 7)))
-
-
-def test_checker_points_at_the_first_wrong_value():
-    def off_by_a_little(num_positions, bases):
-        table = make_encoding()(num_positions, bases)
-        table[3, 2] += 0.5
-        return table
-
-    with pytest.raises(AssertionError, match=r"position 3, column 2.*depend on more than"):
-        check_fixed_base_encoding(off_by_a_little)
-
-
-def test_checker_says_when_the_geometry_is_right_but_values_are_not():
-    with pytest.raises(AssertionError, match="depend on the offset only, though"):
-        check_fixed_base_encoding(make_encoding(unit="degrees"))
-
-
 def test_sinusoidal_positions_are_far_apart():
     """Unlike dials with integer periods (4, 5, 7 repeat after 140), no two positions coincide.
 
@@ -436,3 +384,65 @@ def test_everything_runs_on_the_device_of_its_input(device):
 def test_odd_d_model_message_suggests_only_valid_widths():
     with pytest.raises(ValueError, match=r"use d_model=2 or project"):
         sinusoidal_encoding(3, 1)
+
+
+# --- misuse: the wrong kind of value ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "module",
+    [SinusoidalPositionalEncoding(8, max_len=10), LearnedPositionalEmbedding(8, max_len=10)],
+    ids=["sinusoidal", "learned"],
+)
+def test_integer_sequences_are_refused(module):
+    """Token ids (int64) must go through an nn.Embedding first: adding positions to them
+    would silently cast or fail deep inside."""
+    tokens = torch.randint(0, 10, (2, 5, 8))
+    with pytest.raises(TypeError, match=r"floating-point x, got dtype torch\.int64.*nn\.Embedding"):
+        module(tokens)
+
+
+@pytest.mark.parametrize(
+    ("build", "error", "pattern"),
+    [
+        (
+            lambda: LearnedPositionalEmbedding(8, 16, init_std="0.02"),
+            TypeError,
+            "init_std must be a number, got str",
+        ),
+        (
+            lambda: LearnedPositionalEmbedding(8.0, 16),
+            TypeError,
+            "d_model must be a positive int, got float",
+        ),
+        (
+            lambda: LearnedPositionalEmbedding(8, 16.0),
+            TypeError,
+            "max_len must be a positive int, got float",
+        ),
+        (
+            lambda: SinusoidalPositionalEncoding(8.0),
+            TypeError,
+            "d_model must be a positive int, got float",
+        ),
+        (
+            lambda: SinusoidalPositionalEncoding(8, max_len=16.0),
+            TypeError,
+            "max_len must be a positive int, got float",
+        ),
+        (
+            lambda: SinusoidalPositionalEncoding(8, base="1e4"),
+            TypeError,
+            "base must be a number, got str",
+        ),
+        (lambda: alibi_slopes(2.0), TypeError, "num_heads must be a positive int, got float"),
+        (
+            lambda: apply_rotary(torch.ones(3, 4, dtype=torch.long)),
+            TypeError,
+            "floating-point tensor",
+        ),
+    ],
+)
+def test_the_wrong_kind_of_argument_is_a_type_error(build, error, pattern):
+    with pytest.raises(error, match=pattern):
+        build()

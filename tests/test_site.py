@@ -6,20 +6,14 @@ These read the static HTML in _build/html; the browser tests drive the same page
 import ast
 import html
 import json
-import pathlib
 import re
 
 import pytest
-import yaml
+from conftest import BRANCH, CHAPTERS, OWNER_REPO, ROOT, glued_values, markdown_of, read_notebook
 
 pytestmark = pytest.mark.site
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
 SITE = ROOT / "_build" / "html"
-CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
-OWNER_REPO = CONFIG["repository"]["url"].removeprefix("https://github.com/")
-BRANCH = CONFIG["repository"]["branch"]
-CHAPTERS = re.findall(r"file:\s*notebooks/(\S+)", (ROOT / "_toc.yml").read_text())
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -58,23 +52,11 @@ def test_download_button_serves_the_notebook(stem):
     assert json.loads(downloaded.read_text()) == json.loads(stored.read_text())
 
 
-def glued_values(stem):
-    values = {}
-    notebook = json.loads((ROOT / "notebooks" / f"{stem}.ipynb").read_text())
-    for cell in notebook["cells"]:
-        for output in cell.get("outputs", []):
-            name = output.get("metadata", {}).get("scrapbook", {}).get("name")
-            if name:
-                values[name] = output["data"]["application/papermill.record/text/plain"]
-    return notebook, values
-
-
 @pytest.mark.parametrize("stem", CHAPTERS)
 def test_glued_numbers_appear_in_the_prose(stem):
-    notebook, values = glued_values(stem)
-    markdown = "".join(
-        "".join(c["source"]) for c in notebook["cells"] if c["cell_type"] == "markdown"
-    )
+    notebook = read_notebook(stem)
+    values = glued_values(notebook)
+    markdown = markdown_of(notebook)
     text = html.unescape(re.sub(r"<[^>]+>", "", page(stem)))
     roles = re.findall(r"\{glue:text\}`(\w+)(?::([^`]+))?`", markdown)
     for name, spec in roles:

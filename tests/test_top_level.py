@@ -1,5 +1,7 @@
-"""Tests of the helpers package's top level: seeding, devices, showing source, glue."""
+"""Tests of the helpers package's top level: seeding, devices, threads, showing source, glue,
+expecting an error."""
 
+import os
 import random
 
 import numpy as np
@@ -56,3 +58,64 @@ def test_glue_stores_plain_numbers_and_checks_its_arguments(monkeypatch):
         helpers.glue("not a name", 1)
     with pytest.raises(ValueError, match="one number"):
         helpers.glue("vector", torch.ones(3))
+
+
+def test_seed_everything_leaves_the_environment_alone(monkeypatch):
+    """PYTHONHASHSEED only acts when an interpreter starts: setting it would change nothing
+    here and leak into every child process."""
+    monkeypatch.delenv("PYTHONHASHSEED", raising=False)
+    before = dict(os.environ)
+    helpers.seed_everything(5)
+    assert dict(os.environ) == before
+
+
+def test_use_one_thread_on_the_cpu_only():
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        helpers.use_one_thread(torch.device("cuda"))  # a GPU: nothing to change here
+        assert torch.get_num_threads() == 2
+        helpers.use_one_thread(torch.device("cpu"))
+        assert torch.get_num_threads() == 1
+        torch.set_num_threads(2)
+        helpers.use_one_thread("cpu")  # a name works too
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_expect_error_prints_the_expected_error(capsys):
+    with helpers.expect_error(ValueError):
+        raise ValueError("d_model must be even")
+    assert capsys.readouterr().out == "ValueError: d_model must be even\n"
+    with helpers.expect_error(LookupError):  # a subclass is the expected kind too
+        {}["missing"]
+    assert capsys.readouterr().out.startswith("LookupError: ")
+
+
+def test_expect_error_fails_when_nothing_is_raised():
+    with (
+        pytest.raises(AssertionError, match="expected a ValueError, but nothing was raised"),
+        helpers.expect_error(ValueError),
+    ):
+        pass
+
+
+def test_expect_error_lets_another_exception_through(capsys):
+    with pytest.raises(TypeError, match="not this one"), helpers.expect_error(ValueError):
+        raise TypeError("not this one")
+    assert capsys.readouterr().out == ""
+
+
+@pytest.mark.parametrize("kind", ["ValueError", ValueError("x"), int, None])
+def test_expect_error_needs_an_exception_class(kind):
+    with (
+        pytest.raises(TypeError, match="kind must be an exception class"),
+        helpers.expect_error(kind),
+    ):
+        raise ValueError("never reached")
+
+
+def test_the_unit_tests_run_pytorch_on_one_thread():
+    """tests/conftest.py sets it for the session: tiny models on shared cores (see `make unit`)."""
+    assert torch.get_num_threads() == 1

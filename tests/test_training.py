@@ -290,12 +290,14 @@ def test_schedule_drives_the_optimizer():
 @pytest.mark.parametrize(
     ("args", "error", "match"),
     [
-        ((0, 2, 10.0), TypeError, "total_steps must be an int"),
-        ((0, 2, 0), ValueError, "total_steps must be >= 1"),
+        ((0, 2, 10.0), TypeError, "total_steps must be a positive int, got float"),
+        ((0, 2, 0), ValueError, "total_steps must be a positive int, got 0"),
         ((0, 11, 10), ValueError, r"warmup_steps must be in \[0, total_steps=10\]"),
-        ((0, -1, 10), ValueError, "warmup_steps must be in"),
-        ((-1, 2, 10), ValueError, "step must be a non-negative int"),
-        ((True, 2, 10), ValueError, "step must be a non-negative int"),
+        ((0, -1, 10), ValueError, "warmup_steps must be >= 0, got -1"),
+        ((0, 2.0, 10), TypeError, "warmup_steps must be a non-negative int, got float"),
+        ((-1, 2, 10), ValueError, "step must be >= 0, got -1"),
+        ((True, 2, 10), TypeError, "step must be a non-negative int, got bool"),
+        ((1.0, 2, 10), TypeError, "step must be a non-negative int, got float"),
     ],
 )
 def test_schedule_errors(args, error, match):
@@ -334,10 +336,13 @@ def fit_kwargs(**overrides):
         ({"loss_fn": "mse"}, TypeError, "loss_fn must be callable"),
         ({"optimizer": "adam"}, TypeError, "optimizer must be a torch.optim.Optimizer"),
         ({"epochs": 0}, ValueError, "epochs must be a positive int"),
-        ({"epochs": 2.0}, ValueError, "epochs must be a positive int"),
+        ({"epochs": 2.0}, TypeError, "epochs must be a positive int, got float"),
         ({"log_every": 0}, ValueError, "log_every must be a positive int"),
-        ({"clip_grad_norm": 0.0}, ValueError, "clip_grad_norm must be a positive number"),
-        ({"clip_grad_norm": "1"}, ValueError, "clip_grad_norm must be a positive number"),
+        ({"clip_grad_norm": 0.0}, ValueError, "clip_grad_norm must be > 0.*1.0 is a common"),
+        ({"clip_grad_norm": "1"}, TypeError, "clip_grad_norm must be a number, got str"),
+        ({"log_every": 2.0}, TypeError, "log_every must be a positive int, got float"),
+        ({"seed": -1}, ValueError, "seed must be >= 0"),
+        ({"seed": 1.5}, TypeError, "seed must be a non-negative int, got float"),
         ({"scheduler": "cosine"}, TypeError, "scheduler must have a step"),
         ({"metrics": [mean_abs_error]}, TypeError, "metrics must be a dict"),
         ({"metrics": {"loss": mean_abs_error}}, ValueError, "other than 'loss'"),
@@ -355,8 +360,10 @@ def test_fit_errors(overrides, error, match):
 def test_fit_stops_on_a_non_finite_loss():
     x = torch.tensor([[1.0], [float("nan")]])
     loader = DataLoader(TensorDataset(x, torch.zeros(2, 1)), batch_size=2)
+    model = nn.Linear(1, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     with pytest.raises(FloatingPointError, match="the training loss is nan at epoch 1, step 1"):
-        fit(**fit_kwargs(train_loader=loader, model=nn.Linear(1, 1)))
+        fit(**fit_kwargs(train_loader=loader, model=model, optimizer=optimizer))
 
 
 def test_evaluate_errors():
@@ -379,3 +386,78 @@ def test_fit_moves_model_and_batches_to_cuda():
     kwargs = fit_kwargs(device="cuda")
     fit(**kwargs)
     assert next(kwargs["model"].parameters()).device.type == "cuda"
+
+
+# --- misuse ---------------------------------------------------------------------------------------
+
+
+def test_fit_refuses_an_optimizer_of_another_model():
+    """An optimizer built for another model (or before the model was rebuilt) would train
+    nothing, silently: the loss would stay where it is."""
+    model, loader = linear_problem()
+    other = nn.Linear(3, 1)
+    optimizer = torch.optim.SGD(other.parameters(), lr=0.1)
+    with pytest.raises(ValueError, match="holds none of this model's parameters") as info:
+        fit(**fit_kwargs(model=model, train_loader=loader, optimizer=optimizer))
+    assert "torch.optim.AdamW(model.parameters()" in str(info.value)
+
+
+def test_fit_accepts_an_optimizer_over_part_of_the_model():
+    """Fine-tuning: an optimizer that updates only some of the parameters is legitimate."""
+    model = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 1))
+    _, loader = linear_problem()
+    optimizer = torch.optim.SGD(model[1].parameters(), lr=0.01)
+    before = model[0].weight.detach().clone()
+    fit(**fit_kwargs(model=model, train_loader=loader, optimizer=optimizer))
+    assert torch.equal(model[0].weight, before)
+
+
+def test_a_class_instead_of_an_instance_is_a_type_error():
+    model, loader = linear_problem()
+    with pytest.raises(TypeError, match="model must be a torch.nn.Module, got type"):
+        fit(**fit_kwargs(model=nn.Linear))
+    with pytest.raises(TypeError, match="optimizer must be a torch.optim.Optimizer, got type"):
+        fit(**fit_kwargs(optimizer=torch.optim.SGD))
+    with pytest.raises(TypeError, match="model must be a torch.nn.Module, got type"):
+        evaluate(nn.Linear, loader, nn.MSELoss())
+
+
+def test_a_loss_class_instead_of_an_instance_is_refused():
+    model, loader = linear_problem()
+    message = r"got the class MSELoss itself; call it: loss_fn=MSELoss\(\)"
+    with pytest.raises(TypeError, match=message):
+        fit(**fit_kwargs(loss_fn=nn.MSELoss))
+    with pytest.raises(TypeError, match=message):
+        evaluate(model, loader, nn.MSELoss)
+
+
+class _ReturnsWeightsToo(nn.Module):
+    """A model that returns (output, attention weights), as return_attention=True does."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(3, 1)
+
+    def forward(self, x):
+        return self.linear(x), torch.ones(x.shape[0], 1)
+
+
+def test_fit_refuses_a_model_that_returns_a_tuple():
+    model = _ReturnsWeightsToo()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    with pytest.raises(TypeError, match=r"returned a tuple of 2 items.*return_attention"):
+        fit(**fit_kwargs(model=model, optimizer=optimizer))
+
+
+def test_evaluate_refuses_a_model_that_returns_a_tuple():
+    _, loader = linear_problem()
+    with pytest.raises(TypeError, match=r"returned a tuple of 2 items.*returns one tensor"):
+        evaluate(_ReturnsWeightsToo(), loader, nn.MSELoss())
+
+
+def test_evaluate_refuses_bad_metrics_and_loaders():
+    model, loader = linear_problem()
+    with pytest.raises(TypeError, match="loader must be an iterable"):
+        evaluate(model, torch.zeros(4, 3), nn.MSELoss())
+    with pytest.raises(ValueError, match="other than 'loss'"):
+        evaluate(model, loader, nn.MSELoss(), {"loss": mean_abs_error})

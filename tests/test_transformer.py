@@ -1,4 +1,8 @@
-"""Tests of helpers.transformer: norms, feed-forward, encoder blocks and the encoder stack."""
+"""Tests of helpers.transformer: norms, feed-forward, encoder blocks and the encoder stack.
+
+The comparisons with torch.nn.TransformerEncoderLayer are in tests/test_interop.py, parameter
+counts in tests/test_analysis.py, the chapter 6 checkers in tests/test_checks.py.
+"""
 
 from __future__ import annotations
 
@@ -8,41 +12,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
+from helpers.analysis import count_parameters
 from helpers.attention import causal_mask, padding_mask
 from helpers.transformer import (
     EncoderBlock,
     FeedForward,
     RMSNorm,
     TransformerEncoder,
-    check_block_parameter_count,
-    check_rms_norm,
-    count_parameters,
     make_norm,
-    parameter_table,
 )
 
 ATOL = 1e-5
-
-
-def torch_layer(d_model, num_heads, ffn_width, norm_first, bias=True, dropout=0.1):
-    return nn.TransformerEncoderLayer(
-        d_model,
-        num_heads,
-        ffn_width,
-        dropout=dropout,
-        batch_first=True,
-        norm_first=norm_first,
-        bias=bias,
-    )
-
-
-def randomize_norms(module: nn.Module, generator: torch.Generator) -> None:
-    """Give every LayerNorm a non-trivial gain and bias, so tests see if they are copied."""
-    with torch.no_grad():
-        for norm in module.modules():
-            if isinstance(norm, nn.LayerNorm):
-                norm.weight.copy_(1 + 0.3 * torch.randn(norm.weight.shape, generator=generator))
-                norm.bias.copy_(0.3 * torch.randn(norm.bias.shape, generator=generator))
 
 
 # --- shapes -------------------------------------------------------------------------------
@@ -74,53 +54,6 @@ def test_block_returns_attention_on_request():
     output, weights = block(x, return_attention=True)
     torch.testing.assert_close(output, block(x))
     assert weights.shape == (2, 2, 5, 5)
-
-
-# --- equivalence with PyTorch ---------------------------------------------------------------
-
-
-@settings(max_examples=25, deadline=None)
-@given(
-    d_head=st.integers(1, 6),
-    num_heads=st.integers(1, 4),
-    ffn_width=st.integers(1, 24),
-    seq_len=st.integers(1, 6),
-    norm_first=st.booleans(),
-    bias=st.booleans(),
-    masked=st.booleans(),
-    seed=st.integers(0, 2**16),
-)
-def test_block_matches_torch_encoder_layer(
-    d_head, num_heads, ffn_width, seq_len, norm_first, bias, masked, seed
-):
-    generator = torch.Generator().manual_seed(seed)
-    d_model = d_head * num_heads
-    reference = torch_layer(d_model, num_heads, ffn_width, norm_first, bias=bias).eval()
-    if bias:
-        randomize_norms(reference, generator)
-    block = EncoderBlock(d_model, num_heads, ffn_width, 0.1, norm_first, bias=bias).eval()
-    block.load_from_torch(reference)
-    x = torch.randn(3, seq_len, d_model, generator=generator)
-    mask = causal_mask(seq_len) if masked else None
-    # torch's boolean src_mask means True = may NOT attend: the opposite of ours.
-    expected = reference(x, src_mask=None if mask is None else ~mask)
-    torch.testing.assert_close(block(x, mask=mask), expected, atol=ATOL, rtol=1e-4)
-
-
-@pytest.mark.parametrize("norm_first", [True, False])
-def test_encoder_matches_torch_encoder(norm_first):
-    torch.manual_seed(0)
-    layer = torch_layer(16, 4, 32, norm_first)
-    final = nn.LayerNorm(16) if norm_first else None
-    reference = nn.TransformerEncoder(layer, 3, norm=final, enable_nested_tensor=False).eval()
-    randomize_norms(reference, torch.Generator().manual_seed(1))
-    encoder = TransformerEncoder(3, 16, 4, 32, 0.1, norm_first).eval()
-    for block, torch_block in zip(encoder.blocks, reference.layers, strict=True):
-        block.load_from_torch(torch_block)
-    if norm_first:
-        encoder.final_norm.load_state_dict(reference.norm.state_dict())
-    x = torch.randn(2, 9, 16)
-    torch.testing.assert_close(encoder(x), reference(x), atol=ATOL, rtol=1e-4)
 
 
 def test_final_norm_default_follows_norm_first():
@@ -223,25 +156,6 @@ def test_block_parameter_count_formula(bias, norm):
     assert count_parameters(block) == attention + ffn + norms
 
 
-def test_parameter_table():
-    encoder = TransformerEncoder(2, 8, 2, 16)
-    table = parameter_table(encoder, max_depth=3)
-    assert list(table.columns) == ["module", "type", "parameters"]
-    assert table.iloc[-1]["module"] == "total"
-    assert table.iloc[-1]["parameters"] == count_parameters(encoder)
-    assert (table["parameters"] > 0).all()
-    assert "blocks.0.dropout1" not in set(table["module"])
-    blocks = table[table["type"] == "EncoderBlock"]
-    assert blocks["parameters"].sum() + 16 == count_parameters(encoder)  # + final LayerNorm
-
-
-def test_count_parameters_trainable_only():
-    block = FeedForward(4, 8)
-    block.linear1.weight.requires_grad_(False)
-    assert count_parameters(block) == 4 * 8 + 8 + 8 * 4 + 4
-    assert count_parameters(block, trainable_only=True) == 8 + 8 * 4 + 4
-
-
 # --- RMSNorm -----------------------------------------------------------------------------------
 
 
@@ -287,7 +201,9 @@ def test_make_norm():
         ({"dropout": 1.0}, ValueError, r"\[0, 1\)"),
         ({"dropout": "0.1"}, TypeError, "dropout"),
         ({"num_heads": 0}, ValueError, "positive"),
-        ({"d_model": 8.0}, TypeError, "d_model must be an int"),
+        ({"d_model": 8.0}, TypeError, "d_model must be a positive int, got float"),
+        ({"ffn_width": 16.0}, TypeError, "ffn_width must be a positive int, got float"),
+        ({"eps": "1e-5"}, TypeError, "eps must be a number"),
         ({"ffn_width": 0}, ValueError, "ffn_width"),
         ({"norm": "batch"}, ValueError, "norm must be one of"),
         ({"norm_first": "yes"}, TypeError, "norm_first"),
@@ -309,90 +225,19 @@ def test_block_rejects_bad_inputs():
     block = EncoderBlock(8, 2, 16)
     with pytest.raises(ValueError, match=r"\(B, T, D=8\)"):
         block(torch.randn(5, 8))
-    with pytest.raises(ValueError, match=r"\(B, T, D=8\)"):
+    with pytest.raises(ValueError, match="built for d_model=8 but x has width 6"):
         block(torch.randn(2, 5, 6))
     with pytest.raises(TypeError, match="torch.Tensor"):
         block([[0.0] * 8])
 
 
 def test_rmsnorm_rejects_bad_arguments():
-    with pytest.raises(ValueError, match="eps must be a positive"):
+    with pytest.raises(ValueError, match="eps must be > 0, got 0.0; 1e-5 is usual"):
         RMSNorm(4, eps=0.0)
     with pytest.raises(TypeError, match="d_model"):
         RMSNorm("4")
     with pytest.raises(ValueError, match="last dimension must be d_model"):
         RMSNorm(4)(torch.randn(2, 5))
-
-
-def test_load_from_torch_rejects_mismatches():
-    block = EncoderBlock(8, 2, 16)
-    with pytest.raises(TypeError, match="TransformerEncoderLayer"):
-        block.load_from_torch(nn.Linear(8, 8))
-    with pytest.raises(ValueError, match="norm_first mismatch"):
-        block.load_from_torch(torch_layer(8, 2, 16, norm_first=False))
-    gelu = nn.TransformerEncoderLayer(8, 2, 16, activation="gelu", norm_first=True)
-    with pytest.raises(ValueError, match="activation='relu'"):
-        block.load_from_torch(gelu)
-    eps = nn.TransformerEncoderLayer(8, 2, 16, layer_norm_eps=1e-6, norm_first=True)
-    with pytest.raises(ValueError, match="eps=1e-06"):
-        block.load_from_torch(eps)
-    with pytest.raises(ValueError, match="norm='layer'"):
-        EncoderBlock(8, 2, 16, norm="rms").load_from_torch(torch_layer(8, 2, 16, True))
-    with pytest.raises(ValueError, match="feed-forward shape mismatch"):
-        block.load_from_torch(torch_layer(8, 2, 32, norm_first=True))
-
-
-def test_parameter_helpers_reject_non_modules():
-    with pytest.raises(TypeError, match="nn.Module"):
-        count_parameters(torch.zeros(3))
-    with pytest.raises(TypeError, match="nn.Module"):
-        parameter_table("model")
-    with pytest.raises(ValueError, match="max_depth"):
-        parameter_table(nn.Linear(2, 2), max_depth=0)
-
-
-# --- exercise checkers ------------------------------------------------------------------------
-
-
-def test_check_rms_norm_accepts_a_right_answer():
-    def rms_norm(x, weight, eps):
-        return x / torch.sqrt((x**2).mean(-1, keepdim=True) + eps) * weight
-
-    assert check_rms_norm(rms_norm).startswith("Correct")
-
-
-@pytest.mark.parametrize(
-    ("wrong", "hint"),
-    [
-        (lambda x, w, eps: nn.functional.layer_norm(x, x.shape[-1:], w, None, eps), "LayerNorm"),
-        (lambda x, w, eps: x / ((x**2).mean(-1, keepdim=True).sqrt() + eps) * w, "inside"),
-        (lambda x, w, eps: x * ((x**2).mean(-1, keepdim=True) + eps).sqrt() * w, "multiply"),
-        (lambda x, w, eps: x / torch.sqrt((x**2).mean(0, keepdim=True) + eps) * w, "dim=-1"),
-        (lambda x, w, eps: x.sum(-1), "shape"),
-    ],
-)
-def test_check_rms_norm_explains_mistakes(wrong, hint):
-    with pytest.raises(AssertionError, match=hint):
-        check_rms_norm(wrong)
-
-
-def test_check_block_parameter_count():
-    def right(d, f):
-        return 4 * d * d + 4 * d + 2 * d * f + f + d + 4 * d
-
-    assert check_block_parameter_count(right).startswith("Correct")
-    with pytest.raises(AssertionError, match="LayerNorms"):
-        check_block_parameter_count(lambda d, f: right(d, f) - 4 * d)
-    with pytest.raises(AssertionError, match="biases"):
-        check_block_parameter_count(lambda d, f: 4 * d * d + 2 * d * f + 4 * d)
-    with pytest.raises(AssertionError, match="4 D x D"):
-        check_block_parameter_count(lambda d, f: 0)
-
-
-def test_load_from_torch_warns_about_sequence_first_layers():
-    layer = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=False)
-    with pytest.warns(UserWarning, match="batch_first=True"):
-        EncoderBlock(16, 2, 32, norm_first=False).load_from_torch(layer)
 
 
 def test_rms_norm_eps_default_is_consistent():
@@ -407,3 +252,39 @@ def test_shared_validators_keep_their_messages():
         EncoderBlock(8, 2, 16, dropout=1.0)
     with pytest.raises(ValueError, match=r"dropout must be in \[0, 1\)"):
         FeedForward(8, 16, dropout=-0.1)
+
+
+# --- misuse: dtypes and widths ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: TransformerEncoder(2, 8, 2, 16),
+        lambda: EncoderBlock(8, 2, 16),
+        lambda: EncoderBlock(8, 2, 16, norm_first=False, norm="rms"),
+    ],
+    ids=["encoder", "block", "post-LN RMS block"],
+)
+def test_float64_input_is_refused_naming_both_dtypes(build):
+    module = build()
+    x = torch.randn(2, 5, 8, dtype=torch.float64)
+    with pytest.raises(TypeError, match=r"x has dtype torch\.float64 but .* are torch\.float32"):
+        module(x)
+    assert module.double()(x).dtype == torch.float64  # the fix the message names
+
+
+@pytest.mark.parametrize("module", [FeedForward(8, 16), RMSNorm(8)], ids=["ffn", "rms"])
+def test_width_mismatch_is_refused(module):
+    name = type(module).__name__
+    with pytest.raises(ValueError, match=rf"{name}\(d_model=8\) got input with last dimension 6"):
+        module(torch.randn(2, 5, 6))
+    assert module(torch.randn(2, 5, 8)).shape == (2, 5, 8)
+
+
+@pytest.mark.parametrize("module", [FeedForward(8, 16), RMSNorm(8)], ids=["ffn", "rms"])
+def test_integer_and_float64_inputs_are_refused(module):
+    with pytest.raises(TypeError, match=r"floating-point tensor.*x\.float\(\)"):
+        module(torch.ones(2, 5, 8, dtype=torch.long))
+    with pytest.raises(TypeError, match=r"torch\.float64.*torch\.float32"):
+        module(torch.ones(2, 5, 8, dtype=torch.float64))

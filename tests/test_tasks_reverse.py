@@ -1,4 +1,7 @@
-"""Tests of the reversal task: helpers.data.make_reverse_dataset and helpers.reverse."""
+"""Tests of helpers.tasks.reverse: chapter 7's data, model, metrics and training set-up.
+
+The checker of chapter 7's exercise is tested in tests/test_checks.py.
+"""
 
 from __future__ import annotations
 
@@ -10,15 +13,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils.data import TensorDataset
 
-from helpers.data import make_reverse_dataset
-from helpers.reverse import (
+from helpers.tasks.reverse import (
     BOOK_CONFIG,
     SOURCE_000_CONFIG,
     ReverseConfig,
     ReversePredictor,
     bag_oracle_accuracy,
     build_reverse_training,
-    check_sequence_accuracy,
+    make_reverse_dataset,
     token_accuracy,
     token_cross_entropy,
 )
@@ -70,8 +72,9 @@ def test_tokens_are_roughly_uniform():
         ((0, 16, 10), ValueError, "num_sequences must be a positive"),
         ((10, 0, 10), ValueError, "seq_len must be a positive"),
         ((10, 16, 1), ValueError, "at least 2"),
-        ((10.0, 16, 10), TypeError, "num_sequences must be an int"),
-        ((10, True, 10), TypeError, "seq_len must be an int"),
+        ((10.0, 16, 10), TypeError, "num_sequences must be a positive int, got float"),
+        ((10, True, 10), TypeError, "seq_len must be a positive int, got bool"),
+        ((10, 16, 10.0), TypeError, "num_classes must be a positive int, got float"),
     ],
 )
 def test_make_reverse_dataset_rejects_bad_sizes(args, error, message):
@@ -235,19 +238,3 @@ def test_a_few_steps_reduce_the_loss():
     )
     assert len(history) == 3
     assert history["train_loss"].iloc[-1] < history["train_loss"].iloc[0] - 0.05
-
-
-# --- exercise checker ---------------------------------------------------------------------------
-
-
-def test_check_sequence_accuracy():
-    def right(logits, targets):
-        return (logits.argmax(-1) == targets).all(-1).float().mean()
-
-    assert check_sequence_accuracy(right).startswith("Correct")
-    with pytest.raises(AssertionError, match="token accuracy"):
-        check_sequence_accuracy(token_accuracy)
-    with pytest.raises(AssertionError, match="one number"):
-        check_sequence_accuracy(lambda logits, targets: logits.argmax(-1) == targets)
-    with pytest.raises(AssertionError, match="expected"):
-        check_sequence_accuracy(lambda logits, targets: 0.0)

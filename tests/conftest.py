@@ -1,0 +1,107 @@
+"""Shared paths, book structure and notebook readers for the tests, and the session's threads.
+
+Plain constants and functions (importable as ``from conftest import ...``), because the
+book-level tests parametrize over them at collection time:
+
+* ``ROOT``, ``CONFIG`` (_config.yml), ``OWNER_REPO``, ``BRANCH``, ``REPOSITORY``;
+* ``NOTEBOOKS`` (every ``notebooks/NN_*.ipynb``), ``toc_files``, ``PAGES`` and ``CHAPTERS``
+  (_toc.yml, in reading order);
+* ``read_notebook``, ``markdown_of``, ``glued_values``, ``glue_records``: a notebook's JSON,
+  its prose and the values it glues (``helpers.glue``) as stored in its outputs.
+
+Hypothesis strategies shared by several test modules are in ``strategies.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import re
+import sys
+
+import yaml
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
+REPOSITORY = CONFIG["repository"]["url"]
+OWNER_REPO = REPOSITORY.removeprefix("https://github.com/")
+BRANCH = CONFIG["repository"]["branch"]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+
+
+def pytest_collection_finish(session):
+    """One PyTorch thread per process (each pytest-xdist worker), for the whole session.
+
+    The unit tests' models are tiny: on a few cores shared by two workers, PyTorch's intra-op
+    threads only fight each other. Set after collection, and only where the collected tests
+    imported torch, so that the book-level tests (notebooks, site) do not pay its import.
+    """
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(1)
+
+
+# --------------------------------------------------------------------------- _toc.yml
+
+
+def toc_files(node):
+    """Every ``file:`` of _toc.yml (and its ``root``), in reading order."""
+    if isinstance(node, dict):
+        if "file" in node:
+            yield node["file"]
+        for key in ("root", "parts", "chapters", "sections"):
+            if key == "root" and key in node:
+                yield node[key]
+            elif key in node:
+                for child in node[key]:
+                    yield from toc_files(child)
+
+
+PAGES = [
+    re.sub(r"\.(md|ipynb)$", "", file)
+    for file in toc_files(yaml.safe_load((ROOT / "_toc.yml").read_text()))
+]
+"""Every page of the book, without extension, e.g. ``book/intro``, ``notebooks/01_...``."""
+
+CHAPTERS = [page.removeprefix("notebooks/") for page in PAGES if page.startswith("notebooks/")]
+"""The notebook chapters listed in _toc.yml, as stems (``01_kernel_regression``)."""
+
+
+# --------------------------------------------------------------------------- notebooks
+
+
+def read_notebook(notebook) -> dict:
+    """A notebook's JSON, from a path or from a stem of notebooks/ (``01_kernel_regression``)."""
+    path = pathlib.Path(notebook)
+    if path.suffix != ".ipynb":
+        path = ROOT / "notebooks" / f"{notebook}.ipynb"
+    return json.loads(path.read_text())
+
+
+def markdown_of(notebook: dict) -> str:
+    """The prose of a notebook: every markdown cell's source, concatenated."""
+    return "".join("".join(c["source"]) for c in notebook["cells"] if c["cell_type"] == "markdown")
+
+
+def glued_values(notebook: dict) -> dict[str, str]:
+    """``{name: text}`` of every value the notebook glues, as stored in its outputs.
+
+    ``text`` is the ``text/plain`` record (``'0.31'``, ``"'text'"``); a name glued twice keeps
+    its last value (``test_glue_names_are_unique_across_the_book`` refuses that anyway).
+    """
+    values = {}
+    for name, text in glue_records(notebook):
+        values[name] = text
+    return values
+
+
+def glue_records(notebook: dict) -> list[tuple[str, str]]:
+    """Every glue output of the notebook as ``(name, text)``, in order, repeats included."""
+    records = []
+    for cell in notebook["cells"]:
+        for output in cell.get("outputs", []):
+            name = output.get("metadata", {}).get("scrapbook", {}).get("name")
+            if name:
+                text = output.get("data", {}).get("application/papermill.record/text/plain", "")
+                records.append((name, text))
+    return records

@@ -43,6 +43,7 @@ FLAGS = [
     "--disable-sync",
 ]
 WAIT_MS = 30_000
+SHOT_TIMEOUT_MS = 60_000  # full-page screenshots of long pages, see look_at
 
 
 def find_browser():
@@ -331,14 +332,18 @@ def chapter(browser, site, shots):
             facts["download"] = (download.status, download.text() if download.ok else "")
         page.mouse.move(0, 0)
         page.evaluate("window.scrollTo(0, 0)")
-        page.screenshot(path=shots / f"{stem}.png", full_page=True)
+        # A full-page shot of a long chapter waits for fonts and every chart; on a loaded
+        # 2-core machine that took more than playwright's 10 s default (chapter 5).
+        page.screenshot(path=shots / f"{stem}.png", full_page=True, timeout=SHOT_TIMEOUT_MS)
         page.evaluate(
             "document.documentElement.dataset.theme = 'dark';"
             "document.documentElement.dataset.mode = 'dark'"
         )
         page.wait_for_timeout(200)
         # JPEG: half the time of a PNG for a page-long image; the light PNG is for sharpness
-        page.screenshot(path=shots / f"{stem}-dark.jpg", full_page=True, quality=85)
+        page.screenshot(
+            path=shots / f"{stem}-dark.jpg", full_page=True, quality=85, timeout=SHOT_TIMEOUT_MS
+        )
         facts["external"] = context.external[before:]
         page.close()
         return facts

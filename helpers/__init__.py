@@ -18,6 +18,7 @@ Later chapters import what earlier ones built; nothing is copied.
 | --- | --- |
 | 1 kernel regression | ``kernel`` (Nadaraya-Watson), ``tasks.regression`` (data) |
 | 2 masking, 3 attention, 4 multi-head | ``attention`` |
+| 3 memory of attention | ``analysis`` (``peak_cpu_bytes``) |
 | 4 weights from PyTorch's modules | ``interop`` |
 | 5 positional encoding | ``positional`` |
 | 6 encoder | ``transformer``, ``analysis`` (parameter counts, stable rank) |

@@ -1,18 +1,25 @@
-"""Measuring models: parameter counts and the stable rank of a matrix.
+"""Measuring models: parameter counts, the stable rank of a matrix, and memory.
 
 Chapters 4, 6, 7 and 8 count parameters; chapters 4 and 6 measure how far attention's output
-collapses towards a low-rank matrix. One definition of each, here.
+collapses towards a low-rank matrix; chapter 3 measures the memory a computation allocates on
+the CPU. One definition of each, here.
 """
 
 from __future__ import annotations
 
+import os
+import sys
+from collections.abc import Callable
+from contextlib import contextmanager
+
 import pandas as pd
 import torch
 from torch import nn
+from torch.profiler import ProfilerActivity, profile
 
 from helpers import _validate as check
 
-__all__ = ["count_parameters", "parameter_table", "stable_rank"]
+__all__ = ["count_parameters", "parameter_table", "stable_rank", "peak_cpu_bytes"]
 
 
 def count_parameters(module: nn.Module, trainable_only: bool = False) -> int:
@@ -57,3 +64,44 @@ def stable_rank(matrix: torch.Tensor) -> float:
     if singular[0] == 0:
         raise ValueError("the stable rank of a zero matrix is undefined (0 / 0)")
     return float((singular**2).sum() / singular[0] ** 2)
+
+
+@contextmanager
+def _quiet_stderr():
+    """Silence file descriptor 2 (PyTorch's profiler logs each start and stop there)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def peak_cpu_bytes(fn: Callable, *args, **kwargs) -> int:
+    """Run ``fn(*args, **kwargs)`` once; return the most CPU memory it held allocated at once.
+
+    What is measured: the bytes PyTorch's CPU allocator hands out during the call (the storage
+    of every tensor, and the scratch buffers of fused kernels), replayed from the profiler's
+    allocation and free events in time order; the peak of that running total. Memory allocated
+    before the call (the inputs) does not count; the result, if kept, counts up to its
+    creation. Not the process's resident memory (RSS): Python objects and the allocator's own
+    caching are not included.
+    """
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {type(fn).__name__}; pass the function")
+    with _quiet_stderr(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        result = fn(*args, **kwargs)
+        del result
+    events = [  # (time, +bytes allocated or -bytes freed), CPU memory only
+        (event.start_ns(), event.nbytes())
+        for event in prof.profiler.kineto_results.events()
+        if event.name() == "[memory]" and str(event.device_type()).endswith("CPU")
+    ]
+    total = peak = 0
+    for _, nbytes in sorted(events):
+        total += nbytes
+        peak = max(peak, total)
+    return peak

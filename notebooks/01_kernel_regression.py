@@ -17,11 +17,11 @@
 # %% [markdown]
 # # Attention as kernel regression
 #
-# Attention is older than neural networks. In 1964 Nadaraya and Watson
-# {cite}`nadaraya1964,watson1964` predicted a value at a new point by averaging the values
-# they had already seen, each weighted by how close its point was to the new one. Replace
-# "point" by *key*, "new point" by *query* and "how close" by a *score*, and you have the
-# attention mechanism at the heart of every Transformer {cite}`vaswani2017attention`.
+# The attention of a Transformer {cite}`vaswani2017attention` has an ancestor in statistics.
+# In 1964 Nadaraya and Watson {cite}`nadaraya1964,watson1964` predicted a value at a new
+# point by averaging the values they had already seen, each weighted by how close its point
+# was to the new one. Replace "point" by *key*, "new point" by *query* and "how close" by a
+# *score*, and you have the attention mechanism at the heart of every Transformer.
 #
 # This chapter builds that estimator from scratch on a toy problem, watches what its one
 # hyperparameter (the kernel width) does, learns that width by gradient descent, and ends
@@ -51,10 +51,13 @@ helpers.seed_everything(0)
 device = helpers.get_device()
 
 # %%
+import math
+
 import altair as alt
 import matplotlib.pyplot as plt
 import pandas as pd
 import torch
+from matplotlib.colors import LogNorm
 
 from helpers import glue, show_source
 from helpers.checks import check_kernel_regression
@@ -179,40 +182,73 @@ torch.testing.assert_close(prediction, y_train[nearest : nearest + 1])
 
 # %% tags=["hide-input"]
 widths = [0.1, 0.3, 1.0, 3.0]
-fig, axes = plt.subplots(3, 4, figsize=(12, 8), sharey="row")
 offsets = torch.linspace(-4, 4, 200)
-for column, width in enumerate(widths):
+# One logarithmic colour scale for every row: a peak of 0.5 and one of 0.03 look different.
+weight_scale = LogNorm(vmin=1e-4, vmax=1)
+fig, axes = plt.subplots(
+    4,
+    3,
+    figsize=(7, 8.6),
+    sharex="col",
+    layout="constrained",
+    gridspec_kw={"width_ratios": [1, 1.5, 1.3]},
+)
+for row, width in enumerate(widths):
     fit, attention = nadaraya_watson(x_query, x_train, y_train, width=width)
-    axes[0, column].plot(offsets, gaussian_kernel(offsets, width), color="k")
-    axes[0, column].set(title=rf"$\sigma = {width}$", xlabel="$q - k$")
-    axes[1, column].plot(x_train, y_train, "o", ms=2.5, alpha=0.4, label="data")
-    axes[1, column].plot(x_query, y_true, "k--", lw=1, label="truth")
-    axes[1, column].plot(x_query, fit, lw=2, label="estimate")
-    axes[1, column].set(xlabel="$x$", ylim=(-5, 16))
-    axes[2, column].imshow(attention, cmap="Reds", aspect="auto", extent=(0, 80, 10, 0))
-    axes[2, column].set(xlabel="key index (sorted $x_j$)", ylabel="query $x$")
-    axes[2, column].grid(False)
-axes[0, 0].set_ylabel("kernel $K$")
-axes[1, 0].set_ylabel("$y$")
-axes[1, 0].legend(loc="upper left")
-fig.tight_layout()
+    ax_kernel, ax_fit, ax_weights = axes[row]
+    ax_kernel.plot(offsets, gaussian_kernel(offsets, width), color="k")
+    ax_kernel.set_ylim(0, 1.05)
+    ax_kernel.set_ylabel(rf"$\sigma = {width}$", fontsize=11)
+    ax_fit.plot(x_train, y_train, "o", ms=2.5, alpha=0.4, label="data")
+    ax_fit.plot(x_query, y_true, "k--", lw=1, label="truth")
+    ax_fit.plot(x_query, fit, lw=2, label="estimate")
+    ax_fit.set(ylim=(-5, 16))
+    image = ax_weights.imshow(
+        attention.clamp_min(1e-4),
+        cmap="Reds",
+        norm=weight_scale,
+        aspect="auto",
+        extent=(0, 80, 10, 0),
+    )
+    ax_weights.set_ylabel("query $x$")
+    ax_weights.grid(False)
+axes[0, 0].set_title("kernel $K(q - k)$")
+axes[0, 1].set_title("estimate")
+axes[0, 2].set_title("attention weights")
+axes[0, 1].legend(loc="upper left", fontsize=9)
+axes[-1, 0].set_xlabel("$q - k$")
+axes[-1, 1].set_xlabel("$x$")
+axes[-1, 2].set_xlabel("key (training points, by $x_j$)")
+fig.colorbar(
+    image, ax=axes[:, 2], location="bottom", shrink=0.9, label="weight (log scale)"
+)
 plt.show()
 
 # %% [markdown]
-# **Figure.** Columns are kernel widths. Top: the kernel. Middle: the estimate against the truth.
-# Bottom: the attention weights, one row per query, one column per training point. A narrow
-# kernel ($\sigma=0.1$) puts its weight on the two or three nearest points (the effective number
-# of keys per query, $1/\sum_j a_j^2$, has median {glue:text}`ch1_narrow_effective_keys`), so the
-# estimate jumps
-# with the noise; a wide one ($\sigma=3$) spreads weight over most of the data, so the estimate
-# is smooth but flattened, missing the sine's peaks and valleys. The band of weights along the
-# diagonal widens from left to right.
-#
-# %%
+# **Figure.** Rows are kernel widths. Left: the kernel. Middle: the estimate against the truth.
+# Right: the attention weights, one row per query, one column per training point, on one
+# logarithmic colour scale shared by every row (colour bar). A narrow kernel ($\sigma=0.1$)
+# puts its weight on the two or three nearest points (the effective number of keys per query,
+# $1/\sum_j a_j^2$, has median {glue:text}`ch1_narrow_effective_keys`, and the largest weight
+# of a query is typically {glue:text}`ch1_narrow_peak`), so the estimate jumps with the noise; a
+# wide one ($\sigma=3$) spreads weight over most of the data, at most about
+# {glue:text}`ch1_wide_peak` per key, so the estimate is smooth but flattened, missing the
+# sine's peaks and valleys. From top to bottom the band of weights along the diagonal widens
+# and fades.
+
+# %% tags=["hide-cell"]
+# The caption's numbers: median over the queries of the effective number of keys and of the
+# largest weight.
 _, narrow_weights = nadaraya_watson(x_query, x_train, y_train, width=0.1)
+_, wide_weights = nadaraya_watson(x_query, x_train, y_train, width=3.0)
 effective_keys = (1 / (narrow_weights**2).sum(dim=1)).median().item()
+narrow_peak = narrow_weights.max(dim=1).values.median().item()
+wide_peak = wide_weights.max(dim=1).values.median().item()
 assert effective_keys < 4
+assert narrow_peak > 10 * wide_peak
 glue("ch1_narrow_effective_keys", round(effective_keys, 1))
+glue("ch1_narrow_peak", round(narrow_peak, 2))
+glue("ch1_wide_peak", round(wide_peak, 2))
 
 # %% [markdown]
 # ### Bias and variance, measured
@@ -277,8 +313,11 @@ assert errors.loc[errors["width"] >= 0.15, "bias²"].is_monotonic_increasing
 variance_min_width = errors.loc[errors["variance"].idxmin(), "width"]
 assert 1 < variance_min_width < 2.5
 assert errors["variance"].iloc[-1] > 1.2 * errors["variance"].min()  # creeps back up
-glue("ch1_variance_min_width", round(variance_min_width, 1))
 assert errors["error"].iloc[0] > best["error"] < errors["error"].iloc[-1]
+
+# %% tags=["hide-cell"]
+# Numbers quoted in the caption and the next paragraph.
+glue("ch1_variance_min_width", round(variance_min_width, 1))
 glue("ch1_best_width", round(best["width"], 2))
 glue("ch1_best_error", round(best["error"], 3))
 glue("ch1_narrow_error", round(errors["error"].iloc[0], 2))
@@ -294,43 +333,57 @@ glue("ch1_wide_width", round(errors["width"].iloc[-1], 1))
 #
 # ### Scrub the width yourself
 #
-# The chart below was computed in Python for 16 widths and embedded in the page, so it works on
-# the static website with no kernel running. Drag the slider: the estimate (left) and the
-# attention weights of three queries over the training points (right) are redrawn.
+# The chart below was computed in Python for the widths $\sigma = 0.1, 0.2, \dots, 2.0$ and
+# embedded in the page, so it works on the static website with no kernel running. Drag the
+# slider: the estimate (left) and the attention weights of three queries over the training
+# points (right) are redrawn. The queries are marked by dotted lines of their colour on the
+# left.
 
 # %%
 # Float64 and four decimals: the embedded numbers come out the same on every CPU.
-slider_widths = torch.logspace(-1.3, 0.5, 16, dtype=torch.float64).round(decimals=4)
+tenths = range(1, 21)  # sigma = tenths / 10
 probe_queries = torch.tensor([2.0, 5.0, 8.0], dtype=torch.float64)
-xq = torch.linspace(0, 10, 200, dtype=torch.float64)
+xq = torch.linspace(0, 10, 101, dtype=torch.float64)
 xt, yt = x_train.double(), y_train.double()
 fit_rows, weight_rows = [], []
-for step, width in enumerate(slider_widths.tolist()):
-    fit, _ = nadaraya_watson(xq, xt, yt, width)
+for tenth in tenths:
+    fit, _ = nadaraya_watson(xq, xt, yt, tenth / 10)
     fit_rows += [
-        {"step": step, "width": width, "x": q, "estimate": v}
-        for q, v in zip(x_query.tolist(), fit.tolist(), strict=True)
+        {"tenths": tenth, "x": q, "estimate": v}
+        for q, v in zip(xq.tolist(), fit.tolist(), strict=True)
     ]
-    _, probe_weights = nadaraya_watson(probe_queries, xt, yt, width)
+    _, probe_weights = nadaraya_watson(probe_queries, xt, yt, tenth / 10)
     for query, row in zip(probe_queries.tolist(), probe_weights.tolist(), strict=True):
         weight_rows += [
-            {"step": step, "width": width, "query": query, "key": k, "weight": a}
+            {"tenths": tenth, "query": query, "key": k, "weight": a}
             for k, a in zip(xt.tolist(), row, strict=True)
         ]
 fits_table = pd.DataFrame(fit_rows).round(4)
 weights_table = pd.DataFrame(weight_rows).round(4)
+# The weights axis is fixed, so that a curve that flattens is seen to flatten.
+weight_axis_max = math.ceil(10 * weights_table["weight"].max()) / 10
 print(
     f"{len(fits_table)} fit rows and {len(weights_table)} weight rows embedded in the chart"
 )
 
 # %% tags=["hide-input"]
-step = alt.param(
-    name="width_step",
-    value=8,
-    bind=alt.binding_range(min=0, max=15, step=1, name="width index (0 = narrowest) "),
+sigma = alt.param(
+    name="sigma",
+    value=0.5,
+    bind=alt.binding_range(min=0.1, max=2.0, step=0.1, name="kernel width σ "),
+)
+at_sigma = alt.datum.tenths == alt.expr.round(sigma * 10)
+query_colour = alt.Color(
+    "query:N",
+    title="query x",
+    scale=alt.Scale(
+        range=["#d95f02", "#1b9e77", "#e7298a"]
+    ),  # none is the estimate's blue
+    legend=alt.Legend(orient="bottom", direction="horizontal"),
 )
 points = pd.DataFrame({"x": xt.tolist(), "y": yt.tolist()}).round(2)
 truth = pd.DataFrame({"x": xq.tolist(), "truth": true_function(xq).tolist()}).round(4)
+probes = pd.DataFrame({"query": probe_queries.tolist()})
 data_layer = (
     alt.Chart(points)
     .mark_circle(size=18, opacity=0.4, color="gray")
@@ -341,46 +394,51 @@ truth_layer = (
     .mark_line(strokeDash=[4, 3], color="black")
     .encode(x="x:Q", y="truth:Q")
 )
+probe_layer = (
+    alt.Chart(probes)
+    .mark_rule(strokeDash=[2, 2])
+    .encode(x="query:Q", color=query_colour)
+)
 fit_layer = (
     alt.Chart(fits_table)
-    .mark_line(strokeWidth=3)
-    .encode(
-        x="x:Q",
-        y="estimate:Q",
-        tooltip=[alt.Tooltip("width:Q", format=".3f"), "x:Q", "estimate:Q"],
-    )
-    .transform_filter(alt.datum.step == step)
+    .mark_line(strokeWidth=3, color="#1f77b4")
+    .encode(x="x:Q", y="estimate:Q", tooltip=["x:Q", "estimate:Q"])
+    .transform_filter(at_sigma)
 )
 weights_layer = (
     alt.Chart(weights_table)
     .mark_line(point=True)
     .encode(
         x=alt.X("key:Q", title="training point x_j (key)"),
-        y=alt.Y("weight:Q", title="attention weight"),
-        color=alt.Color("query:N", title="query x", legend=alt.Legend(orient="top")),
-        tooltip=[alt.Tooltip("width:Q", format=".3f"), "query:Q", "key:Q", "weight:Q"],
+        y=alt.Y(
+            "weight:Q",
+            title="attention weight",
+            scale=alt.Scale(domain=[0, weight_axis_max]),
+        ),
+        color=query_colour,
+        tooltip=["query:Q", "key:Q", "weight:Q"],
     )
-    .transform_filter(alt.datum.step == step)
+    .transform_filter(at_sigma)
 )
-width_label = (
-    alt.Chart(pd.DataFrame({"step": range(16), "width": slider_widths.tolist()}))
-    .mark_text(align="left", x=8, y=12, fontSize=13)
-    .encode(text=alt.Text("label:N"))
-    .transform_filter(alt.datum.step == step)
-    .transform_calculate(label="'σ = ' + format(datum.width, '.3f')")
-)
-left = (data_layer + truth_layer + fit_layer + width_label).properties(
+left = (data_layer + truth_layer + probe_layer + fit_layer).properties(
     width=280, height=220, title="estimate"
 )
 right = weights_layer.properties(
-    width=280, height=220, title="weights of three queries"
+    width=280, height=220, title="weights of the three queries"
 )
-alt.hconcat(left, right).add_params(step)
+(
+    alt.hconcat(left, right)
+    .add_params(sigma)
+    .resolve_scale(color="shared")
+    .resolve_legend(color="shared")
+)
 
 # %% [markdown]
-# **Figure.** Interactive: move the slider to change the kernel width. As it grows, the three
-# weight curves on the right spread out and flatten, and the estimate on the left goes from
-# chasing individual points to a smooth, flattened curve. Hover a line for exact values.
+# **Figure.** Interactive: the slider sets the kernel width $\sigma$. The weights axis on the
+# right is fixed, so as $\sigma$ grows the three weight curves visibly spread out and flatten,
+# from a few spikes at $\sigma = 0.1$ to low, wide hills at $\sigma = 2$, while the estimate
+# on the left goes from chasing individual points to a smooth, flattened curve. Hover a line
+# for exact values.
 #
 # ## Soft lookup versus hard lookup
 #
@@ -402,7 +460,7 @@ glue("ch1_hard_error", round(hard_error, 3))
 glue("ch1_soft_error", round(soft_error, 3))
 
 # %% tags=["hide-input"]
-fig, axes = plt.subplots(1, 2, figsize=(11, 3.2), sharey=True)
+fig, axes = plt.subplots(1, 2, figsize=(7, 3), sharey=True, layout="constrained")
 for ax, name, estimate in [
     (axes[0], "hard: nearest neighbour", hard_predictions),
     (axes[1], "soft: Nadaraya-Watson", soft_predictions),
@@ -430,8 +488,9 @@ plt.show()
 #
 # ```{admonition} Pitfall: normalizing the kernel over the wrong axis
 # :class: warning
-# A common way to write this estimator (one of the notebooks this book grew from does it) builds the kernel matrix `K` of shape (queries, keys)
-# and normalizes it with `K / K.sum(0)`. `sum(0)` adds up *each column*, that is over the
+# A common way to write this estimator ({ref}`a PyTorch Lightning notebook <source-000>` among
+# the book's sources does it) builds the kernel matrix `K` of shape (queries, keys) and
+# normalizes it with `K / K.sum(0)`. `sum(0)` adds up *each column*, that is over the
 # queries, so each key's weights sum to one across the queries, not each query's weights
 # across the keys. The rows, which are what multiply the values, then sum to anything.
 # The cell below runs that version: its row sums are far from one and the estimate is a
@@ -494,20 +553,12 @@ self_model, self_losses, self_widths = fit_width(
     x_train, y_train, initial_width=2.0, steps=400, leave_one_out=False
 )
 learned_width = loo_widths[-1]
-learned_error = (
-    ((nadaraya_watson(x_query, x_train, y_train, learned_width)[0] - y_true) ** 2)
-    .mean()
-    .item()
-)
-glue("ch1_learned_width", round(learned_width, 2))
-glue("ch1_learned_error", round(learned_error, 3))
-glue("ch1_self_width", round(self_widths[-1], 3))
 assert 0.5 * best["width"] < learned_width < 2 * best["width"]  # near the best width
 assert self_widths[-1] < 0.1 * learned_width  # without the mask, the width collapses
 assert loo_losses[-1] < loo_losses[0]
 
 # %% tags=["hide-input"]
-fig, axes = plt.subplots(1, 2, figsize=(11, 3.2))
+fig, axes = plt.subplots(1, 2, figsize=(7, 3.2), layout="constrained")
 axes[0].plot(loo_losses, label="leave-one-out")
 axes[0].plot(self_losses, label="may attend to itself")
 axes[0].set(xlabel="gradient step", ylabel="training MSE", title="loss")
@@ -527,7 +578,16 @@ plt.show()
 # {glue:text}`ch1_learned_error`. When each point may attend to itself (orange) the training
 # loss keeps falling because the width collapses (to {glue:text}`ch1_self_width` after 400
 # steps): a perfect memorizer that has learned nothing.
-#
+
+# %% tags=["hide-cell"]
+# Numbers quoted in the caption.
+fit_learned, _ = nadaraya_watson(x_query, x_train, y_train, learned_width)
+learned_error = ((fit_learned - y_true) ** 2).mean().item()
+glue("ch1_learned_width", round(learned_width, 2))
+glue("ch1_learned_error", round(learned_error, 3))
+glue("ch1_self_width", round(self_widths[-1], 3))
+
+# %% [markdown]
 # ## From distances to dot products
 #
 # The vocabulary of the rest of the book is now in place. A **query** asks; **keys** are

@@ -26,8 +26,8 @@
 # \right) V .
 # $$
 #
-# This chapter builds it from scratch and checks it against the book's `helpers` and against
-# PyTorch; asks why the $\sqrt{d}$ is there and answers with an experiment; verifies that
+# Chapter 2 already wrote this function, with a mask, to look at masks. This chapter builds it
+# from scratch again, checks it against the book's `helpers` and against PyTorch; asks why the $\sqrt{d}$ is there and answers with an experiment; verifies that
 # every output is a convex combination of values; measures what the computation costs as the
 # sequence grows; and looks closely at what attention dropout does to the weights.
 
@@ -56,8 +56,6 @@ device = helpers.get_device()
 
 # %%
 import math
-import os
-import time
 
 import matplotlib.pyplot as plt
 import pandas as pd
@@ -66,8 +64,8 @@ import torch
 import torch.nn.functional as F
 
 from helpers import expect_error, glue, show_source
+from helpers.analysis import peak_cpu_bytes
 from helpers.attention import (
-    MultiHeadAttention,
     SingleHeadAttention,
     scaled_dot_product_attention,
 )
@@ -132,9 +130,9 @@ torch.testing.assert_close(attention_einsum(q, k, v), (output, weights))
 # %% [markdown]
 # ```{admonition} Pitfall: an einsum without an ellipsis works for one sequence only
 # :class: warning
-# Source 000 writes its scores as `einsum("ik, jk -> ij", q, k)` and checks that the mask has
-# exactly the scores' shape. Both are fine for a single unbatched sequence, which is all that
-# source runs them on, but the subscripts name exactly two axes, so a batch of sequences or of
+# {ref}`A PyTorch Lightning notebook <source-000>` among the book's sources writes its scores
+# as `einsum("ik, jk -> ij", q, k)` and checks that the mask has exactly the scores' shape.
+# Both are fine for a single unbatched sequence, which is all that notebook runs them on, but the subscripts name exactly two axes, so a batch of sequences or of
 # heads is an error (below), and an exact-shape check rejects a `(Tq, Tk)` mask that would
 # broadcast. The ellipsis `...` lets leading axes ride along. `helpers` accepts any leading
 # axes and broadcasting masks; `test_sdpa_matches_pytorch` draws random shapes with zero to two
@@ -191,14 +189,15 @@ assert (output <= v.max(dim=0).values + 1e-6).all()
 print("weights of query 2:", [round(w, 3) for w in weights[2].tolist()])
 
 # %% tags=["hide-input"]
-fig, (ax_weights, ax_points) = plt.subplots(1, 2, figsize=(8, 3.2))
+fig, (ax_weights, ax_points) = plt.subplots(1, 2, figsize=(7, 3.2))
 heatmap(weights, ax=ax_weights, title="attention weights A", vmin=0, vmax=1)
 ax_points.scatter(v[:, 0], v[:, 1], s=60, marker="s", label="values $v_j$")
 ax_points.scatter(
-    output[:, 0], output[:, 1], s=60, marker="*", label="outputs $(AV)_i$"
+    output[:, 0], output[:, 1], s=60, marker="*", label="outputs $(AV)_i$, by query $i$"
 )
-for i, (x, y) in enumerate(output.tolist()):
-    ax_points.annotate(f"query {i}", (x, y), textcoords="offset points", xytext=(5, 5))
+for i, (x, y) in enumerate(output.tolist()):  # each star labelled by its query
+    offset = (-4, -14) if i % 2 == 0 else (3, 5)
+    ax_points.annotate(str(i), (x, y), textcoords="offset points", xytext=offset)
 ax_points.set(
     xlabel="value coordinate 1", ylabel="value coordinate 2", title="outputs vs values"
 )
@@ -211,9 +210,10 @@ plt.show()
 # keys. Right: the outputs (stars) all land inside the region spanned by the five values
 # (squares); a query whose weights concentrate on one key lands near that key's value.
 #
-# ```{admonition} Pitfall: source 003's attention names variables that do not exist and swaps queries and keys
+# ```{admonition} Pitfall: undefined names, and queries and keys swapped
 # :class: warning
-# One of the book's source texts writes its attention function with parameters `q, k, v` but
+# {ref}`The blog post "Transformers Deconstructed" <source-003>`, one of the book's sources,
+# writes its attention function with parameters `q, k, v` but
 # computes the scores from `query` and `key`, names that exist nowhere in the function (a
 # `NameError` on the first call; the same function also writes `is Not None`, a
 # `SyntaxError`). Once those are corrected just enough to run, its self-attention module calls
@@ -232,14 +232,14 @@ plt.show()
 
 # %%
 def attention_as_written(q, k, v):
-    scores = torch.bmm(query, key.transpose(1, 2))  # noqa: F821 (the source's names)
+    scores = torch.bmm(query, key.transpose(1, 2))  # noqa: F821 (the post's names)
     return (scores / q.shape[-1] ** 0.5).softmax(dim=-1) @ v
 
 
 with expect_error(NameError):
     attention_as_written(q4[:, 0], k4[:, 0], v4[:, 0])
 with expect_error(SyntaxError):
-    compile("if mask is Not None:\n    pass", "<source 003>", "exec")
+    compile("if mask is Not None:\n    pass", "<blog post>", "exec")
 
 
 # %% [markdown]
@@ -279,7 +279,7 @@ print("self-attention: swapped head == correct head with W_Q and W_K exchanged")
 # In **cross-attention** the queries come from one sequence (a decoder's tokens) and the keys
 # and values from another (the encoder's). Swapping them is a genuine bug. When the lengths
 # differ it cannot run: the weights come out $T_k \times T_q$ and no longer match the $T_k$
-# values (with the source's plain `torch.bmm` a shape error; here `helpers` says which shapes
+# values (with the post's plain `torch.bmm` a shape error; here `helpers` says which shapes
 # disagree):
 
 # %%
@@ -384,39 +384,48 @@ scaling_table = pd.DataFrame(rows)
 scaling_table.round(3)
 
 # %% tags=["hide-input"]
-fig, axes = plt.subplots(1, 4, figsize=(14, 3.2))
-columns = [
-    "score variance",
-    "largest weight",
-    "Jacobian w.r.t. scores",
-    "Jacobian w.r.t. q",
-]
-titles = [
-    "score variance",
-    "largest weight",
-    "softmax Jacobian norm (w.r.t. scores)",
-    "Jacobian norm w.r.t. the query q",
-]
-for ax, column, title in zip(axes, columns, titles, strict=True):
-    sns.lineplot(scaling_table, x="d", y=column, hue="scaling", marker="o", ax=ax)
-    ax.set(xscale="log", title=title)
-axes[0].set_yscale("log")
-axes[1].axhline(1 / num_keys, color="grey", ls=":", label=f"uniform, 1/{num_keys}")
-axes[1].legend()
-fig.tight_layout()
+fig, axes = plt.subplots(2, 2, figsize=(7, 5.6), sharex=True, layout="constrained")
+panels = {
+    "score variance": "score variance",
+    "largest weight": "average largest weight",
+    "Jacobian w.r.t. scores": "softmax Jacobian norm\n(w.r.t. the scores)",
+    "Jacobian w.r.t. q": "Jacobian norm\n(w.r.t. the query q)",
+}
+for ax, (column, title) in zip(axes.flat, panels.items(), strict=True):
+    sns.lineplot(
+        scaling_table, x="d", y=column, hue="scaling", marker="o", ax=ax, legend=False
+    )
+    ax.set(xscale="log", title=title, ylabel="")
+axes[0, 0].set_yscale("log")
+axes[0, 1].axhline(1 / num_keys, color="grey", ls=":")
+axes[0, 1].annotate(
+    f"uniform, 1/{num_keys}",
+    (4, 1 / num_keys),
+    xytext=(0, 4),
+    textcoords="offset points",
+)
+for ax in axes[1]:
+    ax.set_xlabel("head width d")
+fig.legend(
+    handles=axes[0, 0].get_lines()[:2],
+    labels=["no scaling", r"scaled by $1/\sqrt{d}$"],
+    loc="outside upper center",
+    ncols=2,
+)
 plt.show()
 
 # %% [markdown]
-# **Figure.** First panel: without scaling the score variance grows like $d$ (a straight line
-# on log-log axes); with it, it stays at 1. Second: the average largest weight climbs towards
-# 1 without scaling, the softmax turning into a hard maximum, while scaled weights keep the
-# same spread at every width. Third: the softmax's own gradient, with respect to its scores,
-# shrinks as it saturates. Fourth: the gradient with respect to the query is *larger* without
-# scaling at every width here, because unscaled scores change $\sqrt{d}$ times faster with $q$;
-# it rises with $d$ and only at the widest heads starts to fall as the saturation catches up.
-# With the scaling it is the same at every width.
+# **Figure.** Top left: without scaling the score variance grows like $d$ (a straight line
+# on log-log axes); with it, it stays at 1. Top right: the average largest weight climbs
+# towards 1 without scaling, the softmax turning into a hard maximum, while scaled weights
+# keep the same spread at every width. Bottom left: the softmax's own gradient, with respect
+# to its scores, shrinks as it saturates. Bottom right: the gradient with respect to the query
+# is *larger* without scaling at every width here, because unscaled scores change $\sqrt{d}$
+# times faster with $q$; it rises with $d$ and only at the widest heads starts to fall as the
+# saturation catches up. With the scaling it is the same at every width.
 
 # %%
+# The figure's claims, checked.
 at = scaling_table.set_index(["d", "scaling"])
 unscaled, scaled = at.loc[(widths[-1], "none")], at.loc[(widths[-1], "1/sqrt(d)")]
 for width in widths:
@@ -432,7 +441,8 @@ assert q_grads["1/sqrt(d)"].max() / q_grads["1/sqrt(d)"].min() < 1.2  # flat wit
 assert q_grads["none"].max() / q_grads["none"].min() > 1.5
 assert q_grads["none"].iloc[-1] < q_grads["none"].max()
 
-# %%
+# %% tags=["hide-cell"]
+# Numbers quoted in the prose of this section.
 glue("ch3_width_min", widths[0])
 glue("ch3_width_max", widths[-1])
 glue("ch3_num_keys", num_keys)
@@ -443,11 +453,6 @@ glue("ch3_maxw_scaled", round(float(scaled["largest weight"]), 2))
 glue("ch3_gradient_ratio", round(float(gradient_ratio), 1))
 glue("ch3_qgrad_unscaled", round(float(unscaled["Jacobian w.r.t. q"]), 2))
 glue("ch3_qgrad_scaled", round(float(scaled["Jacobian w.r.t. q"]), 2))
-print(
-    f"d = {widths[-1]}, unscaled vs scaled: variance {unscaled['score variance']:.0f} vs "
-    f"{scaled['score variance']:.2f}, largest weight {unscaled['largest weight']:.2f} vs "
-    f"{scaled['largest weight']:.2f}, gradient ratio (w.r.t. scores) {gradient_ratio:.1f}"
-)
 
 # %% [markdown]
 # At $d =$ {glue:text}`ch3_width_max` the unscaled scores have variance
@@ -472,111 +477,102 @@ print(
 #
 # The weight matrix has one entry per (query, key) pair: for self-attention over $T$ tokens,
 # $T^2$ entries per head, and the two matrix products cost $O(T^2 d)$ operations. Our
-# from-scratch version stores that matrix in full; PyTorch's fused kernel computes the same
-# output in blocks without keeping all of it when the weights are not asked for. The cells
-# below set up a benchmark of both.
+# from-scratch version stores that matrix in full, $4 H T^2$ bytes in float32 for $H$ heads.
+# PyTorch's fused kernel computes the same output in blocks of keys, keeping only a block of
+# weights at a time, when the weights are not asked for. So the two should differ in memory,
+# and the cell below measures it for one sequence with {glue:text}`ch3_mem_heads` heads of
+# width {glue:text}`ch3_mem_width`, at lengths up to {glue:text}`ch3_longest`: the bytes of
+# the weights tensor the from-scratch version returns (exact), and the peak memory each
+# version allocates during one call. The peak comes from `helpers.analysis.peak_cpu_bytes`,
+# which replays the allocations and frees that PyTorch's profiler records on the CPU: it
+# counts the tensors and the kernels' scratch buffers that PyTorch allocates, not the
+# process's resident memory. (On a GPU, `torch.cuda.max_memory_allocated` measures the same.)
 
 # %%
 num_heads, d_head = 4, 64
-lengths = [64, 128, 256, 512, 1024]
-warmup, repeats, min_seconds = 2, 3, 0.05  # timing protocol, see seconds_per_call
-weights_mib = {T: num_heads * T * T * 4 / 2**20 for T in lengths}  # float32 bytes
-glue("ch3_bench_heads", num_heads)
-glue("ch3_bench_width", d_head)
-glue("ch3_warmup", warmup)
-glue("ch3_repeats", repeats)
-glue("ch3_min_ms", round(1e3 * min_seconds))
-glue("ch3_weights_mib", round(weights_mib[lengths[-1]]))
-glue("ch3_longest", lengths[-1])
-print(f"weights at T = {lengths[-1]}: {weights_mib[lengths[-1]]:.0f} MiB")
-
-
-# %%
-def seconds_per_call(fn, *args):
-    """Fastest of `repeats` timed loops, each lasting at least `min_seconds`."""
-    for _ in range(warmup):
-        fn(*args)
-    number, elapsed = 1, 0.0
-    while True:  # grow the loop until one timing is long enough to trust
-        start = time.perf_counter()
-        for _ in range(number):
-            fn(*args)
-        elapsed = time.perf_counter() - start
-        if elapsed >= min_seconds:
-            break
-        number *= 2
-    best = elapsed / number
-    for _ in range(repeats - 1):
-        start = time.perf_counter()
-        for _ in range(number):
-            fn(*args)
-        best = min(best, (time.perf_counter() - start) / number)
-    return best
-
-
-# %% [markdown]
-# The benchmark times both for one sequence with {glue:text}`ch3_bench_heads` heads of width
-# {glue:text}`ch3_bench_width` (the `helpers` version is the from-scratch one plus input
-# checks), on one CPU thread. Each measurement is the fastest of {glue:text}`ch3_repeats`
-# timed loops, each long enough to last at least {glue:text}`ch3_min_ms` ms, after
-# {glue:text}`ch3_warmup` warm-up calls. Timings depend on the machine and its load (this page
-# was built on a machine with {glue:text}`ch3_cpu_cores` CPU cores, shared with other work),
-# so the book's tests do not compare this cell's output; read the ratio column.
-
-# %% tags=["nbval-ignore-output"]
-implementations = {
-    "from scratch": attention_from_scratch,
-    "F.scaled_dot_product_attention": F.scaled_dot_product_attention,
-}
-timings = []
+lengths = [128, 256, 512, 1024, 2048]
+mib = 2**20
+rows = []
 threads = torch.get_num_threads()
-# time the kernels, not a thread pool fighting for shared cores
-torch.set_num_threads(1)
+torch.set_num_threads(1)  # a fused kernel's scratch space grows with its threads
 try:
     with torch.inference_mode():
         for T in lengths:
             q_b, k_b, v_b = (torch.randn(1, num_heads, T, d_head) for _ in range(3))
-            for name, fn in implementations.items():
-                seconds = seconds_per_call(fn, q_b, k_b, v_b)
-                timings.append({"T": T, "implementation": name, "ms": 1e3 * seconds})
+            _, weights_b = attention_from_scratch(q_b, k_b, v_b)
+            weight_bytes = weights_b.nelement() * weights_b.element_size()
+            assert weight_bytes == 4 * num_heads * T * T  # exact
+            scratch_peak = peak_cpu_bytes(attention_from_scratch, q_b, k_b, v_b)
+            fused_peak = peak_cpu_bytes(F.scaled_dot_product_attention, q_b, k_b, v_b)
+            rows.append(
+                {
+                    "T": T,
+                    "weights tensor": weight_bytes / mib,
+                    "peak, from scratch": scratch_peak / mib,
+                    "peak, fused kernel": fused_peak / mib,
+                }
+            )
 finally:
     torch.set_num_threads(threads)
-glue("ch3_cpu_cores", os.cpu_count())
-benchmark = pd.DataFrame(timings).pivot(
-    index="T", columns="implementation", values="ms"
-)
-benchmark["ratio scratch / fused"] = (
-    benchmark["from scratch"] / benchmark["F.scaled_dot_product_attention"]
-)
-benchmark.round(2)
+memory = pd.DataFrame(rows).set_index("T")
+print("weights tensor (MiB), exactly 4 H T^2 bytes:", memory["weights tensor"].tolist())
+
+# %% tags=["nbval-ignore-output"]
+memory.round(2)
 
 # %% tags=["hide-input", "nbval-ignore-output"]
-fig, (ax_time, ax_ratio) = plt.subplots(1, 2, figsize=(9, 3.2))
-for name in implementations:
-    ax_time.plot(benchmark.index, benchmark[name], marker="o", label=name)
-reference = benchmark["from scratch"].iloc[-1] * (benchmark.index / lengths[-1]) ** 2
-ax_time.plot(benchmark.index, reference, "k:", label="$\\propto T^2$")
-ax_time.set(
-    xscale="log", yscale="log", xlabel="sequence length T", ylabel="ms per call"
+fig, ax = plt.subplots(figsize=(7, 3.6), layout="constrained")
+ax.plot(
+    memory.index, memory["weights tensor"], "k:", label=r"weights tensor, $4HT^2$ bytes"
 )
-ax_time.legend()
-ax_ratio.plot(benchmark.index, benchmark["ratio scratch / fused"], marker="o")
-ax_ratio.axhline(1, color="grey", ls=":")
-ax_ratio.set(xscale="log", xlabel="sequence length T", ylabel="from scratch / fused")
-fig.tight_layout()
+ax.plot(memory.index, memory["peak, from scratch"], "o-", label="peak, from scratch")
+ax.plot(memory.index, memory["peak, fused kernel"], "s-", label="peak, fused kernel")
+ax.set(
+    xscale="log",
+    yscale="log",
+    xlabel="sequence length T",
+    ylabel="MiB",
+    title=f"one call, {num_heads} heads of width {d_head}, float32",
+)
+ax.set_xticks(lengths, [str(T) for T in lengths])
+ax.minorticks_off()
+ax.legend()
 plt.show()
 
 # %% [markdown]
-# **Figure.** Left: time per call against sequence length on log-log axes; the dotted line
-# has slope 2, the quadratic growth that the $T \times T$ weight matrix implies for every
-# implementation once $T$ is large. Right: how many times longer the from-scratch
-# version takes than PyTorch's fused kernel at each length (above the dotted line means the
-# fused kernel is faster). One reason for a gap: the from-scratch version writes and rereads
-# the whole weight matrix, {glue:text}`ch3_weights_mib`
-# MiB of float32 at length {glue:text}`ch3_longest` for {glue:text}`ch3_bench_heads` heads,
-# which is also why long contexts
-# run out of memory before they run out of time.
-#
+# **Figure.** Memory of one call against the sequence length, on log-log axes. The weights
+# tensor (dotted) is exactly $4HT^2$ bytes: a line of slope 2, four times more for every
+# doubling of $T$. The from-scratch version's peak (circles) runs parallel to it, above: it
+# holds the scores and the weights at once, about {glue:text}`ch3_scratch_over_weights:.1f`
+# times the weights tensor. The fused kernel's peak (squares) has slope 1: it grows with the
+# output, $4HTd$ bytes, not with the weight matrix, and at $T =$ {glue:text}`ch3_longest` it is
+# {glue:text}`ch3_fused_peak_mib:.1f` MiB against {glue:text}`ch3_scratch_peak_mib:.0f` MiB for
+# the from-scratch version. That quadratic term is why long contexts run out of memory before
+# they run out of time, and why fused kernels exist.
+
+# %% tags=["nbval-ignore-output"]
+# The caption's claims, checked with margins (the peaks depend on PyTorch's kernels).
+longest = memory.loc[lengths[-1]]
+growth = memory.loc[lengths[-1]] / memory.loc[lengths[-2]]  # one doubling of T
+assert (
+    memory.loc[256:, "peak, from scratch"] >= 2 * memory.loc[256:, "weights tensor"]
+).all()
+assert 3.5 < growth["peak, from scratch"] < 4.5  # quadratic
+assert growth["peak, fused kernel"] < 2.5  # about linear
+assert longest["peak, fused kernel"] < 0.1 * longest["peak, from scratch"]
+glue(
+    "ch3_scratch_over_weights",
+    round(longest["peak, from scratch"] / longest["weights tensor"], 1),
+)
+glue("ch3_fused_peak_mib", round(longest["peak, fused kernel"], 1))
+glue("ch3_scratch_peak_mib", round(longest["peak, from scratch"]))
+
+# %% tags=["hide-cell"]
+glue("ch3_mem_heads", num_heads)
+glue("ch3_mem_width", d_head)
+glue("ch3_longest", lengths[-1])
+
+# %% [markdown]
 # ## Attention dropout
 #
 # Dropout on attention zeroes each weight $a_{ij}$ independently with probability $p$ during
@@ -584,20 +580,14 @@ plt.show()
 # renormalize the surviving weights so that they sum to one again; they divide them by
 # $1 - p$. The expected weight is unchanged, $(1-p) \cdot a_{ij}/(1-p) = a_{ij}$, but any single
 # row can sum to more or less than one.
-
-# %%
-p_drop, draws, n_tokens, width_d = 0.6, 3000, 10, 16
-glue("ch3_drop_p", p_drop)
-glue("ch3_draws", draws)
-glue("ch3_drop_tokens", n_tokens)
-glue("ch3_max_total", round(1 / (1 - p_drop), 2))
-
-# %% [markdown]
+#
+#
 # To look at the weights themselves we set the values to the identity matrix, so that the
 # output *is* the weight matrix, and draw {glue:text}`ch3_draws` dropout patterns with
 # $p =$ {glue:text}`ch3_drop_p` for {glue:text}`ch3_drop_tokens` queries and as many keys.
 
 # %%
+p_drop, draws, n_tokens, width_d = 0.6, 3000, 10, 16
 q_d = torch.randn(n_tokens, width_d, generator=generator)
 k_d = torch.randn(n_tokens, width_d, generator=generator)
 identity = torch.eye(n_tokens)  # output = weights @ I = weights
@@ -624,21 +614,9 @@ assert abs(train_totals.max().item() - 1 / (1 - p_drop)) < 1e-5
 assert train_totals.std() > 0.3  # widely scattered
 standard_error = clean * math.sqrt(p_drop / (1 - p_drop) / draws)
 assert ((dropped.mean(dim=0) - clean).abs() <= 4 * standard_error + 1e-6).all()
-dropped_fraction = 1 - kept.float().mean().item()
-glue("ch3_drop_fraction", round(dropped_fraction, 3))
-glue("ch3_mean_total_train", round(train_totals.mean().item(), 3))
-glue("ch3_mean_total_eval", round(eval_totals.mean().item(), 3))
-glue("ch3_spread_train", round(train_totals.std().item(), 2))
-glue("ch3_min_total_train", round(train_totals.min().item(), 2))
-glue("ch3_max_total_train", round(train_totals.max().item(), 2))
-print(
-    f"dropped {dropped_fraction:.3f}; mean total weight: train {train_totals.mean():.3f}, "
-    f"eval {eval_totals.mean():.3f}; train totals from {train_totals.min():.2f} "
-    f"to {train_totals.max():.2f}"
-)
 
 # %% tags=["hide-input"]
-fig, (ax_train, ax_eval) = plt.subplots(1, 2, figsize=(8, 2.8), sharex=True)
+fig, (ax_train, ax_eval) = plt.subplots(1, 2, figsize=(7, 2.8), sharex=True)
 bin_width = 0.05  # bins centred on multiples of 0.05, so that 1.0 sits mid-bin
 bins = torch.arange(-bin_width / 2, 1 / (1 - p_drop) + bin_width, bin_width).numpy()
 sns.histplot(train_totals.numpy(), bins=bins, ax=ax_train)
@@ -664,38 +642,63 @@ plt.show()
 # four standard errors (asserted above).
 #
 # The same holds for a whole attention layer, because the output is linear in the weights: the
-# average of many training-mode outputs approaches the evaluation-mode output. Source 000 shows
-# this with histograms labelled "output norm" that in fact sum the outputs; here we compare
-# the outputs themselves, for `MultiHeadAttention` (chapter 4) with one head and dropout
-# {glue:text}`ch3_mha_dropout`.
+# average of many training-mode outputs approaches the evaluation-mode output.
+# {ref}`The PyTorch Lightning notebook <source-000>` shows this with histograms labelled
+# "output norm" that in fact sum the outputs; here we compare the outputs themselves, for a
+# head with its own projections (the `SingleHeadAttention` of the pitfall above) and dropout
+# {glue:text}`ch3_mha_dropout` on its weights.
 
 # %%
-mha_dropout = 0.5
-glue("ch3_mha_dropout", mha_dropout)
+head_dropout = 0.5
 torch.manual_seed(0)
-layer = MultiHeadAttention(d_model=width_d, num_heads=1, dropout=mha_dropout)
+drop_head = SingleHeadAttention(d_model=width_d, d_head=width_d)
+
+
+def head_with_dropout(x, training):
+    """The head's projections, then attention with dropout on its weights."""
+    q, k, v = drop_head.query(x), drop_head.key(x), drop_head.value(x)
+    output, _ = scaled_dot_product_attention(
+        q, k, v, dropout_p=head_dropout, training=training
+    )
+    return output
+
+
 tokens = torch.randn(1, n_tokens, width_d)
 batch = tokens.expand(
     draws, n_tokens, width_d
 )  # the same sequence, many dropout patterns
 with torch.no_grad():
-    train_outputs = layer.train()(batch, batch, batch)
-    eval_output = layer.eval()(tokens, tokens, tokens)
-    eval_again = layer(tokens, tokens, tokens)
+    train_outputs = head_with_dropout(batch, training=True)
+    eval_output = head_with_dropout(tokens, training=False)
+    eval_again = head_with_dropout(tokens, training=False)
 assert torch.equal(eval_output, eval_again)  # evaluation is deterministic
 gap = (train_outputs.mean(dim=0) - eval_output[0]).abs().max().item()
 spread = train_outputs.std(dim=0).mean().item()
 assert gap < 0.1 * spread
+
+# %% tags=["hide-cell"]
+# Numbers quoted in the prose of this section.
+glue("ch3_drop_p", p_drop)
+glue("ch3_draws", draws)
+glue("ch3_drop_tokens", n_tokens)
+glue("ch3_max_total", round(1 / (1 - p_drop), 2))
+glue("ch3_drop_fraction", round(1 - kept.float().mean().item(), 3))
+glue("ch3_mean_total_train", round(train_totals.mean().item(), 3))
+glue("ch3_mean_total_eval", round(eval_totals.mean().item(), 3))
+glue("ch3_spread_train", round(train_totals.std().item(), 2))
+glue("ch3_min_total_train", round(train_totals.min().item(), 2))
+glue("ch3_max_total_train", round(train_totals.max().item(), 2))
+glue("ch3_mha_dropout", head_dropout)
 glue("ch3_mha_gap", round(gap, 3))
 glue("ch3_mha_spread", round(spread, 2))
-print(f"spread of one training output {spread:.2f}; mean of {draws} vs eval: {gap:.3f}")
 
 # %% [markdown]
 # A single training-mode output differs from the evaluation output by about
 # {glue:text}`ch3_mha_spread:.2f` per coordinate (the standard deviation across draws), while
 # the mean of {glue:text}`ch3_draws` of them is within {glue:text}`ch3_mha_gap:.3f` of it, and
 # evaluation mode returns the same output on every call. That is the contract of dropout:
-# noise during training, unbiased on average, switched off by `model.eval()`.
+# noise during training, unbiased on average, switched off in evaluation (for a module, by
+# `model.eval()`).
 #
 # ## Exercises
 #
@@ -703,9 +706,11 @@ print(f"spread of one training output {spread:.2f}; mean of {draws} vs eval: {ga
 #    using `torch.einsum` or `@`, and check it with `check_attention(my_attention)` from
 #    `helpers.attention`. The checker names the usual mistakes (unscaled scores, a softmax
 #    over the wrong axis, `k.T` on batched inputs).
-# 2. Some early implementations divided the scores by $d$ instead of $\sqrt{d}$. With the
-#    assumptions of the scaling experiment, what is the variance of the scores then, and what
-#    happens to the weights as $d$ grows? Check your answer by adding a row to the experiment.
+# 2. Divide the scores by $d$ instead of $\sqrt{d}$. With the assumptions of the scaling
+#    experiment, what is the variance of the scores then, and what happens to the weights as
+#    $d$ grows? Check your answer by adding a row to the experiment. (The maximal-update
+#    parametrization, µP {cite}`yang2022tensor`, divides by $d$ on purpose; the solution
+#    says why that is no contradiction.)
 # 3. In the dropout experiment, why can the total weight of one query exceed 1, and what is
 #    its largest possible value for $p =$ {glue:text}`ch3_drop_p`?
 #
@@ -735,8 +740,13 @@ assert check_attention(my_attention).startswith("Correct")
 # :class: dropdown
 # Dividing by $d$ divides the variance by $d^2$: it becomes $d / d^2 = 1/d$, which goes to
 # zero. The scores all approach 0 and the weights approach the uniform $1/T_k$: the opposite
-# failure of no scaling, where every key looks equally relevant. Only $\sqrt{d}$ keeps the
-# variance at 1 for every width.
+# failure of no scaling, where every key looks equally relevant. Under these assumptions only
+# $\sqrt{d}$ keeps the variance at 1 for every width. µP {cite}`yang2022tensor` questions the
+# assumption, not the arithmetic: once training has aligned queries with the keys they look
+# for, their coordinates are correlated and $q \cdot k$ grows like $d$, not $\sqrt{d}$, so
+# $1/d$ is what keeps *trained* scores of order one as the width grows. The two rules answer
+# different questions: $\sqrt{d}$ the scores of independent random vectors at initialization,
+# $1/d$ those of aligned ones after training.
 # ```
 #
 # ```{admonition} Solution 3

@@ -27,7 +27,8 @@
 # most first implementations look) and once fused into a few big matrix products (the way
 # every library does it), proves the two equal, and then checks the book's canonical module
 # against both and against `torch.nn.MultiheadAttention`. Along the way: the shape of every
-# tensor at every reshape, attention maps per head, self- versus cross-attention, the
+# tensor at every reshape, how the masks of chapter 2 meet the new head axis, PyTorch's
+# opposite mask convention, attention maps per head, self- versus cross-attention, the
 # symmetries that make positional encodings necessary (chapter 5), why a `Conv1d` with
 # `kernel_size=1` is a linear layer, how many parameters the layer has, and what its output
 # looks like through the lens of singular values.
@@ -73,7 +74,7 @@ from helpers.attention import (
     padding_mask,
     scaled_dot_product_attention,
 )
-from helpers.plotting import heatmap, to_numpy
+from helpers.plotting import to_numpy
 
 
 def error_of(call) -> str:
@@ -118,8 +119,8 @@ def error_of(call) -> str:
 #
 # The most literal reading of the formula is a module per head, kept in an `nn.ModuleList`,
 # as sources written for teaching often do. Each head owns three small linear layers and calls
-# the `scaled_dot_product_attention` of chapter 3 (queries first, then keys: the order
-# matters, see the pitfall in the section on cross-attention).
+# the `scaled_dot_product_attention` of chapter 3, queries first, then keys (chapter 3 shows
+# when exchanging the two is harmless and when it is a bug).
 
 
 # %%
@@ -361,6 +362,54 @@ assert torch.allclose(
 )
 
 # %% [markdown]
+# ### Masks against four-dimensional scores
+#
+# Inside the module the scores have shape $(B, H, T_q, T_k)$, one matrix per sequence and
+# head. The masks of chapter 2 have fewer axes: $(T_q, T_k)$ (one pattern for everything) or
+# $(B, T_q, T_k)$ (one per sequence). `helpers` accepts those two and $(B, H, T_q, T_k)$, with
+# size-1 axes broadcasting; a padding mask's $(B, 1, 1, T_k)$ shape was made for this.
+#
+# Plain broadcasting gets the 3-D case wrong. It aligns shapes from the right, so a
+# $(B, T_q, T_k)$ mask against $(B, H, T_q, T_k)$ scores lines $B$ up with $H$: mask $b$ goes
+# to head $b$ of *every* sequence. With $B \ne H$ that is a shape error; with $B = H$ it runs
+# silently. `F.scaled_dot_product_attention` broadcasts this way. The cell below runs the trap
+# with $B = H = 2$ and two sequences of lengths 8 and 5, causal and padded: sequence 1's head 0
+# gets sequence 0's mask, which is causal but lets it see sequence 1's padding.
+
+# %%
+per_sequence = causal_mask(8) & padding_mask([8, 5])[:, 0]  # (B=2, T, T)
+q_heads, k_heads = (torch.randn(2, 2, 8, 4, generator=generator) for _ in range(2))
+identity8 = torch.eye(8)  # with v = I the output is the weight matrix itself
+lined_up = F.scaled_dot_product_attention(
+    q_heads, k_heads, identity8, attn_mask=per_sequence
+)
+leaked = lined_up[1, 0, :, 5:].sum().item()  # sequence 1, head 0, on its padding
+print(f"plain broadcasting: sequence 1, head 0, weight on its padding {leaked:.2f}")
+assert leaked > 0.5
+_, right = scaled_dot_product_attention(
+    q_heads, k_heads, identity8, per_sequence[:, None]
+)
+assert (right[1, :, :, 5:] == 0).all()  # every head of sequence 1 skips its padding
+
+# %% [markdown]
+# `helpers` removes the ambiguity by documenting it: against 4-D scores a 3-D mask **is**
+# $(B, T_q, T_k)$, and both `scaled_dot_product_attention` and `MultiHeadAttention` insert the
+# head axis themselves, using it as `mask[:, None]`. A mask per head that is shared by the
+# batch is written $(1, H, T_q, T_k)$.
+# `test_3d_mask_against_4d_scores_is_per_sequence_shared_by_heads` pins both the rule and the
+# trap, for $B = H$ and $B \ne H$.
+
+# %%
+ours_3d, _ = scaled_dot_product_attention(q_heads, k_heads, identity8, per_sequence)
+torch.testing.assert_close(ours_3d, right)
+two_heads_16 = MultiHeadAttention(d_model=16, num_heads=2)
+x16 = torch.randn(2, 8, 16, generator=generator)
+torch.testing.assert_close(
+    two_heads_16(x16, x16, x16, per_sequence),
+    two_heads_16(x16, x16, x16, per_sequence[:, None]),
+)
+
+# %% [markdown]
 # ## Against `torch.nn.MultiheadAttention`
 #
 # PyTorch ships its own layer. Its parameters map onto ours one to one:
@@ -398,15 +447,77 @@ torch_vs_ours = (out_torch - out_ours).abs().max().item()
 assert torch.allclose(out_ours, out_torch, atol=1e-6)
 assert torch.allclose(weights_ours, weights_torch, atol=1e-6)
 assert torch.allclose(weights_ours.mean(dim=1), mean_weights_torch, atol=1e-6)
-helpers.glue("ch4_torch_vs_ours", float(f"{torch_vs_ours:.0e}"))
 print("agrees with torch.nn.MultiheadAttention within 1e-6:", torch_vs_ours < 1e-6)
 
 # %% [markdown]
-# The outputs agree within the assert's tolerance of $10^{-6}$ (largest difference
-# {glue:text}`ch4_torch_vs_ours:.1g`), and so do the per-head and the head-averaged weights.
+# The outputs agree within $10^{-6}$, and so do the per-head and the head-averaged weights.
 # `MultiHeadAttention.load_from_torch(torch_mha)` does the copying above in one call, and
 # `test_mha_matches_torch_multihead_attention` in `tests/test_interop.py` repeats this
 # comparison on random shapes.
+#
+# ### Two opposite mask conventions
+#
+# The `~mask` above is not a detail. PyTorch's two attention APIs give boolean masks opposite
+# meanings:
+#
+# | API | boolean mask argument | `True` means |
+# | --- | --- | --- |
+# | `F.scaled_dot_product_attention` | `attn_mask` | take part (may attend) |
+# | `torch.nn.MultiheadAttention` | `key_padding_mask` $(B, T_k)$, `attn_mask` | ignore |
+# | this book's `helpers` | `mask` | may attend |
+#
+# ```{admonition} Pitfall: passing a "may attend" mask to torch.nn.MultiheadAttention
+# :class: warning
+# A padding mask in this book's convention, handed to `nn.MultiheadAttention` as
+# `key_padding_mask`, hides the real tokens and keeps the padding. The cell below runs it: the
+# full-length sequence has every key hidden and comes out as NaN, and the shorter one attends
+# *only* to its padding. The fix is `~mask` (and, for a `(B, 1, 1, T)` mask, the `(B, T)`
+# slice `mask[:, 0, 0]`). `test_torch_mha_uses_the_opposite_convention` pins that with the
+# inversion both modules agree.
+# ```
+
+# %%
+x5 = torch.randn(2, 5, d_model, generator=generator)
+lengths_2 = padding_mask([5, 3])  # (2, 1, 1, 5), True = real token
+wrong_out, wrong_weights = torch_mha(x5, x5, x5, key_padding_mask=lengths_2[:, 0, 0])
+right_out, _ = torch_mha(x5, x5, x5, key_padding_mask=~lengths_2[:, 0, 0])
+print("without ~, full sequence is NaN:", torch.isnan(wrong_out[0]).all().item())
+print(
+    "without ~, weight of the short sequence on its padding:",
+    wrong_weights[1, :, 3:].sum(-1).detach().round(decimals=3),
+)
+assert torch.isnan(wrong_out[0]).all()
+torch.testing.assert_close(wrong_weights[1, :, 3:].sum(-1), torch.ones(5))
+torch.testing.assert_close(right_out, ours(x5, x5, x5, lengths_2))
+
+# %% [markdown]
+# ### A query with no key to attend to
+#
+# Chapter 2 fixed what `scaled_dot_product_attention` returns for a query whose every key is
+# masked: zero weights and a zero output. A layer adds its output projection on top, so the
+# zero vector of the heads becomes $0 \cdot W^O + b^O = b^O$: with `bias=True` the row comes
+# out as the output projection's bias, the same for every such query, and without biases as
+# zero. `nn.MultiheadAttention`, given a sequence whose keys are all padding, returns NaN:
+
+# %%
+all_padding = torch.zeros(2, 5, dtype=torch.bool)  # torch's convention: True = ignore
+all_padding[0] = True  # sequence 0: every key ignored
+with torch.no_grad():
+    torch_empty, _ = torch_mha(x5, x5, x5, key_padding_mask=all_padding)
+    ours_empty, ours_empty_weights = ours(
+        x5, x5, x5, ~all_padding[:, None, None, :], return_attention=True
+    )
+assert torch.isnan(torch_empty[0]).all()
+assert (ours_empty_weights[0] == 0).all()
+torch.testing.assert_close(ours_empty[0], ours.out_proj.bias.expand(5, d_model))
+print(
+    "nn.MultiheadAttention, every key padding -> NaN:",
+    torch.isnan(torch_empty[0]).all().item(),
+)
+print(
+    "ours -> the output bias in every row:",
+    torch.allclose(ours_empty[0], ours.out_proj.bias.expand(5, d_model)),
+)
 
 # %% [markdown]
 # ## Why several heads: two lookups at once
@@ -504,25 +615,25 @@ with torch.no_grad():
 assert sentence_weights.shape == (1, 4, len(sentence), len(sentence))
 
 # %% tags=["hide-input"]
-fig, axes = plt.subplots(1, 4, figsize=(12, 3.4), sharey=True)
-for head, ax in enumerate(axes):
-    heatmap(
-        sentence_weights[0, head],
-        ax=ax,
-        title=f"head {head}",
-        colorbar=False,
-        vmin=0,
-        vmax=1,
-    )
+fig, axes = plt.subplots(
+    2, 2, figsize=(7, 6.6), sharex=True, sharey=True, layout="constrained"
+)
+for head, ax in enumerate(axes.flat):
+    image = ax.imshow(sentence_weights[0, head], cmap="viridis", vmin=0, vmax=1)
+    ax.set_title(f"head {head}")
     ax.set_xticks(range(len(sentence)), sentence, rotation=90)
     ax.set_yticks(range(len(sentence)), sentence)
+    ax.grid(False)
+for ax in axes[1]:
     ax.set_xlabel("key")
-    ax.set_ylabel("query" if head == 0 else "")
-fig.tight_layout()
+for ax in axes[:, 0]:
+    ax.set_ylabel("query")
+fig.colorbar(image, ax=axes, shrink=0.6, label="attention weight")
+plt.show()
 
 # %% [markdown]
 # **Figure.** Attention weights of the four heads for one sentence (rows: queries,
-# columns: keys; brighter = more weight). Each head has its own pattern. Within a head, every
+# columns: keys), on one colour scale from 0 to 1 (colour bar). Each head has its own pattern. Within a head, every
 # row of "the" is identical, and so are the columns of "the": the layer sees *which* word sits
 # at a position but not *where*, so two copies of a word are indistinguishable to it.
 
@@ -586,8 +697,8 @@ head_choice = alt.param(
 # Nothing in the layer requires queries and keys to come from the same sequence. In
 # *self-attention* they do: $Q = K = V = X$, and $T_q = T_k$. In *cross-attention* the
 # queries come from one sequence (a decoder's, say, of length $T_q$) and the keys and values
-# from another (an encoder's output, of length $T_k$); chapter 9 builds an encoder-decoder
-# with it. Only the lengths of keys and values must agree. The output has one row per
+# from another (an encoder's output, of length $T_k$); a later chapter builds an
+# encoder-decoder with it. Only the lengths of keys and values must agree. The output has one row per
 # *query*, and the weights are $T_q \times T_k$:
 
 # %%
@@ -609,46 +720,10 @@ assert (cross_weights[1, :, :, 6:] == 0).all()  # padding gets no weight
 cross_out.shape, cross_weights.shape
 
 # %% [markdown]
-# ```{admonition} Pitfall: queries and keys swapped in a per-head module (source 003)
-# :class: warning
-# One of the source texts writes its per-head module as
-# `scaled_dot_product_attention(k, q, v, mask)`, that is, keys in the place of queries (its
-# attention function also uses undefined names, which we correct just enough to run it). In
-# self-attention this runs and returns tensors of the right shape, but the softmax then
-# normalizes each *key's* scores over the queries: the output is not attention. In
-# cross-attention the symptom is louder, the weights come out $T_k \times T_q$ and the product
-# with the $T_k$ values fails. The fix is the argument order; `Head` above and the package's
-# `SingleHeadAttention` call `(query, key, value)`. The test
-# `test_per_head_cross_attention` in `tests/test_attention.py` pins it: a per-head
-# layer on $T_q \ne T_k$ returns weights of shape $(B, H, T_q, T_k)$ whose rows sum to one.
-# ```
-
-
-# %%
-def swapped_head_attention(q, k, v):
-    """Source 003's attention as its SelfAttention calls it: q and k swapped."""
-    scores = torch.bmm(k, q.transpose(1, 2))  # (B, Tk, Tq): one row per KEY
-    # softmax along the last axis, which here runs over the queries
-    weights = (scores / q.shape[-1] ** 0.5).softmax(dim=-1)
-    return torch.bmm(weights, v), weights
-
-
-head = Head(d_model, d_head)
-q_self, k_self, v_self = head.w_q(x), head.w_k(x), head.w_v(x)
-swapped_out, _ = swapped_head_attention(q_self, k_self, v_self)
-correct_out, _ = scaled_dot_product_attention(q_self, k_self, v_self)
-swapped_gap = (swapped_out - correct_out).abs().max().item()
-assert swapped_out.shape == correct_out.shape and swapped_gap > 0.1
-
-q_cross = head.w_q(decoder_states)
-k_cross, v_cross = head.w_k(encoder_states), head.w_v(encoder_states)
-print(
-    "cross-attention:",
-    error_of(lambda: swapped_head_attention(q_cross, k_cross, v_cross)),
-)
-print(f"self-attention: right shape, but off by up to {swapped_gap:.2f}")
-
-# %% [markdown]
+# Here the order of the arguments is not a convention but the meaning: chapter 3 showed that
+# exchanging queries and keys only relabels $W^Q$ and $W^K$ in self-attention, and is a bug in
+# cross-attention (a shape error when $T_q \ne T_k$, silently wrong output when they are equal).
+#
 # ## Permutations: attention sees a set, not a sequence
 #
 # Reorder the queries with a permutation matrix $P$ and the output rows come out reordered
@@ -698,9 +773,10 @@ assert torch.allclose(out_mbd, out_dbm[:, [2, 1, 0]], atol=1e-6)
 #
 # ```{admonition} Pitfall: a mask is part of the input, and must be permuted too
 # :class: warning
-# Source 000 demonstrates these symmetries and builds a causal mask for the demonstration,
-# but leaves it unused (a comment hints at permuting it). With a mask, the statements above hold only if the mask's
-# rows move with the queries and its columns with the keys: `mask[query_order][:, key_order]`.
+# {ref}`A PyTorch Lightning notebook <source-000>` among the book's sources demonstrates these
+# symmetries and builds a causal mask for the demonstration, but leaves it unused (a comment
+# hints at permuting it). With a mask, the statements above hold only if the mask's rows move
+# with the queries and its columns with the keys: `mask[query_order][:, key_order]`.
 # Permute the inputs but keep a causal mask fixed and the outputs change, because the mask
 # itself encodes positions: causal attention is *not* blind to order. The cell below shows
 # both; `test_permutation_symmetries_with_mask` in `tests/test_attention.py` pins
@@ -721,7 +797,8 @@ print(f"mask kept in place: off by up to {fixed_mask_gap:.2f}; mask permuted: eq
 # %% [markdown]
 # ## A `Conv1d` with `kernel_size=1` is a linear layer
 #
-# Source 004 computes its queries, keys and values with `nn.Conv1d(..., kernel_size=1)` on
+# {ref}`A fastai blog post <source-004>`, whose task chapter 8 takes up, computes its queries,
+# keys and values with `nn.Conv1d(..., kernel_size=1)` on
 # channels-first tensors of shape $(B, C, T)$. A convolution whose kernel covers one position
 # applies the same $C_\text{out} \times C_\text{in}$ matrix at every position, which is exactly
 # what `nn.Linear` does to a $(B, T, C)$ tensor. The two store the same numbers, the
@@ -741,14 +818,14 @@ assert torch.allclose(by_conv, by_linear, atol=1e-6)
 conv.weight.shape, linear.weight.shape
 
 # %% [markdown]
-# So source 004's attention layer is one attention head in disguise. Written channels-first
+# So the post's attention layer is one attention head in disguise. Written channels-first
 # with `Conv1d`, and without the $1/\sqrt{d}$ scaling (chapter 3 shows why that scaling
 # matters), it equals our scaled dot-product attention with `scale=1` on the transposed input:
 
 
 # %%
 def conv_attention(x, conv_q, conv_k, conv_v):
-    """Source 004's layer: x (B, C, T) -> (B, C_out, T), unscaled attention."""
+    """The fastai post's layer: x (B, C, T) -> (B, C_out, T), unscaled attention."""
     queries, keys, values = conv_q(x), conv_k(x), conv_v(x)  # (B, C', T)
     weights = queries.transpose(1, 2).matmul(keys).softmax(dim=2)  # (B, T, T)
     return weights.matmul(values.transpose(1, 2)).transpose(1, 2)
@@ -782,201 +859,41 @@ assert torch.allclose(
 # 4D^2 \text{ weights} \quad (+\,4D \text{ biases}),
 # $$
 #
-# whatever the number of heads: more heads means narrower heads, not more weights.
-#
-# Not every implementation splits the width. Source 001 gives each head projections to the
-# full width $D$ (with biases) and an output layer from $HD$ features back to $D$. Its heads,
-# ported with the masks left out, look like this; note that keys and values are set by a
-# separate `init_keys` call before `forward` sees the queries:
-
-
-# %%
-class Source001Head(nn.Module):
-    """Source 001's attention head, trimmed (no mask): projections to the full width."""
-
-    def __init__(self, hidden_dim, input_dim=None, proj_values=False):
-        super().__init__()
-        self.d_k, self.proj_values = hidden_dim, proj_values
-        input_dim = hidden_dim if input_dim is None else input_dim
-        self.linear_query = nn.Linear(input_dim, hidden_dim)
-        self.linear_key = nn.Linear(input_dim, hidden_dim)
-        self.linear_value = nn.Linear(input_dim, hidden_dim)
-
-    def init_keys(self, keys):
-        self.proj_keys = self.linear_key(keys)
-        self.values = self.linear_value(keys) if self.proj_values else keys
-
-    def forward(self, query):
-        proj_query = self.linear_query(query)
-        scores = proj_query @ self.proj_keys.transpose(1, 2) / math.sqrt(self.d_k)
-        return scores.softmax(dim=-1) @ self.values
-
-
-class Source001MHA(nn.Module):
-    """Source 001's multi-head module: H full-width heads, then (H * D -> D)."""
-
-    def __init__(self, n_heads, d_model, input_dim=None, proj_values=True):
-        super().__init__()
-        self.linear_out = nn.Linear(n_heads * d_model, d_model)
-        self.attn_heads = nn.ModuleList(
-            Source001Head(d_model, input_dim, proj_values) for _ in range(n_heads)
-        )
-
-    def init_keys(self, keys):
-        for head in self.attn_heads:
-            head.init_keys(keys)
-
-    def forward(self, query):
-        return self.linear_out(
-            torch.cat([head(query) for head in self.attn_heads], dim=-1)
-        )
-
-
-# %% [markdown]
-# The table checks the formula against the package's fused and per-head modules and against
-# `torch.nn.MultiheadAttention`, with and without biases, and counts source 001's design
-# next to them (it always has biases, so compare it with the $4D^2 + 4D$ rows).
-
+# whatever the number of heads: more heads means narrower heads, not more weights. The table
+# counts the parameters of the package's fused and per-head modules and of
+# `torch.nn.MultiheadAttention`, with and without biases, next to the formula.
 
 # %%
 rows = []
 for d, h in [(64, 1), (64, 4), (64, 16), (512, 8)]:
     for bias in (False, True):
-        formula = 4 * d * d + (4 * d if bias else 0)
         counts = {
             "ours": count_parameters(MultiHeadAttention(d, h, bias=bias)),
             "per head": count_parameters(PerHeadMultiHeadAttention(d, h, bias=bias)),
             "torch": count_parameters(nn.MultiheadAttention(d, h, bias=bias)),
         }
-        assert all(value == formula for value in counts.values()), (d, h, bias, counts)
-        assert checks.mha_parameter_count(d, h, bias) == formula
-        wide = count_parameters(Source001MHA(h, d)) if bias else None
-        rows.append({"D": d, "H": h, "bias": bias, "4D² (+4D)": formula, **counts})
-        rows[-1]["source 001"] = wide
-parameter_table = pd.DataFrame(rows).astype({"source 001": "Int64"})
+        formula = 4 * d * d + (4 * d if bias else 0)
+        rows.append({"D": d, "H": h, "bias": bias, "4D² (+4D)": formula})
+        rows[-1].update(counts)
+parameter_table = pd.DataFrame(rows)
+module_counts = parameter_table[["ours", "per head", "torch"]]
+assert module_counts.eq(parameter_table["4D² (+4D)"], axis=0).all().all()
 parameter_table
 
 # %% [markdown]
-# Every count of the standard layer matches the formula. Source 001's design equals it for a
-# single head, and with $H$ heads costs $3H(D^2 + D) + HD^2 + D$ parameters, about $H$ times
-# as much: {glue:text}`ch4_wide_ratio_16:.1f` times for $D=64$, $H=16$. That is a legitimate
-# design choice, not a bug, but it is not the layer of the Transformer paper, and these heads
-# are not the $d_\text{head} = D/H$ heads the per-head and fused views above agree on.
-
-# %%
-wide_16 = count_parameters(Source001MHA(16, 64))
-wide_ratio_16 = wide_16 / (4 * 64 * 64 + 4 * 64)
-helpers.glue("ch4_wide_ratio_16", round(wide_ratio_16, 1))
-assert wide_16 == 3 * 16 * (64 * 64 + 64) + 16 * 64 * 64 + 64
-assert count_parameters(Source001MHA(1, 64)) == 4 * 64 * 64 + 4 * 64
-assert 15 < wide_ratio_16 < 16
-
-# %% [markdown]
-# ```{admonition} Pitfall: a value width that only works by coincidence (source 001)
-# :class: warning
-# Source 001's head projects its values only when `proj_values=True`; otherwise the values
-# are the raw inputs, of width `input_dim`. The output layer, however, always expects
-# `n_heads * d_model` features. So with `proj_values=False` the module runs only when
-# `input_dim == d_model`, and crashes in the output layer for any other input width. The
-# source never hits this branch because its multi-head module always projects the values. The
-# cell below shows the three cases. Our modules have no such switch: every head projects its
-# values to `d_head`, whatever its input. `test_source_001_value_width` in
-# `tests/test_attention.py` pins the fix (the cell below shows the crash).
-# ```
-
-# %%
-narrow = torch.randn(2, 5, 3, generator=generator)  # inputs of width 3, d_model = 4
-same_width = torch.randn(2, 5, 4, generator=generator)  # inputs of width d_model = 4
-projected = Source001MHA(n_heads=2, d_model=4, input_dim=3, proj_values=True)
-raw_same = Source001MHA(n_heads=2, d_model=4, proj_values=False)
-raw_narrow = Source001MHA(n_heads=2, d_model=4, input_dim=3, proj_values=False)
-projected.init_keys(narrow)
-raw_same.init_keys(same_width)
-raw_narrow.init_keys(narrow)
-
-print("projected values, width 3:", tuple(projected(narrow).shape))
-print("raw values, width 4:      ", tuple(raw_same(same_width).shape))
-print("raw values, width 3:      ", error_of(lambda: raw_narrow(narrow)))
-
-# %% [markdown]
-# ```{admonition} Pitfall: the vocabulary size as the attention width (source 002)
-# :class: warning
-# Source 002 (written in JAX) builds its attention with `input_dim` equal to the *vocabulary
-# size* while the tokens enter the model as embeddings of a different width `n_embd`; its
-# `__init__` also uses a name it never defined (`qkv_size`) and takes a `dim` argument it never
-# uses. Ported to PyTorch and corrected just enough to run (`qkv_size` defined), it shows three
-# symptoms below. (1) Fed the embeddings, as the source's own `Transformer` does, it crashes:
-# the query layer expects vocabulary-sized vectors. (2) The source's stand-alone demo hides
-# this by feeding random vectors of vocabulary width with a vocabulary padded to 128; with the
-# 65 characters of a character-level corpus and 4 heads, `65 // 4 = 16` per head gives
-# concatenated heads of width 64 and the output layer, built for 65, crashes. (3) Even where it
-# runs, its size is tied to the vocabulary: a GPT-2-sized vocabulary would give
-# {glue:text}`ch4_vocab_width_params:,` weights to one attention layer. So this is a bug, not
-# a harmless naming slip. The fix is to size the attention by the embedding width,
-# `MultiHeadAttention(n_embd, num_heads)`, which also refuses a width the heads cannot split
-# evenly. `test_attention_width_is_the_embedding_width` and
-# `test_indivisible_width_is_refused` in `tests/test_attention.py` pin both.
-# ```
-
-
-# %%
-class VocabWidthMHA(nn.Module):
-    """Source 002's attention, ported: width = input_dim (the vocabulary size there).
-
-    `dim` is accepted and ignored, as in the source.
-    """
-
-    def __init__(self, input_dim: int, dim: int, n_heads: int):
-        super().__init__()
-        self.n_heads, self.qkv_size = n_heads, input_dim // n_heads
-        self.query, self.key, self.value = (
-            nn.Linear(input_dim, self.qkv_size * n_heads, bias=False) for _ in range(3)
-        )
-        self.output = nn.Linear(input_dim, input_dim, bias=False)
-
-    def forward(self, x):  # x: (T, input_dim), one sequence, as in the source
-        seq = x.shape[0]
-        q, k, v = (
-            proj(x).reshape(seq, self.n_heads, -1)
-            for proj in (self.query, self.key, self.value)
-        )
-        scores = torch.einsum("thd,shd->hts", q, k) / math.sqrt(self.qkv_size)
-        heads = torch.einsum("hts,shd->thd", scores.softmax(dim=-1), v)
-        return self.output(heads.reshape(seq, -1))
-
-
-# %%
-# a character-level vocabulary of 65 symbols, embedded in 32 dimensions, 4 heads
-n_vocab, n_embd, n_heads_002 = 65, 32, 4
-token_ids = torch.randint(0, n_vocab, (8,), generator=generator)
-# (T, n_embd): what the source's model feeds its attention layer
-embedded = nn.Embedding(n_vocab, n_embd)(token_ids)
-vocab_wide = VocabWidthMHA(
-    input_dim=n_vocab, dim=n_vocab // n_heads_002, n_heads=n_heads_002
-)
-vocab_inputs = torch.randn(8, n_vocab, generator=generator)
-print("(1) fed the embeddings:", error_of(lambda: vocab_wide(embedded)))
-print("(2) fed vocabulary-wide vectors:", error_of(lambda: vocab_wide(vocab_inputs)))
-
-# %% [markdown]
-# The source's own demo runs, because its vocabulary of 128 splits evenly into its 2 heads,
-# and so does the fix, an attention layer as wide as the embeddings:
-
-# %%
-padded_demo = VocabWidthMHA(input_dim=128, dim=64, n_heads=2)
-assert padded_demo(torch.randn(8, 128, generator=generator)).shape == (8, 128)
-fixed = MultiHeadAttention(n_embd, n_heads_002)
-assert fixed(embedded[None], embedded[None], embedded[None]).shape == (1, 8, n_embd)
-gpt2_vocab = 50_304  # 50,257 tokens padded to a multiple of 64, as source 002 does
-vocab_width_params = 4 * gpt2_vocab**2  # four (V, V) matrices
-helpers.glue("ch4_vocab_width_params", vocab_width_params)
-# the same formula, counted on a real module
-assert count_parameters(padded_demo) == 4 * 128**2
+# Every count matches the formula, for every number of heads. Not every implementation splits
+# the width: {ref}`a course notebook <source-001>` gives each head projections to the full width $D$,
+# which costs about $H$ times as many parameters; that design, and a value width in the same
+# code that works only by coincidence, are described in {ref}`the errata <errata-source-001-values>`.
+# Sizing the layer by the wrong width is a real bug there too: {ref}`a JAX blog post
+# <source-002>` sizes its attention by the vocabulary instead of the embedding width
+# ({ref}`details <errata-source-002-width>`).
 
 # %% [markdown]
 # ## What the output looks like: a singular-value picture
 #
-# Source 000 makes an observation about this layer: at initialization, its output on a long
+# {ref}`The PyTorch Lightning notebook <source-000>` makes an observation about this layer: at
+# initialization, its output on a long
 # random sequence is nearly of rank one, while its queries and keys are not. The singular
 # values $\sigma_1 \ge \sigma_2 \ge \ldots$ of a $T \times D$ matrix measure this: a matrix
 # of rank one has a single nonzero $\sigma_1$. A convenient single number is the *stable
@@ -1006,7 +923,7 @@ stable_ranks = {name: stable_rank(matrix) for name, matrix in spectra.items()}
 pd.Series(stable_ranks, name="stable rank").round(1)
 
 # %% [markdown]
-# The source stops here and calls the layer "low rank". That is true of this layer *at
+# The notebook stops here and calls the layer "low rank". That is true of this layer *at
 # initialization*, and the reason is worth knowing: with small random weights the scores
 # $q \cdot k / \sqrt{d_\text{head}}$ are small, the softmax is close to uniform, and every
 # output row is close to the *average* of all value rows, the same vector for every position.
@@ -1035,7 +952,9 @@ sharpness = pd.DataFrame(
 sharpness.round(2)
 
 # %% tags=["hide-input"]
-fig, (ax_spectrum, ax_scale) = plt.subplots(1, 2, figsize=(10, 3.6))
+fig, (ax_spectrum, ax_scale) = plt.subplots(
+    2, 1, figsize=(7, 6.4), layout="constrained"
+)
 for name, matrix in spectra.items():
     sigma = singular_values(matrix)
     ax_spectrum.plot(to_numpy(sigma / sigma[0]), label=name)
@@ -1059,14 +978,14 @@ ax_entropy.plot(
 ax_entropy.set_ylabel("attention entropy / log T", color="C3")
 ax_entropy.grid(False)
 ax_scale.legend(loc="center right")
-fig.tight_layout()
+plt.show()
 
 # %% [markdown]
-# **Figure.** Left: normalized singular values of the queries, the keys, the layer's output
+# **Figure.** Top: normalized singular values of the queries, the keys, the layer's output
 # and the output plus its input, for 1024 random tokens at initialization. The queries and
 # keys decay slowly; the output's curve drops right after the first singular value (one
 # direction dominates), and adding the input back, as a residual connection does (chapter 6),
-# restores the slow decay. Right: as the inputs are scaled up, the attention moves away from
+# restores the slow decay. Bottom: as the inputs are scaled up, the attention moves away from
 # uniform (red squares, right axis) and the output's stable rank (blue circles) climbs towards
 # that of the queries (dotted line).
 
@@ -1081,25 +1000,24 @@ fig.tight_layout()
 # residual connection keeps the rank of what flows through the network either way.
 
 # %%
+# The paragraph's claims, checked.
 at = sharpness.set_index("input scale")
-helpers.glue("ch4_srank_out", round(float(stable_ranks["MHA(x)"]), 1))
-helpers.glue("ch4_srank_q", round(float(stable_ranks["queries Q"]), 1))
-helpers.glue("ch4_srank_residual", round(float(stable_ranks["x + MHA(x)"]), 1))
-helpers.glue(
-    "ch4_entropy_scale1", round(float(at.loc[1, "attention entropy / log T"]), 2)
-)
-helpers.glue(
-    "ch4_entropy_scale4", round(float(at.loc[4, "attention entropy / log T"]), 2)
-)
-helpers.glue(
-    "ch4_srank_out_scale4", round(float(at.loc[4, "stable rank of MHA(x)"]), 1)
-)
 assert stable_ranks["MHA(x)"] < 0.25 * stable_ranks["queries Q"]
 assert stable_ranks["x + MHA(x)"] > stable_ranks["queries Q"]
 assert at.loc[1, "attention entropy / log T"] > 0.95
 assert at.loc[4, "stable rank of MHA(x)"] > 5 * stable_ranks["MHA(x)"]
 assert at["stable rank of MHA(x)"].is_monotonic_increasing
 assert at["attention entropy / log T"].is_monotonic_decreasing
+
+# %% tags=["hide-cell"]
+# Numbers quoted in the paragraph.
+helpers.glue("ch4_srank_out", round(float(stable_ranks["MHA(x)"]), 1))
+helpers.glue("ch4_srank_q", round(float(stable_ranks["queries Q"]), 1))
+helpers.glue("ch4_srank_residual", round(float(stable_ranks["x + MHA(x)"]), 1))
+entropy, rank = "attention entropy / log T", "stable rank of MHA(x)"
+helpers.glue("ch4_entropy_scale1", round(float(at.loc[1, entropy]), 2))
+helpers.glue("ch4_entropy_scale4", round(float(at.loc[4, entropy]), 2))
+helpers.glue("ch4_srank_out_scale4", round(float(at.loc[4, rank]), 1))
 
 
 # %% [markdown]
@@ -1111,6 +1029,9 @@ assert at["attention entropy / log T"].is_monotonic_decreasing
 #   fused one is fast. The reshape is `view(B, T, H, d_head).transpose(1, 2)`, and back.
 # - `helpers.attention.MultiHeadAttention` equals both, and equals `torch.nn.MultiheadAttention`
 #   with `in_proj_weight` = $[W^Q; W^K; W^V]$, the mask inverted and `batch_first=True`.
+# - Against $(B, H, T_q, T_k)$ scores a 3-D mask is $(B, T_q, T_k)$ and gets its head axis as
+#   `mask[:, None]`; plain broadcasting would line the batch up with the heads. A query with
+#   no key to attend to gets zero weights, and the output projection's bias as its output.
 # - Queries and keys may come from different sequences (cross-attention, $T_q \ne T_k$).
 # - Without a mask or positional information the layer is equivariant in the queries and
 #   invariant in the key-value pairs: it sees a set. Chapter 5 gives it positions.
@@ -1230,9 +1151,35 @@ checks.check_split_heads(
 # without positional encodings can still tell positions apart a little, through what each
 # position is allowed to see.
 # ```
+#
+# **5. Masks for PyTorch's layer.** You have a `(B, 1, 1, T)` padding mask `pad` and a `(T, T)`
+# causal mask in this book's convention. Write the `key_padding_mask` and `attn_mask`
+# arguments for `nn.MultiheadAttention`, and check that its output then equals that of a
+# `MultiHeadAttention` loaded from it with `load_from_torch`, given `causal & pad`.
+#
+# ```{admonition} Solution
+# :class: dropdown
+# Invert both, and drop the broadcast axes of the padding mask:
+# `key_padding_mask=~pad[:, 0, 0]` of shape `(B, T)` and `attn_mask=~causal_mask(T)`. A cell
+# not shown on the site checks it.
+# ```
 
-# %%
-helpers.glue("ch4_params_768", checks.mha_parameter_count(768, 12, bias=True))
-assert checks.mha_parameter_count(768, 12, bias=True) == count_parameters(
-    nn.MultiheadAttention(768, 12, bias=True)
-)
+# %% tags=["hide-cell"]
+# Exercise 2's number, counted on the modules themselves (not computed from the formula).
+params_768 = count_parameters(MultiHeadAttention(768, 12, bias=True))
+assert params_768 == count_parameters(nn.MultiheadAttention(768, 12, bias=True))
+assert params_768 == 4 * 768**2 + 4 * 768
+assert checks.check_parameter_count(checks.mha_parameter_count).startswith("Correct")
+helpers.glue("ch4_params_768", params_768)
+
+# %% tags=["remove-cell"]
+# Exercise 5's solution, checked.
+pad5, causal5 = padding_mask([5, 3]), causal_mask(5)
+with torch.no_grad():
+    torch_answer, _ = torch_mha(
+        x5, x5, x5, key_padding_mask=~pad5[:, 0, 0], attn_mask=~causal5
+    )
+    loaded = MultiHeadAttention(d_model, num_heads, bias=True).load_from_torch(
+        torch_mha
+    )
+    torch.testing.assert_close(torch_answer, loaded(x5, x5, x5, causal5 & pad5))

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from helpers.analysis import count_parameters, parameter_table, stable_rank
+from helpers.analysis import count_parameters, parameter_table, peak_cpu_bytes, stable_rank
 from helpers.transformer import FeedForward, TransformerEncoder
 
 # --- count_parameters ---------------------------------------------------------------------------
@@ -111,3 +111,38 @@ def test_stable_rank_errors():
         stable_rank(torch.ones(3, 3, dtype=torch.long))
     with pytest.raises(TypeError, match="matrix must be a torch.Tensor, got list"):
         stable_rank([[1.0, 0.0], [0.0, 1.0]])
+
+
+# --- peak_cpu_bytes -------------------------------------------------------------------------------
+
+
+def test_peak_cpu_bytes_counts_what_is_alive_at_once():
+    x = torch.ones(1000)  # allocated before the call: not counted
+
+    def two_temporaries(x):
+        a = x * 2  # 4000 bytes
+        b = a * 3  # 4000 more while a is alive
+        del a
+        c = b + 1  # a freed: still 8000 at most
+        return c
+
+    assert 8000 <= peak_cpu_bytes(two_temporaries, x) < 8100  # (+ a few scalar constants)
+    assert peak_cpu_bytes(lambda x: x.sum(), torch.ones(1000)) < 100
+
+
+def test_peak_cpu_bytes_of_attention_weights_grows_as_t_squared():
+    def weights(q, k):
+        return (q @ k.transpose(-2, -1)).softmax(-1)
+
+    small, large = (peak_cpu_bytes(weights, *torch.randn(2, 1, 1, T, 8)) for T in (64, 128))
+    assert small >= 2 * 64 * 64 * 4  # scores and weights alive together
+    assert large == 4 * small
+
+
+def test_peak_cpu_bytes_refuses_a_non_callable_and_leaves_stderr_working():
+    import os
+
+    with pytest.raises(TypeError, match="callable"):
+        peak_cpu_bytes(torch.ones(3))
+    peak_cpu_bytes(lambda: torch.ones(3))
+    os.write(2, b"")  # file descriptor 2 was restored

@@ -499,6 +499,21 @@ def test_mha_fully_masked_rows_are_zero_on_both_paths():
     assert (fast[0, 1] == 0).all()  # no bias: zero heads give a zero output
 
 
+def test_mha_with_bias_gives_a_fully_masked_row_the_output_bias():
+    """The zero weights survive the output projection; the zero output does not."""
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(8, 2, bias=True)
+    query, key = torch.randn(2, 3, 8), torch.randn(2, 4, 8)
+    mask = torch.ones(2, 3, 4, dtype=torch.bool)
+    mask[0, 1] = False
+    with torch.no_grad():
+        for return_attention in (False, True):
+            result = mha(query, key, key, mask, return_attention=return_attention)
+            output = result[0] if return_attention else result
+            _close(output[0, 1], mha.out_proj.bias)
+            assert (output[0, 1] != 0).any()
+
+
 @pytest.mark.parametrize(
     ("d_model", "num_heads", "dropout", "error", "match"),
     [
@@ -831,3 +846,110 @@ def test_source_001_value_width():
         assert per_head(same, same, same).shape == (2, 5, 4)
         with pytest.raises(ValueError, match="project it to 4 features"):
             per_head(narrow, narrow, narrow)
+
+
+# ----------------------------------------------------------------- the texts' own layers, ported
+# Chapter 4 points to the Sources and errata page (book/sources.md) for two mistakes in code the
+# chapter does not show. These ports run those mistakes, so that the page's claims are checked.
+
+
+class _Source001Head(nn.Module):
+    """Source 001's head, trimmed (no mask): full-width projections, values optionally raw."""
+
+    def __init__(self, hidden_dim, input_dim=None, proj_values=False):
+        super().__init__()
+        self.d_k, self.proj_values = hidden_dim, proj_values
+        input_dim = hidden_dim if input_dim is None else input_dim
+        self.linear_query = nn.Linear(input_dim, hidden_dim)
+        self.linear_key = nn.Linear(input_dim, hidden_dim)
+        self.linear_value = nn.Linear(input_dim, hidden_dim)
+
+    def init_keys(self, keys):
+        self.proj_keys = self.linear_key(keys)
+        self.values = self.linear_value(keys) if self.proj_values else keys
+
+    def forward(self, query):
+        scores = self.linear_query(query) @ self.proj_keys.transpose(1, 2) / math.sqrt(self.d_k)
+        return scores.softmax(dim=-1) @ self.values
+
+
+class _Source001MHA(nn.Module):
+    """Source 001's multi-head module: H full-width heads, then a (H * D -> D) output layer."""
+
+    def __init__(self, n_heads, d_model, input_dim=None, proj_values=True):
+        super().__init__()
+        self.linear_out = nn.Linear(n_heads * d_model, d_model)
+        self.attn_heads = nn.ModuleList(
+            _Source001Head(d_model, input_dim, proj_values) for _ in range(n_heads)
+        )
+
+    def init_keys(self, keys):
+        for head in self.attn_heads:
+            head.init_keys(keys)
+
+    def forward(self, query):
+        return self.linear_out(torch.cat([head(query) for head in self.attn_heads], dim=-1))
+
+
+def test_source_001_heads_crash_on_raw_values_of_another_width():
+    torch.manual_seed(0)
+    narrow, same = _randn(2, 5, 3), _randn(2, 5, 4, seed=1)
+    projected = _Source001MHA(n_heads=2, d_model=4, input_dim=3, proj_values=True)
+    raw_same = _Source001MHA(n_heads=2, d_model=4, proj_values=False)
+    raw_narrow = _Source001MHA(n_heads=2, d_model=4, input_dim=3, proj_values=False)
+    projected.init_keys(narrow)
+    raw_same.init_keys(same)
+    raw_narrow.init_keys(narrow)
+    assert projected(narrow).shape == (2, 5, 4)
+    assert raw_same(same).shape == (2, 5, 4)  # runs only because input_dim == d_model
+    with pytest.raises(RuntimeError, match="shapes cannot be multiplied"):
+        raw_narrow(narrow)
+
+
+def test_source_001_full_width_heads_cost_about_h_times_the_standard_layer():
+    """Not a mistake, a design: 3H(D^2 + D) + H D^2 + D parameters against 4D^2 + 4D."""
+    d, h = 64, 16
+    count = sum(p.numel() for p in _Source001MHA(h, d).parameters())
+    assert count == 3 * h * (d * d + d) + h * d * d + d
+    assert sum(p.numel() for p in _Source001MHA(1, d).parameters()) == 4 * d * d + 4 * d
+    assert 15 < count / (4 * d * d + 4 * d) < 16
+
+
+class _VocabWidthMHA(nn.Module):
+    """Source 002's attention, ported: its width is input_dim, the vocabulary size there.
+
+    ``qkv_size`` is defined (the text uses it undefined); ``dim`` is accepted and ignored.
+    """
+
+    def __init__(self, input_dim: int, dim: int, n_heads: int):
+        super().__init__()
+        self.n_heads, self.qkv_size = n_heads, input_dim // n_heads
+        self.query, self.key, self.value = (
+            nn.Linear(input_dim, self.qkv_size * n_heads, bias=False) for _ in range(3)
+        )
+        self.output = nn.Linear(input_dim, input_dim, bias=False)
+
+    def forward(self, x):  # x: (T, input_dim), one sequence, as in the text
+        seq = x.shape[0]
+        q, k, v = (p(x).reshape(seq, self.n_heads, -1) for p in (self.query, self.key, self.value))
+        scores = torch.einsum("thd,shd->hts", q, k) / math.sqrt(self.qkv_size)
+        heads = torch.einsum("hts,shd->thd", scores.softmax(dim=-1), v)
+        return self.output(heads.reshape(seq, -1))
+
+
+def test_source_002_vocabulary_width_crashes_on_embeddings():
+    torch.manual_seed(0)
+    n_vocab, n_embd, n_heads = 65, 32, 4
+    embedded = nn.Embedding(n_vocab, n_embd)(torch.randint(0, n_vocab, (8,)))
+    layer = _VocabWidthMHA(input_dim=n_vocab, dim=n_vocab // n_heads, n_heads=n_heads)
+    with pytest.raises(RuntimeError, match="shapes cannot be multiplied"):
+        layer(embedded)  # (1) the embeddings, as the text's own model feeds them
+    with pytest.raises(RuntimeError, match="shapes cannot be multiplied"):
+        layer(_randn(8, n_vocab))  # (2) 4 heads of 65 // 4 = 16 features: 64, not 65
+    # the text's demonstration runs: a vocabulary padded to 128 splits into its 2 heads
+    assert _VocabWidthMHA(128, 64, 2)(_randn(8, 128)).shape == (8, 128)
+    # (3) the size is tied to the vocabulary: four (V, V) matrices
+    assert sum(p.numel() for p in _VocabWidthMHA(128, 64, 2).parameters()) == 4 * 128**2
+    assert 4 * 50_304**2 > 10**10  # a GPT-2-sized vocabulary (the page's "ten billion")
+    fixed = MultiHeadAttention(n_embd, n_heads)
+    assert fixed(embedded[None], embedded[None], embedded[None]).shape == (1, 8, n_embd)

@@ -1,34 +1,70 @@
 # The book's commands. `make book` builds the website; `make test` runs every check.
-# Both create the virtual environment (.venv) from the pinned requirements on first use.
+# `make book` creates a light environment (.venv-book, requirements-book.txt: no PyTorch) on
+# first use; every other command creates the full one (.venv, requirements.txt).
 
 PYTHON ?= python3.11
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# .venv takes torch from PyTorch's CPU-only index first (from PyPI, the pinned torch is the CUDA
+# build on Linux: gigabytes more); the rest of requirements.txt then finds it installed.
+# `make venv TORCH_INDEX=` (on a fresh clone) takes PyPI's default build, CUDA on Linux.
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+BOOK_VENV  := .venv-book
+BOOK_BIN   := $(BOOK_VENV)/bin
+BOOK_STAMP := $(BOOK_VENV)/.installed
+# The pins need Python 3.11.5 or newer (soupsieve 4 refuses older; Debian 12 ships 3.11.2).
+CHECK_PYTHON = $(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11, 5))' 2>/dev/null || \
+	{ echo "need Python 3.11.5 or newer as $(PYTHON) (set PYTHON=...)"; exit 1; }
 NB     ?= --all
 export PYTHONHASHSEED := 0
 # Quiet, reproducible notebook kernels: no stray warnings about Jupyter's own paths.
 export JUPYTER_PLATFORM_DIRS := 1
 
-.PHONY: help venv book browser test test-portability lint drift unit notebooks site lab execute bench freeze clean
+.PHONY: help venv book-venv book browser test test-portability lint drift unit notebooks site lab execute bench freeze freeze-book clean
 
 help:
-	@echo "make book      build the website into _build/html (creates .venv on first use)"
-	@echo "make test      every check: lint, pairing drift, unit tests, nbval, book build, site"
+	@echo "make book       build the website into _build/html (creates .venv-book on first use)"
+	@echo "make test       every check: lint, unit (drift included), notebooks, site"
+	@echo "make lab        open the notebooks in JupyterLab"
+	@echo "make execute    re-execute notebooks in place and refresh their .py twins (NB=path)"
+	@echo "make bench      execute every notebook and record the times in book/benchmarks.csv"
+	@echo "make venv       create .venv: requirements.txt, PyTorch's CPU build (TORCH_INDEX= for PyPI's)"
+	@echo "make book-venv  create .venv-book: requirements-book.txt, what the website build needs"
+	@echo "make lint       ruff on helpers, tests, scripts and the notebook twins; actionlint"
+	@echo "make drift      notebook pairing, stored outputs and conventions (tests/test_notebooks.py)"
+	@echo "make unit       unit and property tests of helpers"
+	@echo "make notebooks  strict nbval: re-execute every notebook, compare outputs (NUMERICS=...)"
 	@echo "make test-portability  strict nbval under three numerics configurations"
-	@echo "make lab       open the notebooks in JupyterLab"
-	@echo "make execute   re-execute notebooks in place and refresh their .py twins (NB=path)"
-	@echo "make bench     execute every notebook and print the time each takes"
+	@echo "make browser    install Debian's Chromium for the browser tests (when root)"
+	@echo "make site       build the website, then check it (pytest -m site, Chromium)"
+	@echo "make freeze     rewrite requirements.txt from .venv"
+	@echo "make freeze-book  rewrite requirements-book.txt: jupyter-book at requirements.txt's pins"
+	@echo "make clean      remove _build and the test caches"
 
 $(STAMP): requirements.txt pyproject.toml
-	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (set PYTHON=...)"; exit 1; }
+	@$(CHECK_PYTHON)
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade "pip>=24"
+	$(if $(TORCH_INDEX),$(BIN)/python -m pip install -q --no-deps --retries 1 --timeout 20 \
+		--index-url $(TORCH_INDEX) "$$(grep '^torch==' requirements.txt)" || \
+		echo "!!! $(TORCH_INDEX) unreachable: torch comes from the default index (on Linux, \
+		PyPI's build is the CUDA one); set TORCH_INDEX to a reachable CPU index to avoid that")
 	$(BIN)/python -m pip install -q -r requirements.txt
 	$(BIN)/python -m pip install -q --no-deps -e .
 	touch $(STAMP)
 
 venv: $(STAMP)
+
+# The website is built from the notebooks' stored outputs: jupyter-book only, no PyTorch.
+$(BOOK_STAMP): requirements-book.txt
+	@$(CHECK_PYTHON)
+	test -d $(BOOK_VENV) || $(PYTHON) -m venv $(BOOK_VENV)
+	$(BOOK_BIN)/python -m pip install -q --upgrade "pip>=24"
+	$(BOOK_BIN)/python -m pip install -q -r requirements-book.txt
+	touch $(BOOK_STAMP)
+
+book-venv: $(BOOK_STAMP)
 
 # MathJax and Vega are vendored into the site (book/_ext/vendor_assets.py) from these pins.
 NODE_STAMP := tests/browser/node_modules/.package-lock.json
@@ -36,8 +72,9 @@ $(NODE_STAMP): tests/browser/package.json tests/browser/package-lock.json
 	npm ci --prefix tests/browser --no-audit --no-fund
 	touch $(NODE_STAMP)
 
-book: $(STAMP) $(NODE_STAMP)
-	$(BIN)/jupyter-book build . -W -n --keep-going
+# Always the light environment, in `make test` too: the checks then cover the published build.
+book: $(BOOK_STAMP) $(NODE_STAMP)
+	$(BOOK_BIN)/jupyter-book build . -W -n --keep-going
 
 # The browser tests drive Debian's Chromium; install it when we are root, else say loudly.
 browser:
@@ -101,6 +138,18 @@ bench: $(STAMP)
 
 freeze: $(STAMP)
 	$(BIN)/python -m pip freeze --exclude-editable | sed 's/+cpu$$//' > requirements.txt
+
+# Re-resolve the light environment: jupyter-book and its dependencies, constrained to
+# requirements.txt's versions (tests/test_environments.py checks the two agree).
+freeze-book:
+	rm -rf $(BOOK_VENV)
+	$(PYTHON) -m venv $(BOOK_VENV)
+	$(BOOK_BIN)/python -m pip install -q --upgrade "pip>=24"
+	$(BOOK_BIN)/python -m pip install -q -c requirements.txt \
+		"$$(grep -i '^jupyter-book==' requirements.txt)"
+	{ sed -n '/^#/p' requirements-book.txt; $(BOOK_BIN)/python -m pip freeze; } > requirements-book.tmp
+	mv requirements-book.tmp requirements-book.txt
+	touch $(BOOK_STAMP)
 
 clean:
 	rm -rf _build .pytest_cache .ruff_cache .hypothesis

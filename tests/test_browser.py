@@ -4,8 +4,9 @@ Serves _build/html (or $BOOK_HTML_DIR) on localhost, opens every page listed in 
 checks what only a browser can: no console errors, no request leaving localhost (MathJax and
 Vega are vendored into the build, see book/_ext/vendor_assets.py), math typeset, every Altair
 chart drawn with marks and a tooltip on hover, launch/download links, glued numbers, copy
-buttons, foldable code, loaded and high-DPI figures, charts that fit the column, search. For a
-human to look at, it saves into _build/screenshots (or $BOOK_SCREENSHOT_DIR) a full-page
+buttons, foldable code, loaded, high-DPI and undistorted figures, charts that fit the column,
+search, and that no page of the book is wider than the screen at 390 px (a phone) or 1280 px.
+For a human to look at, it saves into _build/screenshots (or $BOOK_SCREENSHOT_DIR) a full-page
 screenshot of each chapter, STEM.png (light) and STEM-dark.jpg (dark mode), STEM-tooltip.png
 (the viewport with a chart's tooltip showing, for chapters with charts), and phone-width ones
 of the first chapter: STEM-phone.png (top of the page) and STEM-phone-chart.png.
@@ -145,7 +146,8 @@ FACTS = """
     folded: all("details.hide").map((d) => d.open),
     images: all("div.cell_output img, article img").map((img) => ({
       src: img.getAttribute("src"), complete: img.complete, natural: img.naturalWidth,
-      shown: img.getBoundingClientRect().width})),
+      naturalHeight: img.naturalHeight, shown: img.getBoundingClientRect().width,
+      shownHeight: img.getBoundingClientRect().height})),
     overflow: document.documentElement.scrollWidth - window.innerWidth,
   };
 }
@@ -452,6 +454,15 @@ def test_figures_load_and_are_high_dpi(chapter, stem):
         if img["src"].endswith(".png") and img["shown"] > 0 and "_images/" in img["src"]:
             ratio = img["natural"] / img["shown"]
             assert ratio >= 1.5, f"{img['src']} is {ratio:.2f}x: blurry on high-DPI screens"
+        assert not distorted(img), f"{img['src']} is squashed or stretched: {img}"
+
+
+def distorted(img):
+    """Whether an image is shown at another aspect ratio than its pixels' (by over 2%)."""
+    if not (img["shown"] > 0 and img["natural"] > 0 and img["naturalHeight"] > 0):
+        return False
+    aspect = img["naturalHeight"] / img["natural"]
+    return abs(img["shownHeight"] / img["shown"] - aspect) > 0.02 * aspect
 
 
 @pytest.mark.parametrize("stem", CHAPTERS)
@@ -505,6 +516,68 @@ def test_phone_width_screenshot(browser, site, shots):
     assert page.problems == []
     assert facts["overflow"] <= 1, f"the page scrolls sideways by {facts['overflow']} px on a phone"
     assert all(c["fits"] for c in facts["charts"]), "a chart is wider than a phone's screen"
+
+
+# Elements that stick out past the right edge of the screen, and no box of theirs scrolls them
+# back into it: what makes the page scroll sideways (for the failure message).
+WIDENERS = """
+(width) => {
+  const out = [];
+  for (const e of document.querySelectorAll("body *")) {
+    const r = e.getBoundingClientRect();
+    if (r.width === 0 || r.right <= width + 1) continue;
+    if (e.closest(".skip-link, .bd-sidebar-primary, .bd-sidebar-secondary")) continue;
+    let clipped = false;
+    for (let p = e.parentElement; p && !clipped; p = p.parentElement) {
+      clipped = ["auto", "scroll", "hidden", "clip"].includes(getComputedStyle(p).overflowX)
+        && p.getBoundingClientRect().right <= width + 1;
+    }
+    if (!clipped) out.push(`${e.tagName.toLowerCase()}.${e.classList[0] || ""} to ${
+      Math.round(r.right)} px: ${(e.textContent || "").trim().slice(0, 60)}`);
+  }
+  return out.slice(0, 5);
+}
+"""
+SCREENS = {
+    390: {
+        "viewport": {"width": 390, "height": 844},
+        "device_scale_factor": 2,
+        "is_mobile": True,
+        "has_touch": True,
+    },
+    1280: {"viewport": {"width": 1280, "height": 900}},
+}
+
+
+@pytest.fixture(scope="session")
+def screen(browser, site):
+    """One browser context per screen width, shared by every page's width check."""
+    contexts = {}
+
+    def context(width):
+        if width not in contexts:
+            contexts[width] = new_context(browser, site, **SCREENS[width])
+        return contexts[width]
+
+    yield context
+    for context_ in contexts.values():
+        context_.close()
+
+
+@pytest.mark.parametrize("width", sorted(SCREENS))
+@pytest.mark.parametrize("page", PAGES)
+def test_no_page_is_wider_than_the_screen(screen, site, page, width):
+    tab = open_page(screen(width), f"{site}/{page}.html")
+    document = tab.evaluate("document.documentElement.scrollWidth")
+    wideners = tab.evaluate(WIDENERS, width) if document > width else []
+    images = tab.evaluate(FACTS)["images"]
+    tab.close()
+    assert document <= width, (
+        f"{page} lays out {document} px wide on a {width} px screen: it scrolls sideways; "
+        f"what sticks out: {wideners}"
+    )
+    squashed = [img["src"] for img in images if distorted(img)]
+    assert not squashed, f"{page} at {width} px: figures shown squashed or stretched: {squashed}"
 
 
 def test_search_finds_chapter_text(browser, site):

@@ -74,6 +74,7 @@ from helpers.tasks.reverse import (
     make_reverse_dataset,
     token_accuracy,
     token_cross_entropy,
+    train_reverse,
 )
 from helpers.training import (
     cosine_warmup_factor,
@@ -508,20 +509,7 @@ assert (source_mass - mass[0]).abs().max() > 0.05
 
 # %%
 def train_and_test(config):
-    model, optimizer, scheduler, loader = build_reverse_training(config, train_set)
-    history = fit(
-        model,
-        loader,
-        loss_fn=token_cross_entropy,
-        optimizer=optimizer,
-        scheduler=scheduler,
-        epochs=config.epochs,
-        metrics={"accuracy": token_accuracy},
-        clip_grad_norm=config.clip_grad_norm,
-        device=device,
-        progress=False,
-        log_every=10,
-    )
+    model, history = train_reverse(config, train_set, device=device)  # fit, as above
     scores = evaluate(
         model, test_loader, token_cross_entropy, {"accuracy": token_accuracy}
     )

@@ -21,28 +21,16 @@ from torch.utils.data import DataLoader
 from helpers.tasks.reverse import (
     BOOK_CONFIG,
     bag_oracle_accuracy,
-    build_reverse_training,
     make_reverse_dataset,
     token_accuracy,
     token_cross_entropy,
+    train_reverse,
 )
-from helpers.training import evaluate, fit
+from helpers.training import evaluate
 
 
 def train_and_test(config, train_set, test_loader):
-    model, optimizer, scheduler, loader = build_reverse_training(config, train_set)
-    history = fit(
-        model,
-        loader,
-        loss_fn=token_cross_entropy,
-        optimizer=optimizer,
-        scheduler=scheduler,
-        epochs=config.epochs,
-        metrics={"accuracy": token_accuracy},
-        clip_grad_norm=config.clip_grad_norm,
-        progress=False,
-        log_every=10,
-    )
+    model, history = train_reverse(config, train_set)
     model.eval()
     scores = evaluate(model, test_loader, token_cross_entropy, {"accuracy": token_accuracy})
     return model, history, scores

@@ -23,6 +23,7 @@ from helpers.tasks.reverse import (
     make_reverse_dataset,
     token_accuracy,
     token_cross_entropy,
+    train_reverse,
 )
 from helpers.training import fit
 
@@ -238,3 +239,11 @@ def test_a_few_steps_reduce_the_loss():
     )
     assert len(history) == 3
     assert history["train_loss"].iloc[-1] < history["train_loss"].iloc[0] - 0.05
+
+
+def test_train_reverse_is_build_then_fit():
+    config = ReverseConfig(num_train=512, batch_size=128, lr=1e-2, warmup_steps=2, epochs=1)
+    data = make_reverse_dataset(512, 16, 10, generator())
+    model, history = train_reverse(config, data)
+    assert isinstance(model, ReversePredictor)
+    assert list(history["step"]) == [4] and "train_accuracy" in history

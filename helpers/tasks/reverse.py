@@ -23,7 +23,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from helpers import _validate as check
 from helpers.positional import SinusoidalPositionalEncoding
-from helpers.training import cosine_warmup_schedule
+from helpers.training import cosine_warmup_schedule, fit
 from helpers.transformer import TransformerEncoder
 
 __all__ = [
@@ -36,6 +36,7 @@ __all__ = [
     "SOURCE_000_CONFIG",
     "BOOK_CONFIG",
     "build_reverse_training",
+    "train_reverse",
 ]
 
 
@@ -223,3 +224,27 @@ def build_reverse_training(config: ReverseConfig, train_set: TensorDataset):
         generator=torch.Generator().manual_seed(config.seed),
     )
     return model, optimizer, scheduler, loader
+
+
+def train_reverse(config: ReverseConfig, train_set: TensorDataset, device=None):
+    """Train one run of ``config`` with :func:`helpers.training.fit`; return ``(model, history)``.
+
+    The run of chapter 7's ablations and of ``scripts/margins_reverse.py``: the model,
+    optimizer, schedule and loader of :func:`build_reverse_training`, token cross-entropy,
+    token accuracy as the metric, the configured gradient clipping, a row every 10 steps.
+    """
+    model, optimizer, scheduler, loader = build_reverse_training(config, train_set)
+    history = fit(
+        model,
+        loader,
+        loss_fn=token_cross_entropy,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        epochs=config.epochs,
+        metrics={"accuracy": token_accuracy},
+        clip_grad_norm=config.clip_grad_norm,
+        device=device,
+        progress=False,
+        log_every=10,
+    )
+    return model, history

@@ -23,8 +23,11 @@ Later chapters import what earlier ones built; nothing is copied.
 | 5 positional encoding | ``positional`` |
 | 6 encoder | ``transformer``, ``analysis`` (parameter counts, stable rank) |
 | 7 reversal | ``training`` (``fit``), ``tasks.reverse`` |
-| 8 triangles and boxes | ``tasks.shapes`` |
+| 8 triangles and boxes | ``tasks.shapes`` (data, models, local oracle, training recipe) |
+| 8 runs side by side | ``parallel`` (``run_in_processes``) |
+| 9 encoder-decoder | ``transformer`` (decoder side), ``tasks.corners``, ``tasks.sorting`` |
 | figures, every chapter | ``plotting`` |
+| diagrams, every chapter | ``diagrams`` (drawn by ``scripts/make_diagrams.py``) |
 | exercises, every chapter | ``checks`` |
 """
 
@@ -46,7 +49,7 @@ __all__ = [
     "glue",
     "expect_error",
 ]
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 
 def seed_everything(seed: int = 0) -> torch.Generator:

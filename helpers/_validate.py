@@ -621,3 +621,97 @@ def conv_sizes(**sizes: int) -> None:
         raise ValueError(
             f"kernel_size must be odd so that padding keeps the length, got {kernel_size}"
         )
+
+
+# --------------------------------------------------------------------------- the decoder side
+
+
+def _mask_fits(mask: Tensor, queries: int, keys: int) -> bool:
+    rows, columns = mask.shape[-2:]
+    return rows in (1, queries) and columns in (1, keys)
+
+
+def _decoder_mask(name: str, mask, fits: tuple, swapped: tuple, who: str) -> None:
+    """A boolean mask whose last two dimensions fit ``fits = (Tq, Tk)`` (size 1 broadcasts).
+
+    ``swapped`` is the ``(Tq, Tk)`` the mask would fit if target and memory were swapped.
+    """
+    if mask is None:
+        return
+    mask = _named_bool_mask(name, mask)
+    if mask.ndim < 2:
+        raise ValueError(
+            f"{who}'s {name} must have at least 2 dimensions (..., Tq, Tk), got shape "
+            f"{tuple(mask.shape)}"
+        )
+    if _mask_fits(mask, *fits):
+        return
+    queries, keys = fits
+    hint = ""
+    if fits != swapped and _mask_fits(mask, *swapped):
+        hint = (
+            " It fits the sequences the other way round: did you swap target and memory? "
+            "The decoder takes forward(target, memory, ...): target is the sequence it writes, "
+            "memory the encoder's output."
+        )
+    expected = (
+        f"(Tt, Tt) = ({queries}, {queries}); build it with causal_mask({queries})"
+        if name == "target_mask"
+        else f"(..., Tt, Ts) = (..., {queries}, {keys}), or a padding mask (B, 1, 1, {keys})"
+    )
+    raise ValueError(
+        f"{who}'s {name} has shape {tuple(mask.shape)}, whose last two dimensions do not fit "
+        f"the target's {queries} queries and {keys} keys: expected {expected}.{hint}"
+    )
+
+
+def _named_bool_mask(name: str, value) -> Tensor:
+    try:
+        return bool_mask(value)
+    except TypeError as error:
+        raise TypeError(str(error).replace("mask must", f"{name} must", 1)) from None
+
+
+def decoder_inputs(block: nn.Module, target, memory, target_mask, memory_mask) -> None:
+    """A decoder's ``target (B, Tt, D)``, ``memory (B, Ts, D)`` and its two boolean masks."""
+    who = type(block).__name__
+    sequence("target", target, block.d_model, who)
+    if isinstance(memory, Tensor) and memory.ndim == 3 and memory.shape[-1] != block.d_model:
+        raise ValueError(
+            f"{who} was built for d_model={block.d_model} but memory (the encoder's output) "
+            f"has width {memory.shape[-1]} (shape {tuple(memory.shape)}); the encoder and the "
+            f"decoder must share d_model, or project memory to {block.d_model} features first"
+        )
+    sequence("memory", memory, block.d_model, who)
+    same_dtype(target=target, memory=memory)
+    module_dtype("target", target, block)
+    if target.shape[0] != memory.shape[0]:
+        raise ValueError(
+            f"target and memory must hold the same batch of B sequences, got target "
+            f"{tuple(target.shape)} and memory {tuple(memory.shape)}"
+        )
+    target_len, source_len = target.shape[1], memory.shape[1]
+    _decoder_mask("target_mask", target_mask, (target_len,) * 2, (source_len,) * 2, who)
+    _decoder_mask(
+        "memory_mask", memory_mask, (target_len, source_len), (source_len, target_len), who
+    )
+
+
+def seq2seq_arguments(source_vocab, target_vocab, pad_id, tie_embeddings) -> None:
+    """The vocabulary sizes, padding token and tying choice of an encoder-decoder model."""
+    positive_int("source_vocab", source_vocab)
+    positive_int("target_vocab", target_vocab)
+    boolean("tie_embeddings", tie_embeddings)
+    if tie_embeddings and source_vocab != target_vocab:
+        raise ValueError(
+            f"tie_embeddings=True shares one embedding matrix, so it needs one vocabulary; got "
+            f"source_vocab={source_vocab} and target_vocab={target_vocab}. Build a shared "
+            "vocabulary (as Vaswani et al. do with byte-pair encoding) or set tie_embeddings=False"
+        )
+    if pad_id is not None:
+        non_negative_int("pad_id", pad_id)
+        if pad_id >= min(source_vocab, target_vocab):
+            raise ValueError(
+                f"pad_id={pad_id} must be a token of both vocabularies (< "
+                f"{min(source_vocab, target_vocab)}), or None for no padding"
+            )

@@ -42,6 +42,7 @@ __all__ = [
     "check_rms_norm",
     "check_block_parameter_count",
     "check_sequence_accuracy",
+    "check_decoder_input",
 ]
 
 
@@ -467,4 +468,40 @@ def check_sequence_accuracy(fn) -> str:
     raise AssertionError(
         f"expected {expected.item():.4f}, got {got_value:.4f}: compare argmax(-1) with the "
         "targets, then .all(dim=-1) over positions, then average over sequences"
+    )
+
+
+# --------------------------------------------------------------------------- chapter 9
+
+
+def check_decoder_input(fn) -> str:
+    """Check a reader's ``fn(target, start_id)``: the decoder's input under teacher forcing.
+
+    ``target`` is an int64 ``(B, T)`` batch of target tokens; the answer is ``(B, T)`` too:
+    ``start_id`` at position 0, then ``target[:, :-1]`` (the target shifted right by one).
+    Returns a line starting with "Correct:", or raises AssertionError with a hint.
+    """
+    target = torch.randint(3, 13, (4, 6), generator=torch.Generator().manual_seed(9))
+    start_id = 1
+    expected = torch.cat([torch.full((4, 1), start_id), target[:, :-1]], dim=1)
+    got = fn(target.clone(), start_id)
+    if not isinstance(got, Tensor):
+        raise AssertionError(f"return a tensor of shape (B, T), got {type(got).__name__}")
+    if torch.equal(got, expected):
+        return "Correct: the decoder reads the start token, then the target shifted right."
+    if got.shape == (4, 7):
+        raise AssertionError(
+            "got shape (4, 7) for a target of shape (4, 6): drop the target's last token, "
+            "which no position has to read (it is only ever predicted)"
+        )
+    if got.shape == expected.shape and torch.equal(got[:, :-1], target[:, 1:]):
+        raise AssertionError(
+            "you shifted left: position t must read token t - 1, never token t + 1 "
+            "(that is the answer it has to predict)"
+        )
+    if got.shape == expected.shape and torch.equal(got, target):
+        raise AssertionError("that is the target itself: each position would read its own answer")
+    raise AssertionError(
+        f"expected {expected[0].tolist()} for the target {target[0].tolist()} and "
+        f"start_id={start_id}, got {got[0].tolist() if got.ndim == 2 else got.tolist()}"
     )

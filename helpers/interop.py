@@ -15,9 +15,15 @@ from __future__ import annotations
 import warnings
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["load_multihead_attention", "fuse_heads", "load_encoder_block"]
+__all__ = [
+    "load_multihead_attention",
+    "fuse_heads",
+    "load_encoder_block",
+    "load_decoder_block",
+]
 
 
 @torch.no_grad()
@@ -111,4 +117,48 @@ def load_encoder_block(block, layer: nn.TransformerEncoderLayer):
         getattr(block.ffn, name).load_state_dict(getattr(layer, name).state_dict())
     block.norm1.load_state_dict(layer.norm1.state_dict())
     block.norm2.load_state_dict(layer.norm2.state_dict())
+    return block
+
+
+@torch.no_grad()
+def load_decoder_block(block, layer: nn.TransformerDecoderLayer):
+    """Copy a same-shape ``torch.nn.TransformerDecoderLayer`` into a ``DecoderBlock``; return it.
+
+    The same conditions as :func:`load_encoder_block`. The layer's ``self_attn`` becomes the
+    block's ``self_attn``, its ``multihead_attn`` (cross-attention) the block's ``cross_attn``,
+    and ``norm1``, ``norm2``, ``norm3`` keep their names. Its ``tgt_mask``,
+    ``memory_mask`` and key-padding masks mean True = may *not* attend: pass them ``~mask``.
+    """
+    if not isinstance(layer, nn.TransformerDecoderLayer):
+        raise TypeError(f"expected torch.nn.TransformerDecoderLayer, got {type(layer).__name__}")
+    if layer.norm_first != block.norm_first:
+        raise ValueError(
+            f"norm_first mismatch: the torch layer has norm_first={layer.norm_first}, "
+            f"this block {block.norm_first}; build both the same way"
+        )
+    if not (layer.activation is F.relu or isinstance(layer.activation, nn.ReLU)):
+        raise ValueError("the torch layer must use activation='relu', as this block does")
+    if not isinstance(block.norm1, nn.LayerNorm) or block.norm1.eps != layer.norm1.eps:
+        raise ValueError(
+            f"normalization mismatch: the torch layer uses LayerNorm(eps={layer.norm1.eps}); "
+            f"build this block with norm='layer', eps={layer.norm1.eps}"
+        )
+    if layer.linear1.weight.shape != block.ffn.linear1.weight.shape:
+        raise ValueError(
+            f"feed-forward shape mismatch: torch {tuple(layer.linear1.weight.shape)}, "
+            f"this block {tuple(block.ffn.linear1.weight.shape)} (ffn_width, d_model)"
+        )
+    if not layer.self_attn.batch_first:
+        warnings.warn(
+            "the torch layer was built with batch_first=False, so it expects (T, B, D) "
+            "inputs while this block takes (B, T, D); to compare their outputs, build it "
+            "with nn.TransformerDecoderLayer(..., batch_first=True)",
+            stacklevel=3,
+        )
+    load_multihead_attention(block.self_attn, layer.self_attn)
+    load_multihead_attention(block.cross_attn, layer.multihead_attn)
+    for name in ("linear1", "linear2"):
+        getattr(block.ffn, name).load_state_dict(getattr(layer, name).state_dict())
+    for name in ("norm1", "norm2", "norm3"):
+        getattr(block, name).load_state_dict(getattr(layer, name).state_dict())
     return block

@@ -13,7 +13,17 @@ import numpy as np
 import torch
 from matplotlib.ticker import MaxNLocator
 
-__all__ = ["use_book_style", "heatmap", "to_numpy"]
+__all__ = ["ROLE_COLOURS", "use_book_style", "heatmap", "to_numpy"]
+
+#: One colour per role, in every plot and diagram of the book (matplotlib's default cycle:
+#: C0 blue, C1 orange, C2 green, C7 grey, C4 purple). Defined here and nowhere else.
+ROLE_COLOURS = {
+    "query": "#1f77b4",
+    "key": "#ff7f0e",
+    "value": "#2ca02c",
+    "mask": "#7f7f7f",
+    "residual": "#9467bd",
+}
 
 
 def use_book_style() -> None:

@@ -1,7 +1,9 @@
-"""The Transformer encoder: normalization, the feed-forward network, blocks and the stack.
+"""The Transformer: normalization, the feed-forward network, encoder and decoder blocks.
 
-Chapter 6 builds these pieces from scratch; this module is the canonical version later
-chapters import. Shapes: ``B`` batch, ``T`` sequence length, ``D`` model width (``d_model``),
+Chapter 6 builds the encoder's pieces from scratch, chapter 9 the decoder's
+(:class:`DecoderBlock`, :class:`TransformerDecoder`) and the whole encoder-decoder on tokens
+(:class:`EncoderDecoderTransformer`); this module is the canonical version later chapters
+import. Shapes: ``B`` batch, ``T`` sequence length, ``D`` model width (``d_model``),
 ``H`` heads, ``F`` feed-forward width (``ffn_width``). Masks follow the package convention of
 :mod:`helpers.attention`: boolean, ``True`` = may attend, broadcastable to ``(B, H, T, T)``.
 
@@ -21,13 +23,17 @@ import torch
 from torch import nn
 
 from helpers import _validate as check
-from helpers.attention import MultiHeadAttention
+from helpers.attention import MultiHeadAttention, causal_mask
+from helpers.positional import SinusoidalPositionalEncoding
 
 __all__ = [
     "RMSNorm",
     "FeedForward",
     "EncoderBlock",
     "TransformerEncoder",
+    "DecoderBlock",
+    "TransformerDecoder",
+    "EncoderDecoderTransformer",
     "make_norm",
 ]
 
@@ -209,3 +215,233 @@ class TransformerEncoder(nn.Module):
             x, weights = block(x, mask=mask, return_attention=True)
             maps.append(weights)
         return maps
+
+
+# --------------------------------------------------------------------------- the decoder side
+
+
+class DecoderBlock(nn.Module):
+    """One decoder block: masked self-attention, cross-attention and a feed-forward network.
+
+    The arguments are those of :class:`EncoderBlock`; both norm placements match
+    ``torch.nn.TransformerDecoderLayer`` (activation ReLU, ``batch_first=True``). The second
+    sublayer is *cross*-attention: queries from the target stream, keys and values from the
+    encoder's output ``memory``.
+
+    ``forward(target, memory, target_mask=None, memory_mask=None, return_attention=False)``:
+    ``target`` is ``(B, Tt, D)``, ``memory`` is ``(B, Ts, D)``. Masks are boolean, True = may
+    attend: ``target_mask`` broadcastable to ``(B, H, Tt, Tt)`` (usually
+    ``causal_mask(Tt)``), ``memory_mask`` to ``(B, H, Tt, Ts)`` (usually a source padding
+    mask). Returns ``(B, Tt, D)``, or ``(output, (self_weights, cross_weights))`` with
+    weights ``(B, H, Tt, Tt)`` and ``(B, H, Tt, Ts)`` if ``return_attention``.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        ffn_width: int,
+        dropout: float = 0.0,
+        norm_first: bool = True,
+        *,
+        bias: bool = True,
+        norm: str = "layer",
+        eps: float = 1e-5,
+    ) -> None:
+        super().__init__()
+        self.d_model, self.norm_first = d_model, check.boolean("norm_first", norm_first)
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout, bias=bias)
+        self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout, bias=bias)
+        self.ffn = FeedForward(d_model, ffn_width, dropout=dropout, bias=bias)
+        self.norm1, self.norm2, self.norm3 = (make_norm(norm, d_model, eps, bias) for _ in "123")
+        self.dropout1, self.dropout2, self.dropout3 = (nn.Dropout(dropout) for _ in "123")
+
+    @staticmethod
+    def _attend(attention, query, memory, mask, return_attention: bool):
+        if return_attention:
+            return attention(query, memory, memory, mask=mask, return_attention=True)
+        return attention(query, memory, memory, mask=mask), None
+
+    def forward(self, target, memory, target_mask=None, memory_mask=None, return_attention=False):
+        check.decoder_inputs(self, target, memory, target_mask, memory_mask)
+        x, want = target, return_attention
+        if self.norm_first:
+            h = self.norm1(x)
+            attended, self_weights = self._attend(self.self_attn, h, h, target_mask, want)
+            x = x + self.dropout1(attended)
+            h = self.norm2(x)
+            attended, cross_weights = self._attend(self.cross_attn, h, memory, memory_mask, want)
+            x = x + self.dropout2(attended)
+            x = x + self.dropout3(self.ffn(self.norm3(x)))
+        else:
+            attended, self_weights = self._attend(self.self_attn, x, x, target_mask, want)
+            x = self.norm1(x + self.dropout1(attended))
+            attended, cross_weights = self._attend(self.cross_attn, x, memory, memory_mask, want)
+            x = self.norm2(x + self.dropout2(attended))
+            x = self.norm3(x + self.dropout3(self.ffn(x)))
+        return (x, (self_weights, cross_weights)) if return_attention else x
+
+    def load_from_torch(self, layer: nn.TransformerDecoderLayer) -> DecoderBlock:
+        """Copy a ``torch.nn.TransformerDecoderLayer``'s weights; see :mod:`helpers.interop`."""
+        from helpers.interop import load_decoder_block
+
+        return load_decoder_block(self, layer)
+
+
+class TransformerDecoder(nn.Module):
+    """A stack of ``num_blocks`` :class:`DecoderBlock`\\ s reading one shared ``memory``.
+
+    ``forward(target (B, Tt, D), memory (B, Ts, D), target_mask=None, memory_mask=None)``
+    returns ``(B, Tt, D)``. Every block attends to the same encoder output. The other
+    arguments, and ``final_norm``, are those of :class:`TransformerEncoder`.
+    """
+
+    def __init__(
+        self,
+        num_blocks: int,
+        d_model: int,
+        num_heads: int,
+        ffn_width: int,
+        dropout: float = 0.0,
+        norm_first: bool = True,
+        *,
+        bias: bool = True,
+        norm: str = "layer",
+        eps: float = 1e-5,
+        final_norm: bool | None = None,
+    ) -> None:
+        super().__init__()
+        check.positive_int("num_blocks", num_blocks)
+        self.blocks = nn.ModuleList(
+            DecoderBlock(
+                d_model, num_heads, ffn_width, dropout, norm_first, bias=bias, norm=norm, eps=eps
+            )
+            for _ in range(num_blocks)
+        )
+        final_norm = norm_first if final_norm is None else final_norm
+        self.final_norm = make_norm(norm, d_model, eps, bias) if final_norm else nn.Identity()
+
+    def forward(self, target, memory, target_mask=None, memory_mask=None):
+        for block in self.blocks:
+            target = block(target, memory, target_mask, memory_mask)
+        return self.final_norm(target)
+
+    @torch.no_grad()
+    def get_attention_maps(self, target, memory, target_mask=None, memory_mask=None):
+        """Each block's ``(self_weights (B, H, Tt, Tt), cross_weights (B, H, Tt, Ts))``."""
+        maps = []
+        for block in self.blocks:
+            target, weights = block(target, memory, target_mask, memory_mask, True)
+            maps.append(weights)
+        return maps
+
+
+class EncoderDecoderTransformer(nn.Module):
+    """The encoder-decoder Transformer on tokens: embeddings, positions, two stacks, logits.
+
+    ``forward(source (B, Ts), target (B, Tt))`` takes int64 token ids (``target`` is the
+    decoder's *input*, the shifted target) and returns logits ``(B, Tt, target_vocab)``:
+    position ``t`` predicts the token after ``target[:, t]``. Token ``pad_id`` (if given) is
+    masked out as a key everywhere: in the encoder, in cross-attention and in the decoder's
+    self-attention, on top of the causal mask. Embeddings are scaled by ``sqrt(d_model)`` and
+    added to the sinusoidal encoding, as in Vaswani et al. (2017). ``tie_embeddings`` shares
+    one matrix between the source embedding, the target embedding and the output projection
+    (it needs one vocabulary, ``source_vocab == target_vocab``). ``ffn_width`` defaults to
+    ``4 * d_model``. Embeddings start from ``N(0, 1 / d_model)``, so that after the scaling
+    their entries are about as large as the positional encoding's.
+    """
+
+    def __init__(
+        self,
+        source_vocab: int,
+        target_vocab: int,
+        d_model: int,
+        num_heads: int,
+        num_encoder_blocks: int,
+        num_decoder_blocks: int,
+        ffn_width: int | None = None,
+        dropout: float = 0.0,
+        norm_first: bool = True,
+        *,
+        pad_id: int | None = None,
+        tie_embeddings: bool = False,
+        max_len: int = 512,
+    ) -> None:
+        super().__init__()
+        check.seq2seq_arguments(source_vocab, target_vocab, pad_id, tie_embeddings)
+        self.source_vocab, self.target_vocab, self.pad_id = source_vocab, target_vocab, pad_id
+        self.d_model = d_model
+        ffn_width = 4 * d_model if ffn_width is None else ffn_width
+        sizes = (d_model, num_heads, ffn_width, dropout, norm_first)
+        self.source_embedding = nn.Embedding(source_vocab, d_model)
+        self.target_embedding = (
+            self.source_embedding if tie_embeddings else nn.Embedding(target_vocab, d_model)
+        )
+        self.positional = SinusoidalPositionalEncoding(d_model, max_len)
+        self.dropout = nn.Dropout(dropout)
+        self.encoder = TransformerEncoder(num_encoder_blocks, *sizes)
+        self.decoder = TransformerDecoder(num_decoder_blocks, *sizes)
+        self.output = nn.Linear(d_model, target_vocab)
+        for embedding in dict.fromkeys([self.source_embedding, self.target_embedding]):
+            # entries of size 1 after the sqrt(d_model) scaling, like the positional encoding
+            nn.init.normal_(embedding.weight, std=d_model**-0.5)
+        if tie_embeddings:  # one (vocab, D) matrix reads tokens in and writes logits out
+            self.output.weight = self.source_embedding.weight
+
+    def _embed(self, embedding: nn.Embedding, tokens: torch.Tensor) -> torch.Tensor:
+        return self.dropout(self.positional(embedding(tokens) * self.d_model**0.5))
+
+    def _key_mask(self, tokens: torch.Tensor) -> torch.Tensor | None:  # (B, 1, 1, T)
+        return None if self.pad_id is None else (tokens != self.pad_id)[:, None, None, :]
+
+    def encode(self, source: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The encoder's output ``memory (B, Ts, D)`` and the source's key mask."""
+        check.tokens(source, self.source_vocab, self.positional.max_len)
+        source_mask = self._key_mask(source)
+        return self.encoder(self._embed(self.source_embedding, source), source_mask), source_mask
+
+    def _decoder_input(self, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        check.tokens(target, self.target_vocab, self.positional.max_len)
+        target_mask = causal_mask(target.shape[1], target.device)
+        if self.pad_id is not None:
+            target_mask = target_mask & self._key_mask(target)
+        return self._embed(self.target_embedding, target), target_mask
+
+    def decode(self, target, memory, source_mask=None) -> torch.Tensor:
+        """Logits ``(B, Tt, target_vocab)`` for the decoder input ``target`` given ``memory``."""
+        x, target_mask = self._decoder_input(target)
+        return self.output(self.decoder(x, memory, target_mask, source_mask))
+
+    def forward(self, source: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        memory, source_mask = self.encode(source)
+        return self.decode(target, memory, source_mask)
+
+    @torch.no_grad()
+    def generate(self, source: torch.Tensor, start_id: int, num_steps: int) -> torch.Tensor:
+        """Greedy decoding: ``(B, 1 + num_steps)`` tokens, ``start_id`` then the predictions.
+
+        One step at a time: the decoder re-reads the whole prefix it has written so far (no
+        cache) and appends the arg-max of the last position's logits.
+        """
+        memory, source_mask = self.encode(source)
+        tokens = torch.full((source.shape[0], 1), start_id, device=source.device)
+        for _ in range(check.positive_int("num_steps", num_steps)):
+            logits = self.decode(tokens, memory, source_mask)
+            tokens = torch.cat([tokens, logits[:, -1:].argmax(dim=-1)], dim=1)
+        return tokens
+
+    @torch.no_grad()
+    def get_attention_maps(self, source: torch.Tensor, target: torch.Tensor) -> dict:
+        """Per block, the weights of ``"encoder"`` self-, ``"decoder"`` self- and ``"cross"``
+        attention: lists of ``(B, H, Ts, Ts)``, ``(B, H, Tt, Tt)`` and ``(B, H, Tt, Ts)``."""
+        source_mask = self._key_mask(source)
+        x = self._embed(self.source_embedding, source)
+        encoder_maps = self.encoder.get_attention_maps(x, source_mask)
+        memory, _ = self.encode(source)
+        y, target_mask = self._decoder_input(target)
+        decoder_maps = self.decoder.get_attention_maps(y, memory, target_mask, source_mask)
+        return {
+            "encoder": encoder_maps,
+            "decoder": [weights for weights, _ in decoder_maps],
+            "cross": [weights for _, weights in decoder_maps],
+        }

@@ -32,7 +32,7 @@
 import sys
 
 # The book's package at the book's version (a release tag, kept in step by a test).
-HELPERS = "attention-book-helpers @ git+https://github.com/attention-book/attention-book@v0.1.0"
+HELPERS = "attention-book-helpers @ git+https://github.com/attention-book/attention-book@v0.2.0"
 if "google.colab" in sys.modules:
     import subprocess
 
@@ -446,6 +446,17 @@ right = weights_layer.properties(
 # regression is its closest numeric cousin: return the value of the closest key, a one-hot
 # weight vector. Attention is the soft version: every key contributes, in proportion to its
 # similarity.
+#
+# ```{figure} ../book/_static/diagrams/soft_lookup.svg
+# :alt: Two panels with the same query, q = 2, and the same four key and value pairs. Top, soft lookup: the query is linked to every key, each key gets a weight from a softmax (most of it on the two nearest keys, 1.6 and 2.7), and the output is the sum of the values times their weights. Bottom, hard lookup: only the nearest key, 1.6, is linked; it gets weight 1, every other key 0, and the output is that key's value.
+# :name: fig-soft-lookup
+#
+# One query looked up two ways (Gaussian kernel of width 0.5; blue: the query, orange: keys,
+# green: values; weights coloured as in the book's attention maps). Look at the weight column:
+# the soft lookup spreads one unit of weight over the keys by closeness, so its output lies
+# between the values of the two nearest keys; the hard lookup puts all of it on the nearest key
+# and returns that key's value unchanged. Dashed lines lead to keys that get (almost) no weight.
+# ```
 
 # %%
 hard_predictions, hard_weights = nearest_neighbour(x_query, x_train, y_train)

@@ -37,7 +37,7 @@
 import sys
 
 # The book's package at the book's version (a release tag, kept in step by a test).
-HELPERS = "attention-book-helpers @ git+https://github.com/attention-book/attention-book@v0.1.0"
+HELPERS = "attention-book-helpers @ git+https://github.com/attention-book/attention-book@v0.2.0"
 if "google.colab" in sys.modules:
     import subprocess
 
@@ -92,6 +92,10 @@ generator = torch.Generator().manual_seed(0)
 # $$
 # a_{ij} = \frac{m_{ij} \exp(s_{ij})}{\sum_{l} m_{il} \exp(s_{il})} .
 # $$
+#
+# The diagram of the whole computation in {ref}`chapter 3 <fig-sdpa>` shows this place: the mask
+# comes in after the scores are scaled and before the softmax, as a grey box of the same shape
+# as the scores, $T_q \times T_k$.
 #
 # From scratch, on four queries and four keys with the causal mask (query $i$ may see keys
 # $0, \dots, i$):

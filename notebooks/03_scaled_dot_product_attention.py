@@ -36,7 +36,7 @@
 import sys
 
 # The book's package at the book's version (a release tag, kept in step by a test).
-HELPERS = "attention-book-helpers @ git+https://github.com/attention-book/attention-book@v0.1.0"
+HELPERS = "attention-book-helpers @ git+https://github.com/attention-book/attention-book@v0.2.0"
 if "google.colab" in sys.modules:
     import subprocess
 
@@ -94,6 +94,18 @@ from helpers.plotting import heatmap
 # attention among the keys. Queries and keys must share the width $d$ (they meet in a dot
 # product); the values may have any width, and $T_q$ need not equal $T_k$. Extra leading
 # dimensions (batch, heads) simply ride along.
+#
+# ```{figure} ../book/_static/diagrams/scaled_dot_product_attention.svg
+# :alt: A flow chart from top to bottom. Q of shape (Tq, d) and K of shape (Tk, d) enter a box "scores Q K transposed", which gives a (Tq, Tk) matrix. It is scaled by dividing by the square root of d, then a mask of shape (Tq, Tk) comes in from the side and sets the scores of forbidden pairs to minus infinity, then a softmax over the keys gives the weights A of shape (Tq, Tk), then a dashed dropout box (training only), then V of shape (Tk, dv) comes in from the right for the weighted sum A V, and the output has shape (Tq, dv).
+# :name: fig-sdpa
+#
+# Scaled dot-product attention as a computation, with the shape on every arrow (blue: queries,
+# orange: keys, green: values, grey: the mask). Look at where the shapes change: the two widths
+# $d$ meet and vanish in $QK^\top$, everything between it and the weighted sum is a
+# $T_q \times T_k$ matrix (the scaling, the mask of chapter 2 and the softmax act on it
+# element by element or row by row), and $AV$ brings back one row of width $d_v$ per query.
+# The dashed box, dropout on the weights, runs only in training (the last section).
+# ```
 #
 # From scratch, that is three lines:
 

@@ -38,7 +38,7 @@
 import sys
 
 # The book's package at the book's version (a release tag, kept in step by a test).
-HELPERS = "attention-book-helpers @ git+https://github.com/attention-book/attention-book@v0.1.0"
+HELPERS = "attention-book-helpers @ git+https://github.com/attention-book/attention-book@v0.2.0"
 if "google.colab" in sys.modules:
     import subprocess
 
@@ -121,6 +121,16 @@ def error_of(call) -> str:
 # as sources written for teaching often do. Each head owns three small linear layers and calls
 # the `scaled_dot_product_attention` of chapter 3, queries first, then keys (chapter 3 shows
 # when exchanging the two is harmless and when it is a bug).
+#
+# ```{figure} ../book/_static/diagrams/mha_per_head.svg
+# :alt: A flow chart. The input x of shape (B, T, D) feeds H separate heads, drawn as head 1, head 2, dots and head H. Each head has its own three small projections q, k and v and its own attention, and outputs a tensor of shape (B, T, d_head). The head outputs are concatenated along the last dimension into (B, T, D), and an output Linear W O from D to D gives the output, again (B, T, D).
+# :name: fig-mha-per-head
+#
+# The per-head view: every head owns its projections (blue, orange, green: its queries, keys
+# and values, each of width $d_\text{head}$) and runs its own attention. Look at the widths:
+# $H$ heads of width $d_\text{head} = D / H$ side by side make the width $D$ again, which is
+# why the concatenation can be followed by a $D \times D$ output projection.
+# ```
 
 
 # %%
@@ -186,6 +196,17 @@ out_per_head.shape, weights_per_head.shape
 # The same goes for keys and values, and the three matrices can be stacked into one weight of
 # shape $(3D, D)$. What remains is bookkeeping: reshape so that the heads become a batch
 # dimension, let one batched attention call handle every head, and undo the reshape.
+#
+# ```{figure} ../book/_static/diagrams/mha_fused.svg
+# :alt: A flow chart from top to bottom with the shape on every arrow. The input x of shape (B, T, D) goes through one Linear from D to 3D, which is split into q, k and v, each (B, T, D). Each is viewed as (B, T, H, d_head) and transposed to (B, H, T, d_head); one attention call handles all heads and gives (B, H, T, d_head); a transpose and a reshape give (B, T, D); the output Linear W O keeps (B, T, D).
+# :name: fig-mha-fused
+#
+# The fused view of the same module (self-attention: queries, keys and values all come from
+# `x`). Compare it with the per-head figure above: the $3H$ small projections became one
+# `Linear(D, 3D)`, and the loop over heads became a reshape. Look at the shapes on the arrows:
+# the heads move into the second dimension, where one batched attention call treats them like
+# the batch, and the reshape back to $(B, T, D)$ is the concatenation.
+# ```
 #
 # Step by step, with the shape after every step checked:
 

@@ -34,7 +34,7 @@
 import sys
 
 # The book's package at the book's version (a release tag, kept in step by a test).
-HELPERS = "attention-book-helpers @ git+https://github.com/attention-book/attention-book@v0.1.0"
+HELPERS = "attention-book-helpers @ git+https://github.com/attention-book/attention-book@v0.2.0"
 if "google.colab" in sys.modules:
     import subprocess
 
@@ -162,7 +162,7 @@ def draw_dials(ax, angles, row_labels, num_decimals=2):
     circle = np.linspace(0, 2 * np.pi, 80)
     for row in range(rows):
         for column in range(columns):
-            cx, cy, angle = 2.8 * column, -3.4 * row, float(angles[row, column])
+            cx, cy, angle = 2.8 * column, -3.9 * row, float(angles[row, column])
             ax.plot(cx + np.cos(circle), cy + np.sin(circle), color="0.65", lw=0.8)
             hand = {"arrowstyle": "-|>", "color": "C3", "lw": 1.4}
             ax.annotate(
@@ -170,12 +170,10 @@ def draw_dials(ax, angles, row_labels, num_decimals=2):
             )
             sin, cos = (f"{v:.{num_decimals}f}" for v in (np.sin(angle), np.cos(angle)))
             values = f"{sin}\n{cos}".replace("-0.00", "0.00")
-            ax.text(cx, cy - 1.25, values, ha="center", va="top", fontsize=6.5)
-        ax.text(
-            -1.6, -3.4 * row, row_labels[row], ha="right", va="center", fontsize=8.5
-        )
+            ax.text(cx, cy - 1.2, values, ha="center", va="top", fontsize=8)
+        ax.text(-1.5, -3.9 * row, row_labels[row], ha="right", va="center", fontsize=9)
     for column in range(columns):
-        ax.text(2.8 * column, 1.4, f"t={column}", ha="center", fontsize=8.5)
+        ax.text(2.8 * column, 1.4, f"t={column}", ha="center", fontsize=9)
     ax.set_aspect("equal")
     ax.axis("off")
 
@@ -183,7 +181,7 @@ def draw_dials(ax, angles, row_labels, num_decimals=2):
 fixed_bases = torch.tensor([4.0, 5.0, 7.0])
 # (bases, positions)
 dial_angles = 2 * np.pi * torch.arange(8)[None, :] / fixed_bases[:, None]
-fig, ax = plt.subplots(figsize=(9, 4.2))
+fig, ax = plt.subplots(figsize=(6.2, 3.8))
 draw_dials(ax, dial_angles, [f"period {int(b)}" for b in fixed_bases])
 plt.show()
 
@@ -298,6 +296,19 @@ print(f"position {dial_period} is encoded exactly like position 0")
 #
 # For $D = 8$ the four speeds are $10000^{0}, 10000^{-1/4}, 10000^{-1/2}, 10000^{-3/4}$, that
 # is 1, 0.1, 0.01 and 0.001 radian per position. We count positions from 0, as the code does.
+#
+# ```{figure} ../book/_static/diagrams/positional_encoding.svg
+# :alt: Two parts. Top: four tokens, 7, 2, 9 and 4, at positions 0 to 3; each token's embedding, a strip of eight coloured entries, plus the encoding of its position, another strip of eight, gives the input, a third strip. Bottom: two dials. Dimensions 0 and 1 turn 1 radian per step, so positions 0 to 5 spread around the circle; dimensions 2 and 3 turn 0.1 radian per step, and the dial drawn at positions 0, 10, 20, 30, 40 and 50 looks the same.
+# :name: fig-positional-encoding
+#
+# The input of the first block is a token's embedding plus its position's encoding ($D = 8$;
+# embedding entries made up; red positive, blue negative). Look at the middle row: it does not
+# depend on the token, so the same token at two positions enters the model as two different
+# vectors. Below, two pairs of dimensions drawn as hands on dials: the first pair turns 1 radian
+# per position, the second 0.1, so it needs ten positions to turn as far as the first turns in
+# one. Moving $k$ positions turns the hand of pair $j$ by $k\,\omega_j$ wherever it starts: the
+# rotation of the section "Relative position as a rotation".
+# ```
 
 # %%
 speeds_8 = 10000.0 ** (-torch.arange(0, 8, 2, dtype=torch.float64) / 8)
@@ -309,7 +320,7 @@ print(speeds_8.numpy())
 
 # %% tags=["hide-input"]
 dial_angles_8 = torch.arange(10)[None, :] * speeds_8[:, None]  # (hands, positions)
-fig, ax = plt.subplots(figsize=(11, 5.2))
+fig, ax = plt.subplots(figsize=(6.2, 4.2))
 draw_dials(
     ax,
     dial_angles_8,
@@ -354,7 +365,7 @@ assert (table_64[:, 48:] - table_64[0, 48:]).abs().max() < 0.1
 
 # %% tags=["hide-input"]
 fig, axes = plt.subplots(
-    1, 2, figsize=(10, 3.8), gridspec_kw={"width_ratios": [1, 1.6]}
+    1, 2, figsize=(6.2, 3.2), gridspec_kw={"width_ratios": [1, 1.6]}
 )
 heatmap(
     table_8, axes[0], xlabel="dimension", ylabel="position", title="D = 8, 10 positions"
@@ -385,7 +396,7 @@ plt.show()
 
 # %% tags=["hide-input"]
 table_256 = sinusoidal_encoding(400, 256)
-fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+fig, axes = plt.subplots(1, 2, figsize=(6.2, 3.2))
 shown_dims = [0, 10, 30, 60, 120, 240]
 for row, dim in enumerate(shown_dims):
     axes[0].plot(table_256[:, dim] + 3 * row, color="k", lw=1.2)
@@ -431,7 +442,7 @@ glue("ch5_bound_wavelength", round(2 * math.pi * 10000))
 num_bits, count_to = 6, 64
 # bits[t, b] is bit b of position t, lowest bit first.
 bits = (torch.arange(count_to)[:, None] >> torch.arange(num_bits)[None, :]) & 1
-fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+fig, axes = plt.subplots(1, 2, figsize=(6.2, 3.4))
 heatmap(
     bits,
     axes[0],
@@ -480,7 +491,7 @@ glue("ch5_tolerance", tolerance)
 
 # %% tags=["hide-input"]
 fig, axes = plt.subplots(
-    1, 2, figsize=(10, 4.2), gridspec_kw={"width_ratios": [1, 1.2]}
+    1, 2, figsize=(6.2, 3.0), gridspec_kw={"width_ratios": [1, 1.2]}
 )
 small = pairwise_distances(table_8[:5])
 glue("ch5_dist_1", round(small[0, 1].item(), 2))
@@ -489,11 +500,14 @@ heatmap(
     small, axes[0], xlabel="position", ylabel="position", title="D = 8, positions 0-4"
 )
 for (row, column), value in np.ndenumerate(small.numpy()):
+    # Dark text on the bright (yellow) end of viridis, white on the dark end.
+    shade = "k" if value > 0.6 * small.max().item() else "w"
     axes[0].text(
-        column, row, f"{value:.2f}", ha="center", va="center", color="w", fontsize=8
+        column, row, f"{value:.2f}", ha="center", va="center", color=shade, fontsize=8
     )
 heatmap(distances[:100, :100], axes[1], xlabel="position", ylabel="position")
 axes[1].set_title("D = 64, positions 0-99")
+axes[1].set_xticks(range(0, 100, 20))
 fig.tight_layout()
 plt.show()
 
@@ -554,7 +568,7 @@ glue("ch5_steps", len(right_side) - 1)
 glue("ch5_min_similarity", round(similarity.min().item(), 2))
 
 # %% tags=["hide-input"]
-fig, ax = plt.subplots(figsize=(7, 3))
+fig, ax = plt.subplots(figsize=(6.2, 3))
 ax.plot(similarity, color="k")
 ax.axvline(center, color="C3", ls=":", lw=1)
 ax.set(xlabel="position $s$", ylabel=r"$p_s \cdot p_{200}$ / $p_{200} \cdot p_{200}$")
@@ -608,8 +622,10 @@ closest
 # $$
 #
 # Stack the $D/2$ blocks on a diagonal and you have one matrix $R(k)$ with
-# $\mathbf{p}_{t+k} = R(k)\,\mathbf{p}_t$ for every $t$: a *linear* map that a model's query
-# and key projections can learn, which makes relative positions easy for attention to use. $R(k)$ is orthogonal, and that also explains the distances:
+# $\mathbf{p}_{t+k} = R(k)\,\mathbf{p}_t$ for every $t$: for one fixed offset $k$, a *linear*
+# map that a model's query and key projections can learn, which makes "look $k$ positions
+# back" easy for attention to express (each offset needs its own map). $R(k)$ is orthogonal,
+# and that also explains the distances:
 # $\lVert \mathbf{p}_{t+k} - \mathbf{p}_t \rVert = \lVert R(t)(\mathbf{p}_k - \mathbf{p}_0)
 # \rVert = \lVert \mathbf{p}_k - \mathbf{p}_0 \rVert$.
 
@@ -741,7 +757,7 @@ print(
 assert encoding_2d(corners)[0, 0, 1] == 0
 
 # %% tags=["hide-input"]
-fig, axes = plt.subplots(1, 2, figsize=(8, 4), sharex=True, sharey=True)
+fig, axes = plt.subplots(1, 2, figsize=(6.2, 3.4), sharex=True, sharey=True)
 for ax, scale in zip(axes, (1.0, math.sqrt(2)), strict=True):
     raw = (scale * corners)[0]
     moved = encoding_2d(scale * corners)[0]
@@ -802,11 +818,13 @@ glue("ch5_balanced_ratio", round(balanced, 2))
 glue("ch5_sqrt_300", round(math.sqrt(300), 1))
 
 # %% tags=["hide-input"]
-fig, ax = plt.subplots(figsize=(7, 3.4))
+fig, ax = plt.subplots(figsize=(6.2, 3.4))
 colors = {"entries ~ 1/sqrt(D)": "C0", "entries ~ 1": "C1"}
 for (label, scaled), group in ratios.groupby(["input", "scaled"]):
     style = "-" if scaled else "--"
     name = f"{label}, {'times sqrt(D)' if scaled else 'unscaled'}"
+    # Solid lines wide and underneath, dashed ones thin on top: where two coincide
+    # (small inputs scaled, unit inputs unscaled), both stay visible.
     ax.loglog(
         group["d_model"],
         group["ratio"],
@@ -814,6 +832,10 @@ for (label, scaled), group in ratios.groupby(["input", "scaled"]):
         marker="o",
         color=colors[label],
         label=name,
+        lw=4 if scaled else 1.5,
+        ms=9 if scaled else 5,
+        alpha=0.55 if scaled else 1.0,
+        zorder=2 if scaled else 3,
     )
 ax.axhline(1, color="k", lw=0.8)
 ax.set(xlabel="d_model", ylabel="|encoding| / |input|")
@@ -826,7 +848,7 @@ plt.show()
 # Unscaled (dashed), small inputs (blue) are crowded out more and more as $D$ grows, while
 # unit-size inputs (orange) stay at a ratio of about {glue:text}`ch5_balanced_ratio:.2f`
 # ($1/\sqrt{2}$). The $\sqrt{D}$ scaling (solid) brings small inputs to that same ratio (the
-# two lines overlap), but pushes unit-size inputs down to
+# wide blue line under the dashed orange one), but pushes unit-size inputs down to
 # $1/\sqrt{2D}$: at $D = 300$ the factor is
 # {glue:text}`ch5_sqrt_300:.1f` and the encoding is only {glue:text}`ch5_ratio_300:.3f` of
 # the input's size. Scale only inputs you know to be small, or let a learned projection and
@@ -880,7 +902,7 @@ glue("ch5_buggy_gap_6", round(buggy_gaps[5].item(), 2))
 glue("ch5_right_gap", round(right_gaps.min().item(), 2))
 
 # %% tags=["hide-input"]
-fig, axes = plt.subplots(2, 2, figsize=(10, 7))
+fig, axes = plt.subplots(2, 2, figsize=(6.2, 5.6))
 for column, (name, table) in enumerate(
     (("right", right_table), ("floor exponent", buggy_table))
 ):
@@ -891,6 +913,7 @@ for column, (name, table) in enumerate(
     distance_matrix = pairwise_distances(table[:100])
     heatmap(distance_matrix, axes[1, column], xlabel="position", ylabel="position")
     axes[1, column].set_title(f"{name}: distances")
+    axes[1, column].set_xticks(range(0, 100, 20))
 fig.tight_layout()
 plt.show()
 
@@ -952,14 +975,14 @@ for offset in range(alibi_len):  # each diagonal holds one value per head
     assert (diagonal == diagonal[:, :1]).all()
 
 # %% tags=["hide-input"]
-fig, axes = plt.subplots(1, 4, figsize=(12, 3.2))
-for ax, head in zip(axes, (0, 1, 3, 7), strict=True):
+fig, axes = plt.subplots(2, 2, figsize=(6.2, 5.4), layout="constrained")
+for ax, head in zip(axes.flat, (0, 1, 3, 7), strict=True):
     heatmap(
-        bias[head], ax, colorbar=head == 7, vmin=bias.min().item(), vmax=0, cmap="magma"
+        bias[head], ax, colorbar=False, vmin=bias.min().item(), vmax=0, cmap="magma"
     )
     ax.set_title(f"head {head + 1}, slope {alibi_slopes(num_heads)[head].item():g}")
     ax.set_xticks(range(0, alibi_len, 2))
-fig.tight_layout()
+fig.colorbar(axes[0, 0].images[0], ax=axes, shrink=0.8, label="bias")
 plt.show()
 
 # %% [markdown]
@@ -1050,7 +1073,7 @@ apply_k = apply_rotary(query, torch.full((rope_len,), 1000))
 torch.testing.assert_close(apply_k, query @ relative_rotation(1000, d_head))
 
 # %% tags=["hide-input"]
-fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+fig, axes = plt.subplots(1, 2, figsize=(6.2, 3.0))
 score_range = {"vmin": toeplitz.min().item(), "vmax": toeplitz.max().item()}
 heatmap(same_token @ same_token.T, axes[0], title="same token, no RoPE", **score_range)
 heatmap(toeplitz, axes[1], title="same token, with RoPE", **score_range)

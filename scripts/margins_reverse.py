@@ -1,6 +1,11 @@
 """Chapter 7's asserted claims, measured over seeds: the margins behind its thresholds.
 
-    python scripts/margins_reverse.py [--seeds 5] [--out margins_reverse.csv]
+    python scripts/margins_reverse.py [--seeds 5] [--part all] [--out margins_reverse.csv]
+
+``--part chapter`` measures the chapter's main run, its bare loop and its ablations;
+``--part schedules`` the schedule experiment (every run of ``SCHEDULE_EXPERIMENT``, cut after
+``--max-steps`` steps as in the chapter): the steps to 99% training accuracy and the accuracy
+over the last ten steps, one row per run and seed.
 
 Run it under each numerics configuration of `make test-portability` (for example
 `env ATEN_CPU_CAPABILITY=default python scripts/margins_reverse.py`) and take the worst value of
@@ -12,16 +17,21 @@ thread); only `config.seed` (initialization and batch order) changes.
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 
 import pandas as pd
 import torch
+import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
 from helpers.tasks.reverse import (
     BOOK_CONFIG,
+    SCHEDULE_EXPERIMENT,
+    ReversePredictor,
     bag_oracle_accuracy,
     make_reverse_dataset,
+    steps_to_accuracy,
     token_accuracy,
     token_cross_entropy,
     train_reverse,
@@ -36,15 +46,51 @@ def train_and_test(config, train_set, test_loader):
     return model, history, scores
 
 
-def measure(seed, train_set, test_set):
+def sequence_accuracy(model, inputs, targets):
+    model.eval()
+    with torch.no_grad():
+        return (model(inputs).argmax(-1) == targets).all(-1).float().mean().item()
+
+
+def bare_loop(seed, train_set, val_set, num_steps=100):
+    """The chapter's bare loop (Adam, constant lr 0.01): first loss, validation accuracy."""
+    config = BOOK_CONFIG
+    torch.manual_seed(seed)
+    model = ReversePredictor(
+        config.num_classes, config.d_model, config.num_heads, config.num_blocks, config.ffn_width
+    )
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    loader = DataLoader(train_set, batch_size=config.batch_size, shuffle=True)
+    losses = []
+    for inputs, targets in itertools.islice(loader, num_steps):
+        loss = F.cross_entropy(model(inputs).flatten(0, 1), targets.flatten())
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    with torch.no_grad():
+        accuracy = token_accuracy(model(val_set.tensors[0]), val_set.tensors[1]).item()
+    return {"bare first loss": losses[0], "bare val accuracy": accuracy}
+
+
+def measure(seed, train_set, val_set, test_set):
     config = BOOK_CONFIG.replace(seed=seed)
     seq_len, num_classes = config.seq_len, config.num_classes
     test_loader = DataLoader(test_set, batch_size=2000)
     inputs, targets = test_set.tensors
-    row = {"seed": seed}
+    row = {"seed": seed} | bare_loop(seed, train_set, val_set)
     model, history, test = train_and_test(config, train_set, test_loader)
-    losses = history.set_index("step")["train_loss"]
-    row |= {"test accuracy": test["accuracy"], "loss@10": losses[10], "loss@100": losses[100]}
+    logged = history.set_index("step")
+    losses, accuracies = logged["train_loss"], logged["train_accuracy"]
+    row |= {
+        "test accuracy": test["accuracy"],
+        "test sequence accuracy": sequence_accuracy(model, inputs, targets),
+        "loss@10": losses[10],
+        "loss@100": losses[100],
+        "accuracy@10": accuracies[10],
+        "accuracy@30": accuracies[30],
+        "steps to 99%": steps_to_accuracy(history),
+    }
     anti = torch.arange(seq_len - 1, -1, -1)
     with torch.no_grad():
         maps = model.get_attention_maps(inputs[:500])
@@ -70,38 +116,84 @@ def measure(seed, train_set, test_set):
     row["best other-length accuracy"] = best_other
     _, _, blind = train_and_test(config.replace(positional=False), train_set, test_loader)
     row["blind - oracle"] = blind["accuracy"] - bag_oracle_accuracy(inputs, num_classes)
-    _, dropout_history, dropout = train_and_test(
+    dropout_model, dropout_history, dropout = train_and_test(
         config.replace(dropout=0.3), train_set, test_loader
     )
     row["dropout train accuracy"] = dropout_history["train_accuracy"].tail(5).mean()
     row["dropout test accuracy"] = dropout["accuracy"]
-    row["dropout / plain test loss"] = dropout["loss"] / test["loss"]
+    row["plain - dropout test accuracy"] = test["accuracy"] - dropout["accuracy"]
+    row["dropout sequence accuracy"] = sequence_accuracy(dropout_model, inputs, targets)
+    row["plain - dropout sequence accuracy"] = (
+        row["test sequence accuracy"] - row["dropout sequence accuracy"]
+    )
     return row
+
+
+def measure_schedules(seed, train_set, max_steps):
+    """Every run of the schedule experiment for one seed: one row per run."""
+    rows = []
+    for name, changes in SCHEDULE_EXPERIMENT.items():
+        config = BOOK_CONFIG.replace(seed=seed, **changes)
+        try:
+            _, history = train_reverse(config, train_set, max_steps=max_steps)
+        except FloatingPointError:  # a diverged run: fit stops on a non-finite loss
+            rows.append({"run": name, "seed": seed, "steps to 99%": None, "final": float("nan")})
+            continue
+        accuracies = history.set_index("step")["train_accuracy"]
+        rows.append(
+            {
+                "run": name,
+                "seed": seed,
+                "steps to 99%": steps_to_accuracy(history),
+                "accuracy@100": accuracies[100],
+                "final": accuracies.iloc[-1],
+            }
+        )
+        print(rows[-1], flush=True)
+    return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=5)
-    parser.add_argument("--out", default=None)
+    parser.add_argument("--first-seed", type=int, default=0, help="seeds first-seed, ...")
+    parser.add_argument("--part", choices=["all", "chapter", "schedules"], default="all")
+    parser.add_argument("--max-steps", type=int, default=250)
+    parser.add_argument("--out", default=None, help="CSV path (schedules: a second CSV)")
     args = parser.parse_args()
     torch.set_num_threads(1)  # as the chapter does
     config = BOOK_CONFIG
     train_set = make_reverse_dataset(
         config.num_train, config.seq_len, config.num_classes, torch.Generator().manual_seed(0)
     )
+    val_set = make_reverse_dataset(
+        1_000, config.seq_len, config.num_classes, torch.Generator().manual_seed(1)
+    )
     test_set = make_reverse_dataset(
         10_000, config.seq_len, config.num_classes, torch.Generator().manual_seed(2)
     )
-    rows = []
-    for seed in range(args.seeds):
-        rows.append(measure(seed, train_set, test_set))
-        print(pd.Series(rows[-1]).round(4).to_dict(), flush=True)
-    table = pd.DataFrame(rows).set_index("seed")
     config_env = {k: os.environ.get(k, "") for k in ("ATEN_CPU_CAPABILITY", "OMP_NUM_THREADS")}
     print("numerics:", config_env)
-    print(table.agg(["min", "max"]).T.round(4).to_string())
-    if args.out:
-        table.assign(**config_env).to_csv(args.out)
+    if args.part in ("all", "chapter"):
+        rows = []
+        for seed in range(args.first_seed, args.first_seed + args.seeds):
+            rows.append(measure(seed, train_set, val_set, test_set))
+            print(pd.Series(rows[-1]).round(4).to_dict(), flush=True)
+        table = pd.DataFrame(rows).set_index("seed")
+        print(table.agg(["min", "max"]).T.round(4).to_string())
+        if args.out:
+            table.assign(**config_env).to_csv(args.out)
+    if args.part in ("all", "schedules"):
+        rows = []
+        for seed in range(args.first_seed, args.first_seed + args.seeds):
+            rows += measure_schedules(seed, train_set, args.max_steps)
+        runs = pd.DataFrame(rows)
+        print(runs.pivot(index="run", columns="seed", values="steps to 99%").to_string())
+        summary = runs.groupby("run", sort=False)[["accuracy@100", "final"]].agg(["min", "max"])
+        print(summary.round(3).to_string())
+        if args.out:
+            stem, _, suffix = args.out.rpartition(".")
+            runs.assign(**config_env).to_csv(f"{stem}_schedules.{suffix or 'csv'}", index=False)
 
 
 if __name__ == "__main__":

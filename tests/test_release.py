@@ -75,10 +75,11 @@ def test_site_footer_shows_this_version():
     assert f"Version {VERSION} (release tag {TAG})" in footer, footer
 
 
-def test_readme_runs_a_chapter_at_this_version():
-    readme = (ROOT / "README.md").read_text()
-    assert f"pip install '{INSTALL}'" in readme, "README's local install line is not this release's"
-    assert "--index-url https://download.pytorch.org/whl/cpu" in readme
+@pytest.mark.parametrize("page", ["README.md", "book/intro.md"])
+def test_local_install_lines_are_this_release(page):
+    text = (ROOT / page).read_text()
+    assert f"pip install '{INSTALL}'" in text, f"{page}'s local install line is not this release's"
+    assert "--index-url https://download.pytorch.org/whl/cpu" in text
 
 
 def test_licence_files_match_the_package_metadata():

@@ -45,7 +45,7 @@ def test_every_source_text_has_a_label_the_chapters_can_link_to():
 
 # Chapters whose prose still says "source 00N" without a link (they are relinked separately);
 # remove a chapter from this set once it is, and the check below holds it to it.
-NOT_YET_RELINKED = {"06_encoder", "07_reverse_prediction", "08_cnn_attention_lstm"}
+NOT_YET_RELINKED: set[str] = set()
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 
+import pandas as pd
 import pytest
 import torch
 from hypothesis import given, settings
@@ -15,12 +16,14 @@ from torch.utils.data import TensorDataset
 
 from helpers.tasks.reverse import (
     BOOK_CONFIG,
+    SCHEDULE_EXPERIMENT,
     SOURCE_000_CONFIG,
     ReverseConfig,
     ReversePredictor,
     bag_oracle_accuracy,
     build_reverse_training,
     make_reverse_dataset,
+    steps_to_accuracy,
     token_accuracy,
     token_cross_entropy,
     train_reverse,
@@ -247,3 +250,74 @@ def test_train_reverse_is_build_then_fit():
     model, history = train_reverse(config, data)
     assert isinstance(model, ReversePredictor)
     assert list(history["step"]) == [4] and "train_accuracy" in history
+
+
+# --- the schedule experiment ------------------------------------------------------------------
+
+
+def test_schedule_experiment_changes_only_known_fields():
+    fields = set(vars(BOOK_CONFIG))
+    assert SCHEDULE_EXPERIMENT[next(iter(SCHEDULE_EXPERIMENT))] == {}  # the book's run first
+    for changes in SCHEDULE_EXPERIMENT.values():
+        assert set(changes) <= fields - {"seed", "epochs", "num_train"}
+        BOOK_CONFIG.replace(**changes)  # a valid configuration
+
+
+def test_constant_schedule_and_warmup():
+    config = BOOK_CONFIG.replace(num_train=1024, warmup_steps=4, cosine_decay=False)
+    data = make_reverse_dataset(1024, 16, 10, generator())
+    _, optimizer, scheduler, _ = build_reverse_training(config, data)
+    rates = []
+    for _ in range(config.total_steps()):
+        rates.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    peak = config.lr
+    assert rates[:4] == pytest.approx([peak / 4, peak / 2, 3 * peak / 4, peak])
+    assert rates[4:] == pytest.approx([peak] * (len(rates) - 4))  # no decay
+    _, optimizer, scheduler, _ = build_reverse_training(config.replace(warmup_steps=0), data)
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(peak)  # no warm-up: full rate
+
+
+def test_post_ln_config_builds_a_post_ln_model():
+    config = BOOK_CONFIG.replace(num_train=256, warmup_steps=1, norm_first=False)
+    data = make_reverse_dataset(256, 16, 10, generator())
+    model, *_ = build_reverse_training(config, data)
+    assert all(not block.norm_first for block in model.encoder.blocks)
+    assert isinstance(model.encoder.final_norm, torch.nn.Identity)
+    pre, *_ = build_reverse_training(config.replace(norm_first=True), data)
+    assert all(block.norm_first for block in pre.encoder.blocks)
+
+
+def test_max_steps_cuts_the_run_without_changing_its_start():
+    config = ReverseConfig(num_train=1024, batch_size=64, lr=1e-2, warmup_steps=2, epochs=1)
+    data = make_reverse_dataset(1024, 16, 10, generator())
+    _, full = train_reverse(config, data)
+    _, cut = train_reverse(config, data, max_steps=10)
+    assert list(cut["step"]) == [10] and list(full["step"]) == [10, 16]
+    assert cut["train_loss"].iloc[0] == pytest.approx(full["train_loss"].iloc[0], rel=1e-5)
+    assert cut["lr"].iloc[0] == full["lr"].iloc[0]  # the full run's schedule
+
+
+@pytest.mark.parametrize(
+    ("max_steps", "changes", "error", "message"),
+    [
+        (0, {}, ValueError, "max_steps must be a positive int"),
+        (2.0, {}, TypeError, "max_steps must be a positive int"),
+        (17, {}, ValueError, "total_steps"),
+        (4, {"epochs": 2}, ValueError, "one-epoch"),
+    ],
+)
+def test_max_steps_rejects_bad_values(max_steps, changes, error, message):
+    config = ReverseConfig(num_train=256, batch_size=16, warmup_steps=2, epochs=1)
+    config = config.replace(**changes)
+    data = make_reverse_dataset(256, 16, 10, generator())
+    with pytest.raises(error, match=message):
+        train_reverse(config, data, max_steps=max_steps)
+
+
+def test_steps_to_accuracy():
+    history = pd.DataFrame({"step": [10, 20, 30, 40], "train_accuracy": [0.1, 0.98, 0.99, 1.0]})
+    assert steps_to_accuracy(history) == 30
+    assert steps_to_accuracy(history, target=0.5) == 20
+    assert steps_to_accuracy(history.iloc[:2]) is None

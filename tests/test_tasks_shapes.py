@@ -22,9 +22,12 @@ from helpers.tasks.shapes import (
     ConvSelfAttention,
     ShapesData,
     ShapesLSTM,
+    attention_enrichment,
+    local_oracle,
     make_shapes_attention_model,
     make_shapes_cnn,
     make_shapes_dataset,
+    partner_mean_height,
     render_shapes,
     shapes_collide,
 )
@@ -194,6 +197,78 @@ def test_render_and_collide_errors(triangles, boxes, seq_len, error, match):
         render_shapes(triangles, boxes, seq_len)
     with pytest.raises(error, match=match):
         shapes_collide(triangles, boxes, seq_len)
+
+
+# ----------------------------------------------------------------------------- the local oracle
+
+
+def test_partner_mean_height_matches_the_generator():
+    """The analytic conditional mean agrees with the partners the generator actually draws."""
+    data = make_shapes_dataset(20_000, seed=7)
+    own = torch.cat([data.triangles[:, :, 1].flatten(), data.boxes[:, :, 1].flatten()])
+    partner = torch.cat(
+        [data.triangles[:, [1, 0], 1].flatten(), data.boxes[:, [1, 0], 1].flatten()]
+    )
+    low, high = SHAPES_HEIGHT_RANGE
+    for start in torch.arange(low, high, 3.0):
+        in_bin = (own >= start) & (own < start + 3)
+        predicted = partner_mean_height(own[in_bin]).mean().item()
+        # The standard error of a bin's mean is about 7 / sqrt(5000) = 0.1.
+        assert partner[in_bin].mean().item() == pytest.approx(predicted, abs=0.4)
+
+
+def test_partner_mean_height_by_hand_and_symmetry():
+    low, high = SHAPES_HEIGHT_RANGE
+    # h = 1: the partner is uniform on [5, 25], mean 15; h = 13: on [1, 9] U [17, 25], mean 13.
+    values = partner_mean_height(torch.tensor([1.0, 13.0]))
+    torch.testing.assert_close(values, torch.tensor([15.0, 13.0], dtype=torch.float64))
+    heights = torch.linspace(low, high, 97)
+    mirrored = partner_mean_height(low + high - heights)
+    torch.testing.assert_close(partner_mean_height(heights), low + high - mirrored)
+    with pytest.raises(ValueError, match="min_height_gap must be in"):
+        partner_mean_height(heights, min_height_gap=24.0)
+    with pytest.raises(TypeError, match="floating-point"):
+        partner_mean_height(torch.tensor([3, 4]))
+
+
+def test_local_oracle_beats_every_other_guess_of_the_partner(shapes):
+    """Drawing each shape at the conditional mean beats the own height and a constant guess."""
+    oracle = local_oracle(shapes)
+    assert oracle.shape == shapes.targets.shape and oracle.dtype == shapes.targets.dtype
+    assert torch.equal(oracle > 0, shapes.targets > 0)  # same shapes, only heights differ
+
+    def mse_with_partner_guess(guess):
+        guessed = []
+        for kind in (shapes.triangles, shapes.boxes):
+            kind = kind.clone()
+            kind[:, :, 1] = (kind[:, :, 1] + guess(kind[:, :, 1])) / 2
+            guessed.append(kind)
+        return ((render_shapes(*guessed) - shapes.targets) ** 2).mean().item()
+
+    oracle_mse = ((oracle - shapes.targets) ** 2).mean().item()
+    assert oracle_mse == pytest.approx(mse_with_partner_guess(partner_mean_height), rel=1e-5)
+    assert oracle_mse < mse_with_partner_guess(lambda h: h)  # "the partner is as tall as me"
+    assert oracle_mse < mse_with_partner_guess(lambda h: torch.full_like(h, 13.0))
+    assert oracle_mse > 0
+    with pytest.raises(TypeError, match="ShapesData"):
+        local_oracle(shapes.inputs)
+
+
+def test_enrichment_is_one_for_uniform_attention_and_finds_the_partner(shapes):
+    ids = shapes.shape_ids[:50]
+    uniform = torch.full((50, 100, 100), 0.01)
+    table = attention_enrichment(uniform, ids)
+    assert list(table.index) == ["triangle", "box"]
+    assert list(table.columns) == ["own shape", "partner", "other kind", "background"]
+    assert table.to_numpy() == pytest.approx(1.0, rel=1e-5)
+    # Every query puts all its weight, spread evenly, on its partner shape.
+    partner = (ids[:, None, :] == (ids[:, :, None] ^ 1)) & (ids[:, :, None] >= 0)
+    weights = partner.float() / partner.float().sum(-1, keepdim=True).clamp(min=1)
+    table = attention_enrichment(weights, ids)
+    assert (table["partner"] > 5).all()
+    assert (table[["own shape", "other kind", "background"]] == 0).all().all()
+    with pytest.raises(ValueError, match=r"weights must be \[N, T, T\]"):
+        attention_enrichment(uniform[:, :50], ids)
 
 
 # ----------------------------------------------------------------------------- the models

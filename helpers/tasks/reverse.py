@@ -14,6 +14,7 @@ loader that :func:`helpers.training.fit` takes, so the chapter and the benchmark
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from dataclasses import dataclass
 
 import torch
@@ -35,7 +36,9 @@ __all__ = [
     "ReverseConfig",
     "SOURCE_000_CONFIG",
     "BOOK_CONFIG",
+    "SCHEDULE_EXPERIMENT",
     "build_reverse_training",
+    "steps_to_accuracy",
     "train_reverse",
 ]
 
@@ -64,7 +67,8 @@ class ReversePredictor(nn.Module):
     ``forward(tokens)``: int64 ``(B, T)`` with values in ``0 .. C - 1``, ``T <= max_len``;
     returns logits ``(B, T, C)``. Nothing in it is specific to reversal: it labels every
     token of a sequence. ``positional=False`` leaves the positional encoding out (an ablation:
-    the model then cannot tell positions apart). ``ffn_width`` defaults to ``2 * d_model``.
+    the model then cannot tell positions apart); ``norm_first=False`` makes the encoder post-LN
+    (chapter 6). ``ffn_width`` defaults to ``2 * d_model``.
     """
 
     def __init__(
@@ -77,6 +81,7 @@ class ReversePredictor(nn.Module):
         dropout: float = 0.0,
         max_len: int = 64,
         positional: bool = True,
+        norm_first: bool = True,
     ) -> None:
         super().__init__()
         self.num_classes = check.num_classes(num_classes)
@@ -86,7 +91,9 @@ class ReversePredictor(nn.Module):
         )
         self.dropout = nn.Dropout(dropout)
         ffn_width = 2 * d_model if ffn_width is None else ffn_width
-        self.encoder = TransformerEncoder(num_blocks, d_model, num_heads, ffn_width, dropout)
+        self.encoder = TransformerEncoder(
+            num_blocks, d_model, num_heads, ffn_width, dropout, norm_first
+        )
         self.classifier = nn.Linear(d_model, num_classes)
 
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -142,7 +149,12 @@ def bag_oracle_accuracy(inputs: torch.Tensor, num_classes: int) -> float:
 
 @dataclass(frozen=True)
 class ReverseConfig:
-    """Every choice of one reversal training run (task, model and optimization)."""
+    """Every choice of one reversal training run (task, model and optimization).
+
+    The schedule is a linear warm-up over ``warmup_steps`` (0: none), then a cosine decay to
+    zero over the run (``cosine_decay=True``) or a constant learning rate (``False``).
+    ``norm_first=False`` trains a post-LN encoder.
+    """
 
     seq_len: int = 16
     num_classes: int = 10
@@ -153,10 +165,12 @@ class ReverseConfig:
     ffn_width: int = 64
     dropout: float = 0.0
     positional: bool = True
+    norm_first: bool = True
     batch_size: int = 32
     lr: float = 1e-3
     weight_decay: float = 0.0
     warmup_steps: int = 100
+    cosine_decay: bool = True
     epochs: int = 3
     clip_grad_norm: float | None = 5.0
     seed: int = 0
@@ -185,14 +199,45 @@ multiplies the warm-up by ``0.5 * (1 + cos(pi * step / max_iter))`` (the book's
 
 BOOK_CONFIG = ReverseConfig(batch_size=128, lr=2e-2, warmup_steps=10, epochs=1)
 
+SCHEDULE_EXPERIMENT = {
+    "book: lr 0.02, warm-up, cosine": {},
+    "no warm-up": {"warmup_steps": 0},
+    "constant lr": {"warmup_steps": 0, "cosine_decay": False},
+    "lr 0.001": {"lr": 1e-3},
+    "lr 0.1": {"lr": 0.1},
+    "lr 0.1, no warm-up": {"lr": 0.1, "warmup_steps": 0},
+    "lr 0.05, no warm-up": {"lr": 0.05, "warmup_steps": 0},
+    "post-LN": {"norm_first": False},
+    "post-LN, no warm-up": {"norm_first": False, "warmup_steps": 0},
+    "post-LN, lr 0.05": {"norm_first": False, "lr": 0.05},
+    "post-LN, lr 0.05, no warm-up": {"norm_first": False, "lr": 0.05, "warmup_steps": 0},
+}
+"""Chapter 7's schedule experiment: each run is ``BOOK_CONFIG.replace(**changes)``.
+
+"constant lr" has neither warm-up nor decay; "lr 0.001" is source 000's learning rate; the
+post-LN runs test chapter 6's claim that pre-LN, unlike post-LN, trains without warm-up.
+"""
+
+
+def steps_to_accuracy(history, target: float = 0.99) -> int | None:
+    """The first logged step at which a run's training accuracy reaches ``target``.
+
+    ``history`` is :func:`helpers.training.fit`'s DataFrame, whose ``train_accuracy`` is the
+    mean over the steps since the previous row (10 for :func:`train_reverse`). ``None`` if
+    the run never gets there.
+    """
+    reached = history.loc[history["train_accuracy"] >= target, "step"]
+    return int(reached.iloc[0]) if len(reached) else None
+
 
 def build_reverse_training(config: ReverseConfig, train_set: TensorDataset):
     """The model, optimizer, schedule and loader of a run: what ``fit`` needs.
 
     Returns ``(model, optimizer, scheduler, train_loader)``. Adam(W) with the configured
-    learning rate and weight decay; cosine schedule with linear warm-up over
-    ``config.total_steps()`` steps; a shuffling loader seeded by ``config.seed`` that drops
-    the last partial batch. The model is initialized from ``config.seed`` too.
+    learning rate and weight decay; linear warm-up, then cosine decay over
+    ``config.total_steps()`` steps (or a constant rate: ``cosine_decay=False``); a shuffling
+    loader seeded by ``config.seed`` that drops the last partial batch. The model is
+    initialized from ``config.seed`` too.
     """
     if not isinstance(config, ReverseConfig):
         raise TypeError(f"config must be a ReverseConfig, got {type(config).__name__}")
@@ -211,11 +256,18 @@ def build_reverse_training(config: ReverseConfig, train_set: TensorDataset):
         config.dropout,
         max_len=max(64, config.seq_len),
         positional=config.positional,
+        norm_first=config.norm_first,
     )
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=config.lr, weight_decay=config.weight_decay
     )
-    scheduler = cosine_warmup_schedule(optimizer, config.warmup_steps, config.total_steps())
+    if config.cosine_decay:
+        scheduler = cosine_warmup_schedule(optimizer, config.warmup_steps, config.total_steps())
+    else:  # linear warm-up, then constant
+        warmup = max(config.warmup_steps, 1)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda step: min(1.0, (step + 1) / warmup)
+        )
     loader = DataLoader(
         train_set,
         batch_size=config.batch_size,
@@ -226,14 +278,27 @@ def build_reverse_training(config: ReverseConfig, train_set: TensorDataset):
     return model, optimizer, scheduler, loader
 
 
-def train_reverse(config: ReverseConfig, train_set: TensorDataset, device=None):
+def train_reverse(
+    config: ReverseConfig, train_set: TensorDataset, device=None, max_steps: int | None = None
+):
     """Train one run of ``config`` with :func:`helpers.training.fit`; return ``(model, history)``.
 
     The run of chapter 7's ablations and of ``scripts/margins_reverse.py``: the model,
     optimizer, schedule and loader of :func:`build_reverse_training`, token cross-entropy,
     token accuracy as the metric, the configured gradient clipping, a row every 10 steps.
+    ``max_steps`` stops the run early: its first steps are those of the full run, with the
+    full run's schedule (which still decays over ``config.total_steps()``).
     """
+    if max_steps is not None:
+        check.positive_int("max_steps", max_steps)
+        if config.epochs != 1 or max_steps > config.total_steps():
+            raise ValueError(
+                f"max_steps={max_steps} needs a one-epoch config with at least that many "
+                f"steps (epochs={config.epochs}, total_steps()={config.total_steps()})"
+            )
     model, optimizer, scheduler, loader = build_reverse_training(config, train_set)
+    if max_steps is not None:
+        loader = list(itertools.islice(loader, max_steps))  # the run's first batches
     history = fit(
         model,
         loader,

@@ -24,11 +24,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import pandas as pd
 import torch
 from torch import nn
-from torch.utils.data import TensorDataset
+from torch.utils.data import DataLoader, TensorDataset
 
 from helpers import _validate as check
+from helpers.training import cosine_warmup_schedule, evaluate, fit
 
 __all__ = [
     "SHAPES_HEIGHT_RANGE",
@@ -37,11 +39,16 @@ __all__ = [
     "render_shapes",
     "shapes_collide",
     "make_shapes_dataset",
+    "partner_mean_height",
+    "local_oracle",
     "ConvSelfAttention",
     "make_shapes_cnn",
     "make_shapes_attention_model",
     "ShapesLSTM",
     "BatchAxisLSTM",
+    "SHAPES_MODELS",
+    "train_shapes_model",
+    "attention_enrichment",
 ]
 
 # --------------------------------------------------------------------------- data
@@ -193,6 +200,45 @@ def make_shapes_dataset(
     return ShapesData(clean + noise, targets, triangles, boxes, shape_ids.long())
 
 
+def partner_mean_height(height: torch.Tensor, min_height_gap: float = 4.0) -> torch.Tensor:
+    """The expected height of a shape's partner, given the shape's own ``height``.
+
+    Heights are drawn uniformly in :data:`SHAPES_HEIGHT_RANGE` and a pair is kept only when
+    the two differ by more than ``min_height_gap``, so given one height ``h`` the partner's is
+    uniform on ``[low, h - gap] U [h + gap, high]``; this is the mean of that set.
+    """
+    check.tensor("height", height, floating=True)
+    min_height_gap = check.real("min_height_gap", min_height_gap)
+    low, high = SHAPES_HEIGHT_RANGE
+    if not 0 <= min_height_gap < high - low:
+        raise ValueError(f"min_height_gap must be in [0, {high - low:g}), got {min_height_gap!r}")
+    height = height.double()
+    below_end = (height - min_height_gap).clamp(low, high)  # [low, below_end]
+    above_start = (height + min_height_gap).clamp(low, high)  # [above_start, high]
+    below, above = below_end - low, high - above_start
+    return (below * (low + below_end) / 2 + above * (above_start + high) / 2) / (below + above)
+
+
+def local_oracle(data: ShapesData, min_height_gap: float = 4.0) -> torch.Tensor:
+    """The best prediction of a model that sees each shape but never its partner: ``[N, 1, L]``.
+
+    It knows every shape's position, width and height exactly, but not the height of the other
+    shape of the same kind, so it draws each shape at the mean of its own height and its
+    partner's *expected* height (:func:`partner_mean_height`). A target sample is linear in the
+    mean height, so this conditional mean is the prediction with the lowest expected squared
+    error: a floor for any model that cannot look as far as the partner.
+    """
+    if not isinstance(data, ShapesData):
+        raise TypeError(f"data must be a ShapesData, got {type(data).__name__}")
+    guessed = []
+    for shapes in (data.triangles, data.boxes):
+        shapes = shapes.double().clone()
+        own = shapes[:, :, 1]
+        shapes[:, :, 1] = (own + partner_mean_height(own, min_height_gap)) / 2
+        guessed.append(shapes)
+    return render_shapes(*guessed, data.inputs.shape[-1]).to(data.targets.dtype)
+
+
 # --------------------------------------------------------------------------- models
 
 
@@ -339,3 +385,107 @@ class BatchAxisLSTM(nn.Module):
         hidden, state = self.lstm(x, self.state)  # x read as [seq_len=B, batch=1, T]
         self.state = tuple(s.detach() for s in state)
         return self.head(hidden)  # [B, 1, T]
+
+
+# --------------------------------------------------------------------------- reading attention
+
+
+def attention_enrichment(weights: torch.Tensor, shape_ids: torch.Tensor) -> pd.DataFrame:
+    """Where the query positions inside shapes put their attention, over uniform's share.
+
+    ``weights`` ``[N, T, T]`` (rows: queries, summing to 1), ``shape_ids`` ``[N, T]`` as in
+    :class:`ShapesData`. For queries in a triangle (row "triangle") or a box (row "box"), each
+    column is the mean weight on a region (the query's own shape, the other shape of its kind,
+    the two shapes of the other kind, the background) divided by the mean share of positions
+    that region covers, which is what uniform attention would give: 1 is no preference.
+    """
+    check.tensor("weights", weights, floating=True)
+    if (
+        weights.dim() != 3
+        or shape_ids.shape != weights.shape[:2]
+        or weights.shape[1] != weights.shape[2]
+    ):
+        raise ValueError(
+            f"weights must be [N, T, T] and shape_ids [N, T], got {tuple(weights.shape)} and "
+            f"{tuple(shape_ids.shape)}"
+        )
+    kinds = torch.div(shape_ids, 2, rounding_mode="floor")  # -1 background, 0 triangle, 1 box
+    query_ids, key_ids = shape_ids[:, :, None], shape_ids[:, None, :]
+    query_kinds, key_kinds = kinds[:, :, None], kinds[:, None, :]
+    regions = {  # [N, T_query, T_key] booleans
+        "own shape": key_ids == query_ids,
+        "partner": key_ids == (query_ids ^ 1),
+        "other kind": key_kinds == 1 - query_kinds,
+        "background": (key_kinds == -1).expand_as(weights),
+    }
+    rows = {}
+    for kind, kind_name in ((0, "triangle"), (1, "box")):
+        queries = kinds == kind
+        rows[kind_name] = {
+            region: (weights * mask).sum(-1)[queries].mean().item()
+            / mask.float().mean(-1)[queries].mean().item()
+            for region, mask in regions.items()
+        }
+    return pd.DataFrame(rows).T.rename_axis("query in a")
+
+
+# --------------------------------------------------------------------------- training
+
+SHAPES_MODELS = {
+    "CNN": make_shapes_cnn,
+    "CNN + attention": make_shapes_attention_model,
+    "bidirectional LSTM": ShapesLSTM,
+    "batch-axis LSTM": BatchAxisLSTM,
+}
+
+
+def train_shapes_model(
+    name: str,
+    seed: int,
+    train_set: TensorDataset,
+    val_set: TensorDataset,
+    test_set: TensorDataset,
+    *,
+    epochs: int = 2,
+    batch_size: int = 32,
+    lr: float = 3e-3,
+    warmup: float = 0.05,
+    clip_grad_norm: float = 1.0,
+    log_every: int = 25,
+    device=None,
+):
+    """Chapter 8's recipe for one run: return ``(model, history, test_mse)``.
+
+    The model ``SHAPES_MODELS[name]`` is initialized from ``seed``, which also orders the
+    batches; then Adam at ``lr`` with a linear warm-up over a ``warmup`` fraction of the steps
+    and a cosine decay (:func:`helpers.training.cosine_warmup_schedule`), gradients clipped to
+    ``clip_grad_norm``, mean squared error, :func:`helpers.training.fit` for ``epochs`` passes
+    (validation MSE at the end of each). The model comes back on the CPU in eval mode. A
+    module-level function, so that :func:`helpers.parallel.run_in_processes` can run several
+    side by side.
+    """
+    if name not in SHAPES_MODELS:
+        raise ValueError(f"name must be one of {sorted(SHAPES_MODELS)}, got {name!r}")
+    check.non_negative_int("seed", seed)
+    torch.manual_seed(seed)
+    model = SHAPES_MODELS[name]()
+    order = torch.Generator().manual_seed(seed)
+    loader = DataLoader(train_set, batch_size, shuffle=True, generator=order)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    total_steps = epochs * len(loader)
+    schedule = cosine_warmup_schedule(optimizer, round(warmup * total_steps), total_steps)
+    history = fit(
+        model,
+        loader,
+        loss_fn=nn.MSELoss(),
+        optimizer=optimizer,
+        epochs=epochs,
+        scheduler=schedule,
+        val_loader=DataLoader(val_set, batch_size=500),
+        clip_grad_norm=clip_grad_norm,
+        device=device,
+        progress=False,
+        log_every=log_every,
+    )
+    test_mse = evaluate(model, DataLoader(test_set, batch_size=500), nn.MSELoss())["loss"]
+    return model.cpu().eval(), history.assign(model=name, seed=seed), test_mse

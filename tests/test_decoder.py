@@ -1,0 +1,320 @@
+"""Tests of the decoder side of helpers.transformer: DecoderBlock, TransformerDecoder and
+EncoderDecoderTransformer, against PyTorch's own modules, for causality and misuse."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from helpers.analysis import count_parameters
+from helpers.attention import causal_mask, padding_mask
+from helpers.interop import load_decoder_block
+from helpers.transformer import (
+    DecoderBlock,
+    EncoderDecoderTransformer,
+    TransformerDecoder,
+    TransformerEncoder,
+)
+
+ATOL = 1e-5
+
+
+def _close(actual, expected, atol=ATOL):
+    torch.testing.assert_close(actual, expected, atol=atol, rtol=1e-4)
+
+
+def _randomize_norms(module: nn.Module, generator: torch.Generator) -> None:
+    with torch.no_grad():
+        for norm in module.modules():
+            if isinstance(norm, nn.LayerNorm):
+                norm.weight.copy_(1 + 0.3 * torch.randn(norm.weight.shape, generator=generator))
+                norm.bias.copy_(0.3 * torch.randn(norm.bias.shape, generator=generator))
+
+
+def _torch_layer(d_model=8, num_heads=2, ffn_width=16, norm_first=True, bias=True):
+    return nn.TransformerDecoderLayer(
+        d_model,
+        num_heads,
+        ffn_width,
+        dropout=0.1,
+        batch_first=True,
+        norm_first=norm_first,
+        bias=bias,
+    )
+
+
+# --------------------------------------------------------------------------- equivalence
+
+
+@pytest.mark.parametrize("norm_first", [True, False])
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("padded", [False, True])
+def test_block_matches_torch_decoder_layer(norm_first, bias, padded):
+    generator = torch.Generator().manual_seed(0)
+    torch.manual_seed(1)
+    layer = _torch_layer(norm_first=norm_first, bias=bias).eval()
+    if bias:
+        _randomize_norms(layer, generator)
+    block = DecoderBlock(8, 2, 16, norm_first=norm_first, bias=bias).eval()
+    assert load_decoder_block(block, layer) is block
+    target, memory = (
+        torch.randn(3, 5, 8, generator=generator),
+        torch.randn(3, 7, 8, generator=generator),
+    )
+    source_lengths = torch.tensor([7, 4, 2]) if padded else torch.tensor([7, 7, 7])
+    memory_mask = padding_mask(source_lengths, 7)
+    expected = layer(
+        target, memory, tgt_mask=~causal_mask(5), memory_key_padding_mask=~memory_mask[:, 0, 0]
+    )
+    _close(block(target, memory, causal_mask(5), memory_mask), expected)
+    output, (self_weights, cross_weights) = block(
+        target, memory, causal_mask(5), memory_mask, return_attention=True
+    )
+    _close(output, expected)
+    assert self_weights.shape == (3, 2, 5, 5) and cross_weights.shape == (3, 2, 5, 7)
+    assert torch.all(self_weights.triu(1) == 0)  # nothing from the future
+    for b, length in enumerate(source_lengths.tolist()):  # no weight on padded source keys
+        assert torch.all(cross_weights[b, ..., length:] == 0)
+
+
+@pytest.mark.parametrize("norm_first", [True, False])
+@pytest.mark.parametrize("padded", [False, True])
+def test_stacks_match_torch_transformer(norm_first, padded):
+    generator = torch.Generator().manual_seed(3)
+    torch.manual_seed(4)
+    reference = nn.Transformer(
+        8,
+        2,
+        num_encoder_layers=2,
+        num_decoder_layers=3,
+        dim_feedforward=16,
+        dropout=0.1,
+        batch_first=True,
+        norm_first=norm_first,
+    ).eval()
+    _randomize_norms(reference, generator)
+    # nn.Transformer always ends both stacks with a LayerNorm, whatever norm_first says
+    encoder = TransformerEncoder(2, 8, 2, 16, norm_first=norm_first, final_norm=True).eval()
+    decoder = TransformerDecoder(3, 8, 2, 16, norm_first=norm_first, final_norm=True).eval()
+    for block, layer in zip(encoder.blocks, reference.encoder.layers, strict=True):
+        block.load_from_torch(layer)
+    for block, layer in zip(decoder.blocks, reference.decoder.layers, strict=True):
+        block.load_from_torch(layer)
+    encoder.final_norm.load_state_dict(reference.encoder.norm.state_dict())
+    decoder.final_norm.load_state_dict(reference.decoder.norm.state_dict())
+
+    source, target = (
+        torch.randn(2, 6, 8, generator=generator),
+        torch.randn(2, 4, 8, generator=generator),
+    )
+    lengths = torch.tensor([6, 3]) if padded else torch.tensor([6, 6])
+    source_mask = padding_mask(lengths, 6)
+    expected = reference(
+        source,
+        target,
+        tgt_mask=~causal_mask(4),
+        src_key_padding_mask=~source_mask[:, 0, 0],
+        memory_key_padding_mask=~source_mask[:, 0, 0],
+    )
+    memory = encoder(source, source_mask)
+    _close(decoder(target, memory, causal_mask(4), source_mask), expected)
+
+
+def test_load_decoder_block_refuses_mismatches():
+    with pytest.raises(TypeError, match="TransformerDecoderLayer"):
+        load_decoder_block(DecoderBlock(8, 2, 16), nn.TransformerEncoderLayer(8, 2, 16))
+    with pytest.raises(ValueError, match="norm_first mismatch"):
+        DecoderBlock(8, 2, 16, norm_first=False).load_from_torch(_torch_layer(norm_first=True))
+    with pytest.raises(ValueError, match="feed-forward shape mismatch"):
+        DecoderBlock(8, 2, 32).load_from_torch(_torch_layer())
+    with pytest.raises(ValueError, match="normalization mismatch"):
+        DecoderBlock(8, 2, 16, norm="rms").load_from_torch(_torch_layer())
+    with pytest.warns(UserWarning, match="batch_first=False"):
+        DecoderBlock(8, 2, 16).load_from_torch(
+            nn.TransformerDecoderLayer(8, 2, 16, norm_first=True)
+        )
+
+
+# --------------------------------------------------------------------------- causality
+
+
+@pytest.mark.parametrize("norm_first", [True, False])
+def test_no_target_position_receives_gradient_from_a_later_one(norm_first):
+    torch.manual_seed(0)
+    decoder = TransformerDecoder(2, 8, 2, 16, norm_first=norm_first)
+    target = torch.randn(2, 6, 8, requires_grad=True)
+    memory = torch.randn(2, 5, 8)
+    output = decoder(target, memory, causal_mask(6))
+    weights = torch.randn(8)  # a plain sum of a LayerNorm's output has no gradient at all
+    for t in range(6):
+        (grad,) = torch.autograd.grad((output[:, t] @ weights).sum(), target, retain_graph=True)
+        assert torch.all(grad[:, t + 1 :] == 0), f"position {t} depends on a later position"
+        assert torch.all(grad[:, : t + 1].abs().sum(-1) > 0)
+
+
+def test_without_the_causal_mask_the_future_leaks():
+    torch.manual_seed(0)
+    block = DecoderBlock(8, 2, 16)
+    target = torch.randn(1, 4, 8, requires_grad=True)
+    output = block(target, torch.randn(1, 3, 8))
+    (grad,) = torch.autograd.grad(output[:, 0] @ torch.randn(8), target)
+    assert grad[:, 1:].abs().sum() > 0
+
+
+def test_memory_padding_is_ignored():
+    torch.manual_seed(0)
+    block = DecoderBlock(8, 2, 16).eval()
+    target, memory = torch.randn(2, 4, 8), torch.randn(2, 6, 8)
+    mask = padding_mask([6, 3], 6)
+    changed = memory.clone()
+    changed[1, 3:] = 100.0
+    _close(
+        block(target, memory, causal_mask(4), mask), block(target, changed, causal_mask(4), mask)
+    )
+
+
+# --------------------------------------------------------------------------- the full model
+
+
+def _tiny_model(**kwargs):
+    torch.manual_seed(0)
+    return EncoderDecoderTransformer(12, 12, 16, 2, 2, 2, 32, pad_id=0, **kwargs).eval()
+
+
+@pytest.mark.parametrize("norm_first", [True, False])
+def test_teacher_forced_logits_equal_step_by_step_logits(norm_first):
+    model = _tiny_model(norm_first=norm_first)
+    generator = torch.Generator().manual_seed(1)
+    source = torch.randint(1, 12, (3, 7), generator=generator)
+    source[1, 5:] = 0
+    tokens = model.generate(source, start_id=1, num_steps=5)
+    assert tokens.shape == (3, 6) and torch.all(tokens[:, 0] == 1)
+    teacher_forced = model(source, tokens[:, :-1])  # all positions at once
+    memory, source_mask = model.encode(source)
+    for t in range(1, 6):
+        step = model.decode(tokens[:, :t], memory, source_mask)[:, -1]
+        _close(teacher_forced[:, t - 1], step)
+        assert torch.equal(step.argmax(-1), tokens[:, t])
+
+
+def test_source_padding_does_not_change_the_output():
+    model = _tiny_model()
+    source = torch.tensor([[3, 4, 5, 0, 0]])
+    target = torch.tensor([[1, 3, 4]])
+    shorter = model(source[:, :3], target)
+    _close(model(source, target), shorter)
+
+
+def test_tied_embeddings_share_one_matrix():
+    model = _tiny_model(tie_embeddings=True)
+    untied = _tiny_model()
+    assert model.output.weight is model.source_embedding.weight is model.target_embedding.weight
+    assert count_parameters(untied) - count_parameters(model) == 2 * 12 * 16
+
+
+def test_base_model_parameter_count_on_the_meta_device():
+    with torch.device("meta"):
+        model = EncoderDecoderTransformer(37000, 37000, 512, 8, 6, 6, 2048, tie_embeddings=True)
+    assert model.output.weight.is_meta
+    block = 4 * (512 * 512 + 512) + 2 * 512 * 2048 + 2048 + 512 + 2 * 2 * 512
+    expected = 37000 * 512 + 6 * block + 6 * (block + 4 * (512 * 512 + 512) + 2 * 512)
+    expected += 2 * 2 * 512 + 37000  # two final norms and the output bias
+    assert count_parameters(model) == expected == 63_121_544
+
+
+def test_attention_maps_have_the_documented_shapes():
+    model = _tiny_model()
+    maps = model.get_attention_maps(torch.randint(1, 12, (2, 5)), torch.randint(1, 12, (2, 4)))
+    assert [m.shape for m in maps["encoder"]] == [(2, 2, 5, 5)] * 2
+    assert [m.shape for m in maps["decoder"]] == [(2, 2, 4, 4)] * 2
+    assert [m.shape for m in maps["cross"]] == [(2, 2, 4, 5)] * 2
+    for weights in maps["decoder"]:
+        assert torch.all(weights.triu(1) == 0)
+
+
+# --------------------------------------------------------------------------- misuse
+
+
+def test_memory_of_the_wrong_width_is_refused():
+    with pytest.raises(ValueError, match="memory .the encoder's output. has width 6"):
+        DecoderBlock(8, 2, 16)(torch.randn(2, 4, 8), torch.randn(2, 5, 6))
+
+
+def test_causal_mask_of_the_wrong_size_is_refused():
+    with pytest.raises(ValueError, match=r"target_mask has shape \(5, 5\).*causal_mask\(4\)"):
+        DecoderBlock(8, 2, 16)(torch.randn(2, 4, 8), torch.randn(2, 6, 8), causal_mask(5))
+
+
+def test_float_masks_are_refused():
+    block = DecoderBlock(8, 2, 16)
+    with pytest.raises(TypeError, match="target_mask must be boolean"):
+        block(torch.randn(2, 4, 8), torch.randn(2, 6, 8), causal_mask(4).float())
+    with pytest.raises(TypeError, match="memory_mask must be boolean"):
+        block(torch.randn(2, 4, 8), torch.randn(2, 6, 8), None, torch.ones(2, 1, 1, 6))
+
+
+def test_swapped_target_and_memory_are_named():
+    block = DecoderBlock(8, 2, 16)
+    target, memory = torch.randn(2, 4, 8), torch.randn(2, 6, 8)
+    with pytest.raises(ValueError, match="did you swap target and memory"):
+        block(memory, target, causal_mask(4), padding_mask([6, 3], 6))
+    with pytest.raises(ValueError, match="did you swap target and memory"):
+        block(memory, target, None, padding_mask([6, 3], 6))
+
+
+def test_other_misuse_is_refused():
+    block = DecoderBlock(8, 2, 16)
+    with pytest.raises(ValueError, match="same batch"):
+        block(torch.randn(2, 4, 8), torch.randn(3, 6, 8))
+    with pytest.raises(ValueError, match=r"\(B, T, D=8\)"):
+        block(torch.randn(4, 8), torch.randn(2, 6, 8))
+    with pytest.raises(TypeError, match="dtype"):
+        block(torch.randn(2, 4, 8), torch.randn(2, 6, 8, dtype=torch.float64))
+    with pytest.raises(ValueError, match="norm_first|positive"):
+        TransformerDecoder(0, 8, 2, 16)
+    with pytest.raises(ValueError, match="tie_embeddings=True .* one vocabulary"):
+        EncoderDecoderTransformer(10, 12, 8, 2, 1, 1, tie_embeddings=True)
+    with pytest.raises(ValueError, match="pad_id=12"):
+        EncoderDecoderTransformer(12, 12, 8, 2, 1, 1, pad_id=12)
+    with pytest.raises(TypeError, match="int64"):
+        _tiny_model()(torch.rand(2, 3), torch.zeros(2, 3, dtype=torch.long))
+
+
+# --------------------------------------------------------------------------- the sources' mistakes
+
+
+def test_output_projection_has_the_target_vocabulary():
+    # source 003 builds its Decoder without the class_len it needs (a TypeError)
+    model = EncoderDecoderTransformer(20, 7, 8, 2, 1, 1)
+    logits = model(torch.randint(20, (2, 5)), torch.randint(7, (2, 3)))
+    assert logits.shape == (2, 3, 7)
+    with pytest.raises(TypeError, match="target_vocab"):
+        EncoderDecoderTransformer(
+            20, d_model=8, num_heads=2, num_encoder_blocks=1, num_decoder_blocks=1
+        )
+
+
+def test_positional_table_is_a_buffer_that_moves_with_the_model():
+    # source 003 builds its table on the CPU at every forward pass: a GPU run fails
+    model = EncoderDecoderTransformer(12, 12, 8, 2, 1, 1)
+    assert "positional.pe" in model.state_dict()
+    assert all(parameter is not model.positional.pe for parameter in model.parameters())
+    model.to(torch.float64)
+    assert model.positional.pe.dtype == torch.float64
+    model.to("meta")
+    assert model.positional.pe.is_meta
+
+
+def test_torch_reads_the_book_mask_the_other_way_round():
+    torch.manual_seed(0)
+    layer = nn.TransformerDecoderLayer(8, 2, 16, dropout=0.0, batch_first=True).eval()
+    block = DecoderBlock(8, 2, 16, norm_first=False).load_from_torch(layer).eval()
+    target = torch.randn(1, 4, 8, requires_grad=True)
+    memory = torch.randn(1, 3, 8)
+    book = block(target, memory, causal_mask(4))
+    _close(layer(target, memory, tgt_mask=~causal_mask(4)), book)
+    # the book's mask passed as it is: True = *blocked* to torch, the first query sees the future
+    wrong = layer(target, memory, tgt_mask=causal_mask(4))
+    (grad,) = torch.autograd.grad(wrong[:, 0] @ torch.randn(8), target)
+    assert grad[:, 1:].abs().sum() > 0

@@ -1,0 +1,113 @@
+"""Tests of helpers.tasks.corners, chapter 9's square-corner task (source 001)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from helpers.tasks.corners import (
+    CORNERS,
+    CornerConfig,
+    CornerTransformer,
+    free_running_mse,
+    make_corner_sequences,
+    teacher_forcing_split,
+    train_corners,
+)
+
+
+def _generator(seed: int = 0) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def test_noise_free_sequences_walk_around_the_square():
+    points, clockwise = make_corner_sequences(200, _generator(), noise=0.0)
+    corner_index = (points[:, :, None] == CORNERS).all(-1).float().argmax(-1)  # (N, 4)
+    steps = (corner_index[:, 1:] - corner_index[:, :-1]) % 4
+    assert torch.all(steps[clockwise] == 1) and torch.all(steps[~clockwise] == 3)
+    assert 0.3 < clockwise.float().mean() < 0.7
+    assert set(corner_index[:, 0].tolist()) == {0, 1, 2, 3}
+
+
+def test_clockwise_means_clockwise_on_the_plane():
+    points, clockwise = make_corner_sequences(50, _generator(), noise=0.0)
+    a, b = points[:, 1] - points[:, 0], points[:, 2] - points[:, 1]
+    cross = a[:, 0] * b[:, 1] - a[:, 1] * b[:, 0]  # negative for a clockwise turn
+    assert torch.all((cross < 0) == clockwise)
+
+
+def test_splits_are_seeded_and_held_out():
+    first, _ = make_corner_sequences(64, _generator(13))
+    again, _ = make_corner_sequences(64, _generator(13))
+    other, _ = make_corner_sequences(64, _generator(19))
+    assert torch.equal(first, again)
+    # source 001 evaluated on its training points; a held-out set shares no sequence
+    assert not (first[:, None] == other[None]).all(-1).all(-1).any()
+
+
+def test_teacher_forcing_split_shifts_the_target_by_one():
+    points, _ = make_corner_sequences(8, _generator())
+    source, decoder_input, target = teacher_forcing_split(points).tensors
+    assert torch.equal(source, points[:, :2]) and torch.equal(target, points[:, 2:])
+    assert torch.equal(decoder_input[:, 0], source[:, -1])
+    assert torch.equal(decoder_input[:, 1:], target[:, :-1])
+
+
+def test_generation_equals_teacher_forcing_on_its_own_outputs():
+    torch.manual_seed(0)
+    model = CornerTransformer().eval()
+    points, _ = make_corner_sequences(5, _generator())
+    source = points[:, :2]
+    generated = model.generate(source, 2)
+    decoder_input = torch.cat([source[:, -1:], generated[:, :1]], dim=1)
+    torch.testing.assert_close(model(source, decoder_input), generated, atol=1e-6, rtol=1e-5)
+
+
+def test_source_001_layers_have_no_residual_and_no_normalization():
+    plain = CornerTransformer(residual=False)
+    assert not any(isinstance(m, nn.LayerNorm) for m in plain.modules())
+    assert any(isinstance(m, nn.LayerNorm) for m in CornerTransformer().modules())
+    # no residual: zeroing the FFN's last layer zeroes the encoder's output
+    with torch.no_grad():
+        plain.encoder.ffn.linear2.weight.zero_()
+        plain.encoder.ffn.linear2.bias.zero_()
+    assert torch.all(plain.encode(torch.randn(3, 2, 2)) == 0)
+    with pytest.raises(ValueError, match="residual model"):
+        plain.get_attention_maps(torch.randn(1, 2, 2), torch.randn(1, 2, 2))
+
+
+def test_attention_maps_have_the_documented_shapes():
+    model = CornerTransformer(num_heads=2, num_blocks=2)
+    maps = model.get_attention_maps(torch.randn(3, 2, 2), torch.randn(3, 2, 2))
+    assert [m.shape for m in maps["encoder"]] == [(3, 2, 2, 2)] * 2
+    assert [m.shape for m in maps["cross"]] == [(3, 2, 2, 2)] * 2
+    assert all(torch.all(m[..., 0, 1] == 0) for m in maps["decoder"])
+
+
+def test_a_short_run_learns_and_free_running_is_reported():
+    train, _ = make_corner_sequences(64, _generator(1))
+    model, history = train_corners(CornerConfig(epochs=15, seed=0), train, train)
+    assert history["train_loss"].iloc[-1] < 0.5 * history["train_loss"].iloc[0]
+    teacher_forced, free_running = free_running_mse(model, train)
+    assert 0 < teacher_forced < 1 and 0 < free_running < 1
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "message"),
+    [
+        (lambda: make_corner_sequences(0, _generator()), ValueError, "num_sequences"),
+        (lambda: make_corner_sequences(4, 0), TypeError, "generator"),
+        (lambda: make_corner_sequences(4, _generator(), noise=-1.0), ValueError, "noise"),
+        (lambda: teacher_forcing_split(torch.randn(4, 3, 2)), ValueError, r"\(N, 4, 2\)"),
+        (
+            lambda: CornerTransformer()(torch.randn(2, 2, 3), torch.randn(2, 2, 2)),
+            ValueError,
+            "T, 2",
+        ),
+        (lambda: train_corners({}, torch.randn(4, 4, 2)), TypeError, "CornerConfig"),
+    ],
+)
+def test_bad_arguments_are_refused(call, error, message):
+    with pytest.raises(error, match=message):
+        call()

@@ -663,7 +663,7 @@ ratios.round(1).to_frame()
 
 # %%
 # Margins (scripts/margins_shapes.py, seeds 0-4, default and scalar numerics): the ratio
-# was 7.2 to 15.9 seed by seed; attention / oracle at most 0.14; CNN / oracle 0.978 to 0.984;
+# was 7.2 to 16.7 seed by seed; attention / oracle at most 0.14; CNN / oracle 0.977 to 0.984;
 # bidirectional LSTM 0.037-0.039 (0.50-0.53 of the oracle); batch-axis LSTM 0.59-0.60 of
 # copying and at least 1.8 times the CNN.
 assert (ratios > 5).all()
@@ -707,7 +707,7 @@ plt.show()
 #   for the attention model against {glue:text}`ch8_cnn_mse:.3f` for the CNN on average over
 #   the three seeds, a ratio of {glue:text}`ch8_ratio_of_means`, with fewer parameters, and at
 #   least {glue:text}`ch8_ratio_min` seed by seed. Over five seeds (`scripts/margins_shapes.py`)
-#   the ratio ranged from 7 to 16: "about ten times" is the honest summary at this budget. The
+#   the ratio ranged from 7 to 17: "about ten times" is the honest summary at this budget. The
 #   CNN sits at the local oracle's {glue:text}`ch8_oracle_mse:.3f`: it has learned everything
 #   that can be learned nearby.
 # - **The bidirectional LSTM comes second**: {glue:text}`ch8_lstm_mse:.3f` on its one seed,

@@ -121,6 +121,35 @@ def test_stacks_match_torch_transformer(norm_first, padded):
     _close(decoder(target, memory, causal_mask(4), source_mask), expected)
 
 
+@pytest.mark.parametrize("norm_first", [True, False])
+def test_target_padding_matches_torch_transformer(norm_first):
+    """Padding on the target side too: the book's one boolean mask (causal AND padding) is
+    PyTorch's tgt_mask plus tgt_key_padding_mask, both complemented."""
+    generator = torch.Generator().manual_seed(5)
+    torch.manual_seed(6)
+    reference = nn.TransformerDecoder(
+        nn.TransformerDecoderLayer(8, 2, 16, dropout=0.1, batch_first=True, norm_first=norm_first),
+        num_layers=2,
+    ).eval()
+    _randomize_norms(reference, generator)
+    decoder = TransformerDecoder(2, 8, 2, 16, norm_first=norm_first, final_norm=False).eval()
+    for block, layer in zip(decoder.blocks, reference.layers, strict=True):
+        block.load_from_torch(layer)
+    target = torch.randn(3, 5, 8, generator=generator)
+    memory = torch.randn(3, 6, 8, generator=generator)
+    target_pad = padding_mask([5, 3, 1], 5)  # (B, 1, 1, Tt)
+    memory_pad = padding_mask([6, 2, 4], 6)
+    expected = reference(
+        target,
+        memory,
+        tgt_mask=~causal_mask(5),
+        tgt_key_padding_mask=~target_pad[:, 0, 0],
+        memory_key_padding_mask=~memory_pad[:, 0, 0],
+    )
+    got = decoder(target, memory, causal_mask(5) & target_pad, memory_pad)
+    _close(got, expected)
+
+
 def test_load_decoder_block_refuses_mismatches():
     with pytest.raises(TypeError, match="TransformerDecoderLayer"):
         load_decoder_block(DecoderBlock(8, 2, 16), nn.TransformerEncoderLayer(8, 2, 16))

@@ -899,7 +899,7 @@ attention_chart(EXAMPLES[0])
 # %%
 show_source(attention_enrichment)
 
-# %%
+# %% tags=["nbval-ignore-output"]
 enrichment = attention_enrichment(test_weights, test_data.shape_ids)
 enrichment.round(1)
 
@@ -925,7 +925,7 @@ enrichment.round(1)
 # holds on every seed and the triangles' half does not. The cell asserts what held on every
 # seed.
 
-# %%
+# %% tags=["nbval-ignore-output"]
 for kind in ("triangle", "box"):
     for region in enrichment.columns:
         glue(

@@ -76,61 +76,12 @@ def fuse_heads(per_head):
     return fused
 
 
-@torch.no_grad()
-def load_encoder_block(block, layer: nn.TransformerEncoderLayer):
-    """Copy a same-shape ``torch.nn.TransformerEncoderLayer`` into an ``EncoderBlock``; return it.
-
-    The layer must use ReLU, LayerNorm with the block's ``eps``, the same ``norm_first`` and
-    the same bias setting. Afterwards both compute the same function (in eval mode; in
-    training mode their dropout masks differ). Its ``src_mask`` means True = may *not*
-    attend: pass it ``~mask``.
-    """
-    if not isinstance(layer, nn.TransformerEncoderLayer):
-        raise TypeError(f"expected torch.nn.TransformerEncoderLayer, got {type(layer).__name__}")
-    if layer.norm_first != block.norm_first:
-        raise ValueError(
-            f"norm_first mismatch: the torch layer has norm_first={layer.norm_first}, "
-            f"this block {block.norm_first}; build both the same way"
-        )
-    if layer.activation_relu_or_gelu != 1:
-        raise ValueError("the torch layer must use activation='relu', as this block does")
-    if not isinstance(block.norm1, nn.LayerNorm) or block.norm1.eps != layer.norm1.eps:
-        raise ValueError(
-            f"normalization mismatch: the torch layer uses LayerNorm(eps={layer.norm1.eps}); "
-            f"build this block with norm='layer', eps={layer.norm1.eps}"
-        )
-    if layer.linear1.weight.shape != block.ffn.linear1.weight.shape:
-        raise ValueError(
-            f"feed-forward shape mismatch: torch {tuple(layer.linear1.weight.shape)}, "
-            f"this block {tuple(block.ffn.linear1.weight.shape)} (ffn_width, d_model)"
-        )
-    if not layer.self_attn.batch_first:
-        # the weights are the same either way, so copying is fine; comparing outputs is not
-        warnings.warn(
-            "the torch layer was built with batch_first=False, so it expects (T, B, D) "
-            "inputs while this block takes (B, T, D); to compare their outputs, build it "
-            "with nn.TransformerEncoderLayer(..., batch_first=True)",
-            stacklevel=3,
-        )
-    load_multihead_attention(block.self_attn, layer.self_attn)
-    for name in ("linear1", "linear2"):
-        getattr(block.ffn, name).load_state_dict(getattr(layer, name).state_dict())
-    block.norm1.load_state_dict(layer.norm1.state_dict())
-    block.norm2.load_state_dict(layer.norm2.state_dict())
-    return block
-
-
-@torch.no_grad()
-def load_decoder_block(block, layer: nn.TransformerDecoderLayer):
-    """Copy a same-shape ``torch.nn.TransformerDecoderLayer`` into a ``DecoderBlock``; return it.
-
-    The same conditions as :func:`load_encoder_block`. The layer's ``self_attn`` becomes the
-    block's ``self_attn``, its ``multihead_attn`` (cross-attention) the block's ``cross_attn``,
-    and ``norm1``, ``norm2``, ``norm3`` keep their names. Its ``tgt_mask``,
-    ``memory_mask`` and key-padding masks mean True = may *not* attend: pass them ``~mask``.
-    """
-    if not isinstance(layer, nn.TransformerDecoderLayer):
-        raise TypeError(f"expected torch.nn.TransformerDecoderLayer, got {type(layer).__name__}")
+def _check_same_layout(block, layer, torch_class: type) -> None:
+    """Refuse a torch layer whose computation differs from ``block``'s (the conditions of
+    :func:`load_encoder_block` and :func:`load_decoder_block`); warn about ``batch_first``."""
+    name = torch_class.__name__
+    if not isinstance(layer, torch_class):
+        raise TypeError(f"expected torch.nn.{name}, got {type(layer).__name__}")
     if layer.norm_first != block.norm_first:
         raise ValueError(
             f"norm_first mismatch: the torch layer has norm_first={layer.norm_first}, "
@@ -149,12 +100,43 @@ def load_decoder_block(block, layer: nn.TransformerDecoderLayer):
             f"this block {tuple(block.ffn.linear1.weight.shape)} (ffn_width, d_model)"
         )
     if not layer.self_attn.batch_first:
+        # the weights are the same either way, so copying is fine; comparing outputs is not
         warnings.warn(
-            "the torch layer was built with batch_first=False, so it expects (T, B, D) "
-            "inputs while this block takes (B, T, D); to compare their outputs, build it "
-            "with nn.TransformerDecoderLayer(..., batch_first=True)",
-            stacklevel=3,
+            f"the torch layer was built with batch_first=False, so it expects (T, B, D) "
+            f"inputs while this block takes (B, T, D); to compare their outputs, build it "
+            f"with nn.{name}(..., batch_first=True)",
+            stacklevel=4,
         )
+
+
+@torch.no_grad()
+def load_encoder_block(block, layer: nn.TransformerEncoderLayer):
+    """Copy a same-shape ``torch.nn.TransformerEncoderLayer`` into an ``EncoderBlock``; return it.
+
+    The layer must use ReLU, LayerNorm with the block's ``eps``, the same ``norm_first`` and
+    the same bias setting. Afterwards both compute the same function (in eval mode; in
+    training mode their dropout masks differ). Its ``src_mask`` means True = may *not*
+    attend: pass it ``~mask``.
+    """
+    _check_same_layout(block, layer, nn.TransformerEncoderLayer)
+    load_multihead_attention(block.self_attn, layer.self_attn)
+    for name in ("linear1", "linear2"):
+        getattr(block.ffn, name).load_state_dict(getattr(layer, name).state_dict())
+    block.norm1.load_state_dict(layer.norm1.state_dict())
+    block.norm2.load_state_dict(layer.norm2.state_dict())
+    return block
+
+
+@torch.no_grad()
+def load_decoder_block(block, layer: nn.TransformerDecoderLayer):
+    """Copy a same-shape ``torch.nn.TransformerDecoderLayer`` into a ``DecoderBlock``; return it.
+
+    The same conditions as :func:`load_encoder_block`. The layer's ``self_attn`` becomes the
+    block's ``self_attn``, its ``multihead_attn`` (cross-attention) the block's ``cross_attn``,
+    and ``norm1``, ``norm2``, ``norm3`` keep their names. Its ``tgt_mask``,
+    ``memory_mask`` and key-padding masks mean True = may *not* attend: pass them ``~mask``.
+    """
+    _check_same_layout(block, layer, nn.TransformerDecoderLayer)
     load_multihead_attention(block.self_attn, layer.self_attn)
     load_multihead_attention(block.cross_attn, layer.multihead_attn)
     for name in ("linear1", "linear2"):

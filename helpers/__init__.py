@@ -26,6 +26,8 @@ Later chapters import what earlier ones built; nothing is copied.
 | 8 triangles and boxes | ``tasks.shapes`` (data, models, local oracle, training recipe) |
 | 8 runs side by side | ``parallel`` (``run_in_processes``) |
 | 9 encoder-decoder | ``transformer`` (decoder side), ``tasks.corners``, ``tasks.sorting`` |
+| 10 decoder-only model | ``gpt`` (GPT, key/value cache, sampling), ``tasks.brackets`` |
+| 11 long sequences | ``efficient`` (tiled attention, windows, costs), ``tasks.retrieval`` |
 | figures, every chapter | ``plotting`` |
 | diagrams, every chapter | ``diagrams`` (drawn by ``scripts/make_diagrams.py``) |
 | exercises, every chapter | ``checks`` |
@@ -49,7 +51,7 @@ __all__ = [
     "glue",
     "expect_error",
 ]
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 
 def seed_everything(seed: int = 0) -> torch.Generator:

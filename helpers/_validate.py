@@ -715,3 +715,145 @@ def seq2seq_arguments(source_vocab, target_vocab, pad_id, tie_embeddings) -> Non
                 f"pad_id={pad_id} must be a token of both vocabularies (< "
                 f"{min(source_vocab, target_vocab)}), or None for no padding"
             )
+
+
+# --------------------------------------------------------------------------- decoder-only model
+
+ATTENTION_POSITIONS = ("none", "rope", "alibi")
+MODEL_POSITIONS = ("learned", "sinusoidal", "rope", "alibi", "none")
+
+
+def kv_heads(num_heads: int, num_kv_heads) -> int:
+    """The number of key/value heads: ``num_heads`` if None, else a divisor of ``num_heads``."""
+    if num_kv_heads is None:
+        return num_heads
+    positive_int("num_kv_heads", num_kv_heads)
+    if num_heads % num_kv_heads:
+        divisors = [h for h in range(1, num_heads + 1) if num_heads % h == 0]
+        raise ValueError(
+            f"num_heads={num_heads} is not divisible by num_kv_heads={num_kv_heads}: each "
+            f"key/value head serves a group of num_heads / num_kv_heads query heads, so pick "
+            f"num_kv_heads among {divisors} (1 is multi-query attention, {num_heads} plain "
+            "multi-head attention)"
+        )
+    return num_kv_heads
+
+
+def attention_positions(positions) -> str:
+    """What a causal attention layer does about positions itself."""
+    if positions not in ATTENTION_POSITIONS:
+        raise ValueError(
+            f"positions of an attention layer must be one of {ATTENTION_POSITIONS}, got "
+            f"{positions!r}; 'learned' and 'sinusoidal' positions are added to the embeddings "
+            "before the first block (GPT does that), so the layer itself gets 'none'"
+        )
+    return positions
+
+
+def cache_entries(cache, keys, values) -> None:
+    """New keys and values ``(B, H_kv, T, d_head)`` that fit those already in ``cache``."""
+    for name, x in (("keys", keys), ("values", values)):
+        tensor(name, x, floating=True)
+        if x.ndim != 4:
+            raise ValueError(
+                f"a KVCache holds {name} of shape (B, H_kv, T, d_head), got {tuple(x.shape)}"
+            )
+    if keys.shape != values.shape:
+        raise ValueError(
+            f"keys and values must have the same shape, got {tuple(keys.shape)} and "
+            f"{tuple(values.shape)}"
+        )
+    if cache.keys is not None:
+        held = cache.keys.shape
+        if (held[0], held[1], held[3]) != (keys.shape[0], keys.shape[1], keys.shape[3]):
+            raise ValueError(
+                f"the cache holds keys of shape {tuple(held)} (B, H_kv, T, d_head), the new "
+                f"ones are {tuple(keys.shape)}: batch, heads and width must match; use a "
+                "fresh cache (model.new_caches(batch_size)) for another batch"
+            )
+
+
+def self_attention_input(layer: nn.Module, x, cache) -> None:
+    """A causal self-attention layer's ``x (B, T, D)`` and its optional cache."""
+    sequence("x", x, layer.d_model, type(layer).__name__)
+    module_dtype("x", x, layer)
+    if cache is not None and type(cache).__name__ != "KVCache":
+        raise TypeError(f"cache must be a helpers.gpt.KVCache or None, got {type(cache).__name__}")
+    if cache is not None and cache.keys is not None and cache.keys.shape[0] != x.shape[0]:
+        raise ValueError(
+            f"the cache holds {cache.keys.shape[0]} sequences but x has {x.shape[0]}; "
+            "use one cache per batch (model.new_caches(batch_size))"
+        )
+
+
+def gpt_arguments(vocab_size, context_length, num_layers, positions, tie_weights) -> None:
+    """A decoder-only model's sizes and choices (its layers check widths and heads)."""
+    positive_int("vocab_size", vocab_size)
+    positive_int("context_length", context_length)
+    positive_int("num_layers", num_layers)
+    boolean("tie_weights", tie_weights)
+    if positions not in MODEL_POSITIONS:
+        raise ValueError(
+            f"positions must be one of {MODEL_POSITIONS}, got {positions!r}: 'learned' and "
+            "'sinusoidal' are added to the token embeddings, 'rope' and 'alibi' act inside "
+            "attention, 'none' leaves only the causal mask"
+        )
+
+
+def _context_error(model, length: int, cached: int) -> ValueError:
+    held = f" ({cached} cached + {length - cached} new)" if cached else ""
+    return ValueError(
+        f"the sequence has {length} tokens{held}, more than the model's context_length="
+        f"{model.context_length}; cut it to its last {model.context_length} tokens, or build "
+        f"the model with context_length >= {length}"
+    )
+
+
+def gpt_input(model, tokens_in, caches) -> int:
+    """Token ids ``(B, T)`` for a GPT and its caches; return the number of cached positions."""
+    tokens(tokens_in, model.vocab_size)
+    offset = 0
+    if caches is not None:
+        if not isinstance(caches, (list, tuple)) or len(caches) != len(model.blocks):
+            raise ValueError(
+                f"caches must be a list of one KVCache per layer ({len(model.blocks)}), got "
+                f"{type(caches).__name__}; make them with model.new_caches(batch_size)"
+            )
+        lengths = {cache.length for cache in caches}
+        if len(lengths) != 1:
+            raise ValueError(
+                f"the caches hold different lengths {sorted(lengths)}; they must advance "
+                "together: start again from model.new_caches(batch_size)"
+            )
+        offset = lengths.pop()
+    if offset + tokens_in.shape[1] > model.context_length:
+        raise _context_error(model, offset + tokens_in.shape[1], offset)
+    return offset
+
+
+def generation(model, prompt, max_new_tokens, greedy, use_cache) -> None:
+    """A prompt ``(B, T0)`` and a number of new tokens that fit the model's context."""
+    tokens(prompt, model.vocab_size)
+    if prompt.shape[1] == 0:
+        raise ValueError("the prompt is empty; start from at least one token (e.g. a BOS token)")
+    positive_int("max_new_tokens", max_new_tokens)
+    boolean("greedy", greedy)
+    boolean("use_cache", use_cache)
+    total = prompt.shape[1] + max_new_tokens
+    if total > model.context_length:
+        raise ValueError(
+            f"a prompt of {prompt.shape[1]} tokens plus max_new_tokens={max_new_tokens} makes "
+            f"{total} tokens, more than the model's context_length={model.context_length}; "
+            f"ask for at most {max(model.context_length - prompt.shape[1], 0)} new tokens"
+        )
+
+
+def sampling(logits, temperature, top_k) -> tuple[float, int | None]:
+    """Logits ``(..., V)``, a temperature > 0 and an optional ``top_k`` >= 1."""
+    tensor("logits", logits, floating=True, min_ndim=1)
+    temperature = positive_number(
+        "temperature", temperature, "use greedy decoding (argmax) for the limit temperature -> 0"
+    )
+    if top_k is not None:
+        top_k = positive_int("top_k", top_k)
+    return temperature, top_k

@@ -13,6 +13,9 @@ likely mistake. They are grouped by chapter:
 | 5 positional encoding | :func:`check_fixed_base_encoding` |
 | 6 encoder | :func:`check_rms_norm`, :func:`check_block_parameter_count` |
 | 7 reversal | :func:`check_sequence_accuracy` |
+| 9 encoder-decoder | :func:`check_decoder_input` |
+| 10 decoder-only model | :func:`check_sampling_distribution` |
+| 11 long sequences | :func:`check_softmax_merge` |
 """
 
 from __future__ import annotations
@@ -43,6 +46,8 @@ __all__ = [
     "check_block_parameter_count",
     "check_sequence_accuracy",
     "check_decoder_input",
+    "check_sampling_distribution",
+    "check_softmax_merge",
 ]
 
 
@@ -505,3 +510,110 @@ def check_decoder_input(fn) -> str:
         f"expected {expected[0].tolist()} for the target {target[0].tolist()} and "
         f"start_id={start_id}, got {got[0].tolist() if got.ndim == 2 else got.tolist()}"
     )
+
+
+# --------------------------------------------------------------------------- chapter 10
+
+
+def check_sampling_distribution(fn) -> str:
+    """Check a reader's ``fn(logits, temperature, top_k)``: the distribution a sampler uses.
+
+    The answer is ``softmax(logits / temperature)`` over the last dimension, restricted to
+    the ``top_k`` largest logits (all of them when ``top_k`` is None) and renormalized.
+    Returns a line starting with "Correct:", or raises AssertionError with a hint.
+    """
+    from helpers.gpt import next_token_probabilities
+
+    logits = torch.randn(3, 9, generator=torch.Generator().manual_seed(10)) * 2
+    for temperature, top_k in ((1.0, None), (0.5, None), (2.0, None), (1.0, 3), (0.7, 1)):
+        expected = next_token_probabilities(logits, temperature, top_k)
+        got = fn(logits.clone(), temperature, top_k)
+        if not isinstance(got, Tensor) or got.shape != expected.shape:
+            raise AssertionError(
+                f"return a tensor of the logits' shape {tuple(logits.shape)}, got {_describe(got)}"
+            )
+        if torch.allclose(got, expected, atol=1e-6):
+            continue
+        setting = f"temperature={temperature}, top_k={top_k}"
+        if not torch.allclose(got.sum(-1), torch.ones(3), atol=1e-5):
+            raise AssertionError(
+                f"{setting}: each row must sum to 1; divide the logits by the temperature "
+                "before the softmax, and cut the tail with -inf before it too"
+            )
+        if temperature != 1.0 and torch.allclose(got, (logits * temperature).softmax(-1)):
+            raise AssertionError(f"{setting}: divide the logits by the temperature, not multiply")
+        kept = (got > 0).sum(-1)
+        if top_k is not None and not (kept == top_k).all():
+            raise AssertionError(
+                f"{setting}: keep exactly the {top_k} largest logits of each row (you keep "
+                f"{kept.tolist()} tokens) and give the others probability 0"
+            )
+        if temperature != 1.0:
+            raise AssertionError(f"{setting}: use softmax(logits / temperature)")
+        raise AssertionError(
+            f"{setting}: expected {expected[0].numpy().round(4).tolist()}, "
+            f"got {got[0].detach().numpy().round(4).tolist()}"
+        )
+    return "Correct: your sampling distribution matches helpers.gpt.next_token_probabilities."
+
+
+# --------------------------------------------------------------------------- chapter 11
+
+
+def _softmax_state(scores: Tensor, values: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """The online softmax's state (max, sum, accumulator) after reading all ``scores``."""
+    running_max = scores.amax(dim=-1, keepdim=True)
+    shift = running_max.masked_fill(running_max == float("-inf"), 0.0)
+    weights = torch.exp(scores - shift)
+    return running_max, weights.sum(dim=-1, keepdim=True), weights @ values
+
+
+def check_softmax_merge(fn) -> str:
+    """Check a reader's ``fn(state_1, state_2) -> state``: two partial softmaxes merged.
+
+    A state is ``(running_max (..., 1), running_sum (..., 1), accumulator (..., dv))`` as in
+    :func:`helpers.efficient.online_softmax_update`, for two disjoint sets of keys; the merged
+    state must be that of all the keys (same maximum, same sum, same accumulator).
+    Returns a line starting with "Correct:", or raises AssertionError with a hint.
+    """
+    if not callable(fn):
+        raise TypeError(f"pass your merge function itself, got {type(fn).__name__}")
+    generator = torch.Generator().manual_seed(11)
+    scores = 20 * torch.randn(3, 10, generator=generator)
+    values = torch.randn(10, 4, generator=generator)
+    scores[2, 5:] = float("-inf")  # the second half of the last query's keys is masked
+    cases = {"halves": 5, "uneven halves": 2}
+    for name, split in cases.items():
+        first = _softmax_state(scores[:, :split], values[:split])
+        second = _softmax_state(scores[:, split:], values[split:])
+        got = fn(first, second)
+        if not (isinstance(got, tuple) and len(got) == 3):
+            raise AssertionError(
+                f"return a tuple (running_max, running_sum, accumulator), got {_describe(got)}"
+            )
+        expected = _softmax_state(scores, values)
+        output = got[2] / got[1]
+        if not torch.isfinite(output).all():
+            raise AssertionError(
+                f"{name}: the merged output has NaN or inf; rescale each half by "
+                "exp(m_half - m) with m the larger of the two maxima (a half of masked keys "
+                "has m = -inf, and exp(-inf - m) = 0 is fine)"
+            )
+        if not torch.allclose(output, scores.softmax(-1) @ values, atol=1e-5):
+            plain = (first[2] + second[2]) / (first[1] + second[1])
+            if torch.allclose(output, plain, atol=1e-6):
+                raise AssertionError(
+                    "you added the sums and accumulators as they are: each half was summed "
+                    "against its own maximum, so rescale both by exp(m_half - m) first"
+                )
+            raise AssertionError(
+                f"{name}: accumulator / running_sum should be softmax(scores) @ values over "
+                "all the keys, and it is not"
+            )
+        for index, label in ((0, "running_max"), (1, "running_sum")):
+            if not torch.allclose(got[index], expected[index], rtol=1e-5):
+                raise AssertionError(
+                    f"{name}: the output is right but {label} is not the state of all the "
+                    "keys; a later merge would go wrong (the max is the larger of the two)"
+                )
+    return "Correct: two partial softmaxes merge into the softmax of all the keys."

@@ -367,6 +367,46 @@ def encoder_decoder() -> Diagram:
 
 
 # ------------------------------------------------------------------ chapter 10
+def decoder_only() -> Diagram:
+    """Chapter 10's GPT: token and position embeddings, L causal pre-norm blocks, a final
+    norm and a head that shares the embedding matrix; the causal mask beside the attention."""
+    d = Diagram(4.5, 6.4)
+    spine, op_w = 1.75, 2.1
+    d.tensor(spine, 0.3, 2.2, 0.42, "tokens t0 … t(T−1)")
+    d.arrow((spine, 0.51), (spine, 0.74), label="(B, T)")
+    d.operation(spine, 0.95, op_w, 0.42, "embedding V → D")
+    d.arrow((spine, 1.16), (spine, 1.44))
+    d.operation(spine, 1.65, op_w, 0.42, "+ learned positions")
+    d.arrow((spine, 1.86), (spine, 2.42), label="(B, T, D)")
+    # One block, repeated L times (pre-norm: RMSNorm before each sublayer, residuals around).
+    d.line([(0.55, 2.25), (2.95, 2.25), (2.95, 4.3), (0.55, 4.3), (0.55, 2.25)], dashed=True)
+    d.text(2.75, 4.1, "×L")
+    d.operation(spine, 2.7, op_w, 0.56, "RMSNorm, causal\nself-attention", "mask")
+    d.arrow((spine, 2.98), (spine, 3.3))
+    d.operation(spine, 3.58, op_w, 0.56, "RMSNorm,\nfeed-forward")
+    d.text(spine, 4.08, "each with a residual")
+    causal = [[j <= i for j in range(4)] for i in range(4)]
+    colours = [[tint(ROLE_COLOURS["key"]) if ok else ROLE_COLOURS["mask"] for ok in row]
+               for row in causal]  # fmt: skip
+    d.text(3.73, 2.1, "causal mask")
+    d.cells(3.25, 2.3, causal, cell=(0.24, 0.24), colours=colours, labels=False)
+    d.arrow((3.2, 2.7), (spine + op_w / 2, 2.7), role="mask")
+    d.text(3.73, 3.45, "query t sees")
+    d.text(3.73, 3.7, "keys 0 … t")
+    d.arrow((spine, 4.3), (spine, 4.64), label="(B, T, D)")
+    d.operation(spine, 4.85, op_w, 0.42, "final RMSNorm")
+    d.arrow((spine, 5.06), (spine, 5.34))
+    d.operation(spine, 5.55, op_w, 0.42, "Linear D → V")
+    d.arrow((spine, 5.76), (spine, 5.99), label="(B, T, V)")
+    d.tensor(spine, 6.15, 2.6, 0.3, "logits: token t + 1")
+    # Weight tying: the head reuses the embedding's V × D matrix.
+    left = spine - op_w / 2
+    d.line([(left, 5.55), (0.25, 5.55), (0.25, 0.95)], dashed=True)
+    d.arrow((0.25, 0.95), (left, 0.95), dashed=True)
+    d.text(0.12, 3.2, "tied: one V × D matrix", rotation=90)
+    return d
+
+
 def kv_cache() -> Diagram:
     """Decoder-only attention: a causal mask in training, a cache and one new row in generation."""
     d = Diagram(4.5, 5.5)
@@ -422,6 +462,7 @@ DIAGRAMS = {
     "encoder_stack": (encoder_stack, "07_reverse_prediction"),
     "what_each_position_sees": (what_each_position_sees, "08_cnn_attention_lstm"),
     "encoder_decoder": (encoder_decoder, "09_encoder_decoder"),
+    "decoder_only": (decoder_only, "10_decoder_only_lm"),
     "kv_cache": (kv_cache, "10_decoder_only_lm"),
 }
 

@@ -28,11 +28,9 @@ _spec.loader.exec_module(make_diagrams)
 DIAGRAMS = make_diagrams.DIAGRAMS
 FOLDER = ROOT / "book" / "_static" / "diagrams"
 
-# Drawn for chapters whose notebooks another contributor is writing (or that do not exist yet:
-# kv_cache is for chapter 10): whoever inserts a figure removes its name here.
-AWAITING_INSERTION = {
-    "kv_cache",
-}
+# Drawn for chapters whose notebooks another contributor is writing (or that do not exist
+# yet): whoever inserts a figure removes its name here.
+AWAITING_INSERTION: set[str] = set()
 
 FIGURE = re.compile(
     r"```\{figure\} \.\./book/_static/diagrams/(?P<name>[\w-]+)\.svg\n(?P<body>.*?)\n```",

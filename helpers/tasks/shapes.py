@@ -30,6 +30,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from helpers import _validate as check
+from helpers.efficient import sliding_window_mask
 from helpers.training import cosine_warmup_schedule, evaluate, fit
 
 __all__ = [
@@ -249,19 +250,31 @@ class ConvSelfAttention(nn.Module):
     and keys are ``[B, key_channels, T]`` and values ``[B, out_channels, T]``. The weights
     ``softmax(Q^T K / sqrt(key_channels))`` are ``[B, T, T]``, one row per query position,
     summing to 1 over key positions; ``scaled=False`` drops the ``1/sqrt(key_channels)``, as
-    source 004 does. No mask: every position may attend to every position.
+    source 004 does. No mask by default: every position may attend to every position;
+    ``window=w`` lets position i attend only to positions less than w away, |i - j| < w
+    (chapter 11's local attention, :func:`helpers.efficient.sliding_window_mask`).
     """
 
-    def __init__(self, in_channels: int, out_channels: int, key_channels: int, scaled: bool = True):
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        key_channels: int,
+        scaled: bool = True,
+        window: int | None = None,
+    ):
         super().__init__()
         check.conv_sizes(
             in_channels=in_channels, out_channels=out_channels, key_channels=key_channels
         )
         check.boolean("scaled", scaled)
+        if window is not None:
+            check.positive_int("window", window)
         self.query = nn.Conv1d(in_channels, key_channels, kernel_size=1, bias=False)
         self.key = nn.Conv1d(in_channels, key_channels, kernel_size=1, bias=False)
         self.value = nn.Conv1d(in_channels, out_channels, kernel_size=1, bias=False)
         self.scaled = scaled
+        self.window = window
 
     def attention(self, x: torch.Tensor) -> torch.Tensor:
         """The attention weights ``[B, T_query, T_key]`` for a ``[B, C_in, T]`` input."""
@@ -270,6 +283,9 @@ class ConvSelfAttention(nn.Module):
         scores = queries.transpose(1, 2) @ keys  # [B, T, T]: scores[b, i, j] = q_i . k_j
         if self.scaled:
             scores = scores / math.sqrt(self.query.out_channels)
+        if self.window is not None:
+            local = sliding_window_mask(x.shape[-1], self.window, causal=False, device=x.device)
+            scores = scores.masked_fill(~local, float("-inf"))
         return scores.softmax(dim=-1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -282,6 +298,7 @@ class ConvSelfAttention(nn.Module):
         return (
             f"in_channels={self.query.in_channels}, out_channels={self.value.out_channels}, "
             f"key_channels={self.query.out_channels}, scaled={self.scaled}"
+            + ("" if self.window is None else f", window={self.window}")
         )
 
 
@@ -309,13 +326,18 @@ def make_shapes_cnn(channels: int = 64, kernel_size: int = 5) -> nn.Sequential:
 
 
 def make_shapes_attention_model(
-    channels: int = 64, kernel_size: int = 5, key_channels: int = 96, scaled: bool = True
+    channels: int = 64,
+    kernel_size: int = 5,
+    key_channels: int = 96,
+    scaled: bool = True,
+    window: int | None = None,
 ) -> nn.Sequential:
     """:func:`make_shapes_cnn` with the middle convolution replaced by self-attention.
 
     ``[B, 1, T] -> [B, 1, T]``, 58,177 parameters with the defaults. Index 4 of the returned
     ``nn.Sequential`` is the :class:`ConvSelfAttention` layer and ``model[:4]`` computes its
-    input, so ``model[4].attention(model[:4](x))`` gives the attention weights.
+    input, so ``model[4].attention(model[:4](x))`` gives the attention weights. ``window``
+    makes the attention local (see :class:`ConvSelfAttention`); the parameters are the same.
     """
     check.conv_sizes(channels=channels, kernel_size=kernel_size, key_channels=key_channels)
     return nn.Sequential(
@@ -323,7 +345,7 @@ def make_shapes_attention_model(
         nn.ReLU(),
         _conv(channels, channels, kernel_size),
         nn.ReLU(),
-        ConvSelfAttention(channels, channels, key_channels, scaled=scaled),
+        ConvSelfAttention(channels, channels, key_channels, scaled=scaled, window=window),
         nn.ReLU(),
         _conv(channels, channels, kernel_size),
         nn.ReLU(),
@@ -453,6 +475,7 @@ def train_shapes_model(
     clip_grad_norm: float = 1.0,
     log_every: int = 25,
     device=None,
+    window: int | None = None,
 ):
     """Chapter 8's recipe for one run: return ``(model, history, test_mse)``.
 
@@ -462,13 +485,19 @@ def train_shapes_model(
     ``clip_grad_norm``, mean squared error, :func:`helpers.training.fit` for ``epochs`` passes
     (validation MSE at the end of each). The model comes back on the CPU in eval mode. A
     module-level function, so that :func:`helpers.parallel.run_in_processes` can run several
-    side by side.
+    side by side. ``window`` (only for "CNN + attention") makes its attention local, as in
+    chapter 11; None, the default, is chapter 8's model.
     """
     if name not in SHAPES_MODELS:
         raise ValueError(f"name must be one of {sorted(SHAPES_MODELS)}, got {name!r}")
     check.non_negative_int("seed", seed)
+    if window is not None and name != "CNN + attention":
+        raise ValueError(
+            f"window={window} applies to the attention layer of 'CNN + attention' only, got "
+            f"name={name!r}; leave window=None for the other models"
+        )
     torch.manual_seed(seed)
-    model = SHAPES_MODELS[name]()
+    model = SHAPES_MODELS[name]() if window is None else make_shapes_attention_model(window=window)
     order = torch.Generator().manual_seed(seed)
     loader = DataLoader(train_set, batch_size, shuffle=True, generator=order)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)

@@ -1,0 +1,360 @@
+"""A decoder-only language model (GPT): causal self-attention, a key/value cache, sampling.
+
+Chapter 10 builds it on the pieces of chapters 2-6 and trains it; chapter 11 measures the
+cost of its attention (grouped-query heads, sliding windows, the cache's memory). Shapes:
+``B`` batch, ``T`` sequence length, ``D`` model width (``d_model``), ``H`` query heads,
+``H_kv`` key/value heads (``num_kv_heads``), ``d_head = D / H``, ``V`` vocabulary size.
+
+The model reads token ids ``(B, T)`` and returns logits ``(B, T, V)``: position ``t``
+predicts token ``t + 1`` from tokens ``0..t`` only (the causal mask of chapter 2). A block is
+pre-norm, ``x = x + attention(norm(x)); x = x + ffn(norm(x))``, and the stack ends with one
+more norm before the output head, which shares its matrix with the token embedding when
+``tie_weights``.
+
+Positions (``positions=``): ``"learned"`` (one trained vector per position, GPT-2),
+``"sinusoidal"`` (the fixed table of Vaswani et al.), both added to the token embeddings;
+``"rope"`` (queries and keys rotated) and ``"alibi"`` (a distance penalty on the scores),
+both applied inside attention; ``"none"`` (the causal mask alone).
+
+Generation runs one position at a time. Without a cache every step re-reads the whole prefix;
+with one :class:`KVCache` per layer a step computes the new position's query, key and value
+only and reads the earlier keys and values from the cache.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from helpers import _validate as check
+from helpers.positional import (
+    LearnedPositionalEmbedding,
+    SinusoidalPositionalEncoding,
+    alibi_slopes,
+    apply_rotary,
+)
+from helpers.transformer import FeedForward, make_norm
+
+__all__ = [
+    "POSITIONS",
+    "KVCache",
+    "CausalSelfAttention",
+    "GPTBlock",
+    "GPT",
+    "next_token_probabilities",
+    "language_model_loss",
+]
+
+POSITIONS = ("learned", "sinusoidal", "rope", "alibi", "none")
+
+
+class KVCache:
+    """The keys and values one attention layer has computed so far, for incremental decoding.
+
+    ``keys`` and ``values`` are ``(B, H_kv, T, d_head)`` (None while empty); ``append`` adds
+    the new positions' and returns the whole history. One cache per layer:
+    :meth:`GPT.new_caches` makes them. With grouped-query attention it holds ``H_kv`` heads,
+    not ``H``: that is where the memory saving is.
+    """
+
+    def __init__(self) -> None:
+        self.keys: Tensor | None = None
+        self.values: Tensor | None = None
+
+    @property
+    def length(self) -> int:
+        """How many positions the cache holds."""
+        return 0 if self.keys is None else self.keys.shape[2]
+
+    def append(self, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
+        """Add ``(B, H_kv, T_new, d_head)`` keys and values; return all of them so far."""
+        check.cache_entries(self, keys, values)
+        if self.keys is None:
+            self.keys, self.values = keys, values
+        else:
+            self.keys = torch.cat([self.keys, keys], dim=2)
+            self.values = torch.cat([self.values, values], dim=2)
+        return self.keys, self.values
+
+    def memory_bytes(self) -> int:
+        """Bytes held by the keys and values: ``2 * B * H_kv * T * d_head * bytes per number``."""
+        if self.keys is None:
+            return 0
+        return sum(t.numel() * t.element_size() for t in (self.keys, self.values))
+
+    def __repr__(self) -> str:
+        shape = None if self.keys is None else tuple(self.keys.shape)
+        return f"KVCache(length={self.length}, keys={shape})"
+
+
+def _allowed_keys(num_queries: int, offset: int, window: int | None, device) -> Tensor:
+    """(Tq, offset + Tq) boolean: query i (position offset + i) may read key j.
+
+    Causal: ``j <= offset + i``; with a sliding window also ``j > offset + i - window``.
+    """
+    query_positions = torch.arange(offset, offset + num_queries, device=device)[:, None]
+    key_positions = torch.arange(offset + num_queries, device=device)[None, :]
+    allowed = key_positions <= query_positions
+    if window is not None:
+        allowed &= key_positions > query_positions - window
+    return allowed
+
+
+class CausalSelfAttention(nn.Module):
+    """Masked multi-head self-attention with optional grouped-query heads, RoPE or ALiBi.
+
+    ``num_kv_heads`` (default ``num_heads``) key/value heads are each shared by a group of
+    ``num_heads / num_kv_heads`` query heads: ``num_heads`` is plain multi-head attention,
+    1 is multi-query attention. ``qkv_proj`` stacks ``W_q`` (D rows), ``W_k`` and ``W_v``
+    (``H_kv * d_head`` rows each); with ``H_kv = H`` that is :class:`MultiHeadAttention`'s
+    layout. ``positions``: ``"rope"`` rotates queries and keys, ``"alibi"`` adds
+    ``-m_h * (i - j)`` to the scores, ``"none"`` does neither. ``window``: query ``i`` reads
+    keys ``j`` with ``i - window < j <= i`` only (None: every earlier key).
+
+    ``forward(x (B, T, D), cache=None, return_attention=False)`` returns ``(B, T, D)``, or
+    ``(output, weights (B, H, T, T_cache + T))``. With a :class:`KVCache`, ``x`` holds only
+    the new positions, which continue the cached ones (positions counted from ``cache.length``).
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        num_kv_heads: int | None = None,
+        dropout: float = 0.0,
+        bias: bool = False,
+        positions: str = "none",
+        window: int | None = None,
+    ) -> None:
+        super().__init__()
+        self.d_head = check.head_width(d_model, num_heads)
+        self.num_kv_heads = check.kv_heads(num_heads, num_kv_heads)
+        self.positions = check.attention_positions(positions)
+        self.window = None if window is None else check.positive_int("window", window)
+        self.d_model, self.num_heads = d_model, num_heads
+        self.dropout = check.probability("dropout", dropout, check.DROPOUT_HINT)
+        kv_width = self.num_kv_heads * self.d_head
+        self.qkv_proj = nn.Linear(d_model, d_model + 2 * kv_width, bias=bias)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+        if self.positions == "alibi":
+            self.register_buffer("slopes", alibi_slopes(num_heads), persistent=False)
+
+    def forward(self, x: Tensor, cache: KVCache | None = None, return_attention: bool = False):
+        check.self_attention_input(self, x, cache)
+        batch, length, _ = x.shape
+        offset = 0 if cache is None else cache.length
+        kv_width = self.num_kv_heads * self.d_head
+        q, k, v = self.qkv_proj(x).split([self.d_model, kv_width, kv_width], dim=-1)
+        q = q.view(batch, length, self.num_heads, self.d_head).transpose(1, 2)  # (B, H, T, dh)
+        k = k.view(batch, length, self.num_kv_heads, self.d_head).transpose(1, 2)
+        v = v.view(batch, length, self.num_kv_heads, self.d_head).transpose(1, 2)
+        if self.positions == "rope":  # rotate by the absolute positions offset .. offset + T - 1
+            where = torch.arange(offset, offset + length, device=x.device)
+            q, k = apply_rotary(q, where), apply_rotary(k, where)
+        if cache is not None:
+            k, v = cache.append(k, v)  # (B, H_kv, offset + T, dh)
+        group = self.num_heads // self.num_kv_heads  # query heads per key/value head
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        bias = self._score_bias(length, offset, x)  # (H or 1, T, offset + T)
+        dropout_p = self.dropout if self.training else 0.0
+        if return_attention:  # written out, to return the weights
+            scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_head) + bias
+            weights = F.dropout(scores.softmax(dim=-1), dropout_p)
+            heads = weights @ v
+        else:  # PyTorch's fused kernel
+            heads = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p)
+        output = self.out_proj(heads.transpose(1, 2).reshape(batch, length, self.d_model))
+        return (output, weights) if return_attention else output
+
+    def _score_bias(self, length: int, offset: int, x: Tensor) -> Tensor:
+        """What is added to the scores: -inf where a key is masked, ALiBi's -m_h * (i - j)."""
+        allowed = _allowed_keys(length, offset, self.window, x.device)  # (T, offset + T)
+        bias = torch.zeros(allowed.shape, dtype=x.dtype, device=x.device)[None]
+        if self.positions == "alibi":
+            query_positions = torch.arange(offset, offset + length, device=x.device)[:, None]
+            distance = query_positions - torch.arange(offset + length, device=x.device)
+            bias = -self.slopes.to(x.dtype)[:, None, None] * distance.to(x.dtype)  # (H, T, Tk)
+        return bias.masked_fill(~allowed, -math.inf)
+
+
+class GPTBlock(nn.Module):
+    """One pre-norm decoder-only block: ``x + attn(norm1(x))``, then ``x + ffn(norm2(x))``.
+
+    Two norms, one per sublayer (each with its own gain). The submodules carry the names of
+    :class:`helpers.transformer.EncoderBlock`'s (``self_attn``, ``ffn``, ``norm1``, ``norm2``),
+    so with ``H_kv = H`` an encoder block's ``state_dict`` loads into it unchanged.
+    ``forward(x (B, T, D), cache=None) -> (B, T, D)``.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        ffn_width: int,
+        num_kv_heads: int | None = None,
+        dropout: float = 0.0,
+        bias: bool = False,
+        positions: str = "none",
+        window: int | None = None,
+        norm: str = "rms",
+    ) -> None:
+        super().__init__()
+        self.self_attn = CausalSelfAttention(
+            d_model, num_heads, num_kv_heads, dropout, bias, positions, window
+        )
+        self.ffn = FeedForward(d_model, ffn_width, dropout=dropout, bias=bias)
+        self.norm1 = make_norm(norm, d_model, bias=bias)
+        self.norm2 = make_norm(norm, d_model, bias=bias)
+        self.dropout1, self.dropout2 = nn.Dropout(dropout), nn.Dropout(dropout)
+
+    def forward(self, x: Tensor, cache: KVCache | None = None) -> Tensor:
+        x = x + self.dropout1(self.self_attn(self.norm1(x), cache))
+        return x + self.dropout2(self.ffn(self.norm2(x)))
+
+
+class GPT(nn.Module):
+    """A decoder-only Transformer language model: token ids ``(B, T)`` -> logits ``(B, T, V)``.
+
+    ``context_length`` is the longest sequence it reads (with a cache: the cached positions
+    plus the new ones). ``ffn_width`` defaults to ``4 * d_model``. ``positions`` is one of
+    :data:`POSITIONS`. ``tie_weights`` makes the output head reuse the token embedding
+    matrix. ``norm`` is ``"rms"`` (RMSNorm, the default) or ``"layer"`` (LayerNorm, as GPT-2;
+    with ``bias=True`` it has a bias too). Weights start from ``N(0, 0.02^2)``, biases at 0,
+    as in GPT-2.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        context_length: int,
+        d_model: int = 64,
+        num_layers: int = 2,
+        num_heads: int = 4,
+        num_kv_heads: int | None = None,
+        ffn_width: int | None = None,
+        positions: str = "learned",
+        tie_weights: bool = True,
+        dropout: float = 0.0,
+        bias: bool = False,
+        window: int | None = None,
+        *,
+        norm: str = "rms",
+    ) -> None:
+        super().__init__()
+        check.gpt_arguments(vocab_size, context_length, num_layers, positions, tie_weights)
+        self.vocab_size, self.context_length = vocab_size, context_length
+        self.positions = positions
+        ffn_width = 4 * d_model if ffn_width is None else ffn_width
+        self.token_embedding = nn.Embedding(vocab_size, d_model)
+        self.position_embedding: nn.Module | None = None  # "rope", "alibi": inside attention
+        if positions == "learned":
+            self.position_embedding = LearnedPositionalEmbedding(d_model, context_length)
+        elif positions == "sinusoidal":
+            self.position_embedding = SinusoidalPositionalEncoding(d_model, context_length)
+        inside = positions if positions in ("rope", "alibi") else "none"
+        self.dropout = nn.Dropout(dropout)
+        self.blocks = nn.ModuleList(
+            GPTBlock(
+                d_model, num_heads, ffn_width, num_kv_heads, dropout, bias, inside, window, norm
+            )
+            for _ in range(num_layers)
+        )
+        self.final_norm = make_norm(norm, d_model, bias=bias)
+        self.head = nn.Linear(d_model, vocab_size, bias=False)
+        self.apply(self._init_weights)
+        if tie_weights:  # one (V, D) matrix reads tokens in and writes logits out
+            self.head.weight = self.token_embedding.weight
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, std=0.02)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+
+    def forward(self, tokens: Tensor, caches: list[KVCache] | None = None) -> Tensor:
+        offset = check.gpt_input(self, tokens, caches)
+        x = self.token_embedding(tokens)  # (B, T, D)
+        # positions offset .. offset + T - 1: with a cache, the new tokens follow the cached ones
+        x = self.dropout(x + self._position_rows(offset, tokens.shape[1], x.dtype))
+        for index, block in enumerate(self.blocks):
+            x = block(x, None if caches is None else caches[index])
+        return self.head(self.final_norm(x))  # (B, T, V)
+
+    def _position_rows(self, offset: int, length: int, dtype: torch.dtype) -> Tensor | float:
+        """Rows offset .. offset + length - 1 of the added position table (0 if none)."""
+        table = getattr(self.position_embedding, "weight", None)  # learned
+        table = getattr(self.position_embedding, "pe", table)  # sinusoidal
+        return 0.0 if table is None else table[offset : offset + length].to(dtype)
+
+    def new_caches(self, batch_size: int) -> list[KVCache]:
+        """One empty :class:`KVCache` per layer (``batch_size`` is checked on first use)."""
+        check.positive_int("batch_size", batch_size)
+        return [KVCache() for _ in self.blocks]
+
+    @torch.no_grad()
+    def generate(
+        self,
+        prompt: Tensor,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        greedy: bool = False,
+        use_cache: bool = True,
+        generator: torch.Generator | None = None,
+    ) -> Tensor:
+        """Continue ``prompt (B, T0)`` by ``max_new_tokens``: returns ``(B, T0 + max_new_tokens)``.
+
+        Each step turns the last position's logits into a distribution
+        (:func:`next_token_probabilities`: ``temperature``, ``top_k``) and samples from it with
+        ``generator``, or takes its arg-max if ``greedy``. ``use_cache=False`` re-reads the
+        whole sequence at every step (same tokens, more work). Runs in ``eval()`` mode and
+        gives the model back in the mode it was in.
+        """
+        check.generation(self, prompt, max_new_tokens, greedy, use_cache)
+        was_training = self.training
+        self.eval()
+        tokens = prompt
+        caches = self.new_caches(prompt.shape[0]) if use_cache else None
+        step_input = prompt
+        for _ in range(max_new_tokens):
+            logits = self(step_input, caches)[:, -1]  # (B, V)
+            if greedy:
+                next_token = logits.argmax(dim=-1, keepdim=True)
+            else:
+                probabilities = next_token_probabilities(logits, temperature, top_k)
+                next_token = torch.multinomial(probabilities, 1, generator=generator)
+            tokens = torch.cat([tokens, next_token], dim=1)
+            step_input = next_token if use_cache else tokens
+        self.train(was_training)
+        return tokens
+
+
+def next_token_probabilities(
+    logits: Tensor, temperature: float = 1.0, top_k: int | None = None
+) -> Tensor:
+    """The sampling distribution ``softmax(logits / temperature)``, over the ``top_k`` best only.
+
+    ``logits (..., V)``; returns probabilities of the same shape. A temperature below 1
+    sharpens the distribution (towards the arg-max), above 1 flattens it (towards uniform);
+    ``top_k`` keeps the k most likely tokens and renormalizes (ties at the k-th are kept).
+    """
+    temperature, top_k = check.sampling(logits, temperature, top_k)
+    scaled = logits / temperature
+    if top_k is not None and top_k < logits.shape[-1]:
+        kth_best = scaled.topk(top_k, dim=-1).values[..., -1:]
+        scaled = scaled.masked_fill(scaled < kth_best, -math.inf)
+    return scaled.softmax(dim=-1)
+
+
+def language_model_loss(logits: Tensor, targets: Tensor) -> Tensor:
+    """Mean cross-entropy of next-token prediction: logits ``(B, T, V)``, targets ``(B, T)``.
+
+    ``targets[b, t]`` is the token that follows position ``t``; the ones equal to -100
+    (PyTorch's ``ignore_index``) do not count.
+    """
+    check.logits_targets(logits, targets)
+    return F.cross_entropy(logits.flatten(0, 1), targets.flatten())

@@ -1,0 +1,367 @@
+"""Chapter 10's language: balanced brackets of three kinds, one string per line.
+
+A string of the language (a *Dyck* word) is a sequence of ``( ) [ ] { }`` in which every
+opening bracket is closed by the closing bracket of its own kind, in last-opened-first-closed
+order: ``([]{})`` belongs to it, ``([)]`` and ``(()`` do not. A program checks membership
+(:func:`is_balanced`), so "the model learned the language" becomes a measured fraction of
+valid samples, and where the language leaves no choice (which kind of bracket closes here)
+there is a right answer to score (:func:`closing_accuracy`).
+
+Characters are the tokens (:data:`ALPHABET`, a newline then the six brackets). Each training
+row is a newline, one string, a newline: the model learns to start after a newline and to end
+a string with one. Shapes: ``N`` rows, ``T`` positions (``context_length``), ``V`` = 7.
+
+The model is :class:`helpers.gpt.GPT`; :func:`train_brackets` trains it with
+:func:`helpers.training.fit`. The baseline is an n-gram model fitted to the same rows
+(:class:`NGramModel`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+from helpers import _validate as check
+from helpers.gpt import GPT, language_model_loss
+from helpers.training import cosine_warmup_schedule, fit
+
+__all__ = [
+    "ALPHABET",
+    "NEWLINE",
+    "OPENERS",
+    "CLOSERS",
+    "IGNORE",
+    "encode",
+    "decode",
+    "make_strings",
+    "is_balanced",
+    "expected_closer",
+    "make_rows",
+    "NGramModel",
+    "validity_rate",
+    "closing_accuracy",
+    "per_token_loss",
+    "sample_strings",
+    "gpt_probabilities",
+    "BracketConfig",
+    "train_brackets",
+]
+
+NEWLINE = "\n"
+OPENERS, CLOSERS = "([{", ")]}"
+ALPHABET = NEWLINE + "()[]{}"
+IGNORE = -100  # targets that do not count (F.cross_entropy's ignore_index)
+_ID = {char: index for index, char in enumerate(ALPHABET)}
+_MATCH = dict(zip(OPENERS, CLOSERS, strict=True))
+
+
+def encode(text: str) -> list[int]:
+    """Character ids of ``text`` (each character must be in :data:`ALPHABET`)."""
+    unknown = sorted(set(text) - set(ALPHABET))
+    if unknown:
+        raise ValueError(f"characters {unknown} are not in the alphabet {ALPHABET!r}")
+    return [_ID[char] for char in text]
+
+
+def decode(ids: Sequence[int]) -> str:
+    """The characters of a sequence of ids."""
+    return "".join(ALPHABET[int(index)] for index in ids)
+
+
+# --------------------------------------------------------------------------- the language
+
+
+def make_strings(
+    num_strings: int, generator: torch.Generator, max_pairs: int = 16, max_depth: int = 8
+) -> list[str]:
+    """``num_strings`` random balanced strings of 1 to ``max_pairs`` bracket pairs.
+
+    The number of pairs is uniform; the string is a random walk of opening and closing moves
+    (equally likely where both are allowed) whose depth never exceeds ``max_depth``, with each
+    opening bracket's kind uniform among the three.
+    """
+    check.positive_int("num_strings", num_strings)
+    check.positive_int("max_pairs", max_pairs)
+    check.positive_int("max_depth", max_depth)
+    check.generator(generator)
+    pairs = torch.randint(1, max_pairs + 1, (num_strings,), generator=generator).tolist()
+    coins = torch.rand(num_strings, 2 * max_pairs, generator=generator).tolist()
+    kinds = torch.randint(3, (num_strings, 2 * max_pairs), generator=generator).tolist()
+    strings = []
+    for n, coin, kind in zip(pairs, coins, kinds, strict=True):
+        stack, chars = [], []
+        for step in range(2 * n):
+            remaining = 2 * n - step
+            can_open = len(stack) < min(max_depth, remaining)  # room to close it again
+            if stack and (not can_open or coin[step] < 0.5):
+                chars.append(_MATCH[stack.pop()])
+            else:
+                stack.append(OPENERS[kind[step]])
+                chars.append(stack[-1])
+        strings.append("".join(chars))
+    return strings
+
+
+def is_balanced(text: str) -> bool:
+    """True if ``text`` is a non-empty string of the language: brackets only, all matched."""
+    stack = []
+    for char in text:
+        if char in _MATCH:
+            stack.append(_MATCH[char])
+        elif char not in CLOSERS or not stack or stack.pop() != char:
+            return False
+    return bool(text) and not stack
+
+
+def expected_closer(prefix: str) -> str | None:
+    """The closing bracket that may come next after ``prefix`` (None if nothing is open)."""
+    stack = []
+    for char in prefix:
+        if char in _MATCH:
+            stack.append(_MATCH[char])
+        elif char in CLOSERS:
+            stack.pop()
+    return stack[-1] if stack else None
+
+
+def make_rows(strings: Sequence[str], context_length: int) -> TensorDataset:
+    """``TensorDataset(inputs, targets)``, both int64 ``(N, context_length)``: strings packed.
+
+    Each row is a newline followed by as many whole strings as fit, each ended by a newline
+    (``"\\n([])\\n{}\\n"``), in the order given; no string is cut. ``inputs`` is the row without
+    its last character, ``targets`` the row without its first (the next character at every
+    position). Rows are padded to ``context_length``; padded targets are :data:`IGNORE`.
+    """
+    check.positive_int("context_length", context_length)
+    longest = max(len(text) for text in strings) + 1
+    if longest > context_length:
+        raise ValueError(
+            f"a string of {longest - 1} characters needs context_length >= {longest}, "
+            f"got {context_length}"
+        )
+    rows, row = [], NEWLINE
+    for text in strings:
+        if len(row) + len(text) + 1 > context_length + 1:
+            rows.append(row)
+            row = NEWLINE
+        row += text + NEWLINE
+    rows.append(row)
+    inputs = torch.zeros(len(rows), context_length, dtype=torch.long)  # padded with newlines
+    targets = torch.full((len(rows), context_length), IGNORE, dtype=torch.long)
+    for index, text in enumerate(rows):
+        ids = torch.tensor(encode(text))
+        inputs[index, : len(ids) - 1] = ids[:-1]
+        targets[index, : len(ids) - 1] = ids[1:]
+    return TensorDataset(inputs, targets)
+
+
+# --------------------------------------------------------------------------- the baseline
+
+
+class NGramModel:
+    """A character n-gram model: the next character given the previous ``n - 1``.
+
+    Fitted by counting on the rows ``newline + string + newline`` (contexts at the start of a
+    row are padded with newlines), with add-``alpha`` smoothing. ``probabilities(prefix)``
+    returns the distribution over :data:`ALPHABET` after a string prefix.
+    """
+
+    def __init__(self, n: int, alpha: float = 0.1) -> None:
+        self.n = check.positive_int("n", n)
+        self.alpha = check.positive_number("alpha", alpha, "0.1 is a mild smoothing")
+        self.counts: dict[str, Counter] = defaultdict(Counter)
+
+    def _context(self, prefix: str) -> str:
+        padded = NEWLINE * (self.n - 1) + prefix
+        return padded[len(padded) - (self.n - 1) :]
+
+    def fit(self, strings: Sequence[str]) -> NGramModel:
+        for text in strings:
+            row = NEWLINE + text + NEWLINE
+            for t in range(1, len(row)):
+                self.counts[self._context(row[:t])][row[t]] += 1
+        return self
+
+    def probabilities(self, prefix: str) -> torch.Tensor:
+        """``(V,)`` float64 probabilities of the next character after ``newline + prefix``."""
+        seen = self.counts.get(self._context(NEWLINE + prefix), Counter())
+        counts = torch.tensor([seen[char] for char in ALPHABET], dtype=torch.float64)
+        return (counts + self.alpha) / (counts.sum() + self.alpha * len(ALPHABET))
+
+    def loss(self, strings: Sequence[str]) -> float:
+        """Mean cross-entropy (nats) per predicted character of the rows of ``strings``."""
+        total = count = 0
+        for text in strings:
+            for t, char in enumerate(text + NEWLINE):
+                total -= math.log(self.probabilities(text[:t])[_ID[char]].item())
+                count += 1
+        return total / count
+
+    def sample(self, num_strings: int, generator: torch.Generator, max_len: int) -> list[str]:
+        """Strings drawn character by character until a newline (at most ``max_len`` chars)."""
+        strings = []
+        for _ in range(num_strings):
+            text = ""
+            while len(text) < max_len:
+                char = ALPHABET[torch.multinomial(self.probabilities(text), 1, generator=generator)]
+                if char == NEWLINE:
+                    break
+                text += char
+            strings.append(text if len(text) < max_len else None)
+        return strings
+
+
+# --------------------------------------------------------------------------- measurements
+
+
+def validity_rate(strings: Sequence[str | None]) -> float:
+    """The fraction of ``strings`` that belong to the language (None, unfinished, counts as not)."""
+    if not strings:
+        raise ValueError("no strings to score; sample at least one")
+    return sum(text is not None and is_balanced(text) for text in strings) / len(strings)
+
+
+def closing_accuracy(
+    probabilities: Callable[[str], torch.Tensor],
+    strings: Sequence[str],
+    distance: tuple[int, int] | None = None,
+) -> float:
+    """Where a string closes a bracket, how often the most likely *closing* bracket is right.
+
+    At each such position the kind is forced by the bracket left open, so there is one right
+    answer. ``probabilities(prefix)`` returns ``(V,)`` next-character probabilities after
+    ``newline + prefix``. ``distance=(low, high)`` scores only the positions whose opening
+    bracket is ``low`` to ``high`` characters back (1 = the character just before).
+    """
+    right = total = 0
+    closer_ids = encode(CLOSERS)
+    for text in strings:
+        opened = []  # positions of the brackets still open
+        for t, char in enumerate(text):
+            if char in OPENERS:
+                opened.append(t)
+                continue
+            back = t - opened.pop()
+            if distance is None or distance[0] <= back <= distance[1]:
+                scores = probabilities(text[:t])[closer_ids]
+                right += CLOSERS[int(scores.argmax())] == char
+                total += 1
+    if total == 0:
+        raise ValueError(f"no closing bracket at a distance in {distance}; widen the range")
+    return right / total
+
+
+@torch.no_grad()
+def gpt_probabilities(model: GPT, strings: Sequence[str]) -> dict[str, torch.Tensor]:
+    """Next-character probabilities of ``model`` after every prefix of ``strings``."""
+    model.eval()
+    table = {}
+    for text in strings:
+        ids = torch.tensor([encode(NEWLINE + text)])
+        probabilities = model(ids)[0].double().softmax(-1)  # (T, V)
+        for t in range(len(text) + 1):
+            table[text[:t]] = probabilities[t]
+    return table
+
+
+@torch.no_grad()
+def per_token_loss(model: GPT, rows: TensorDataset, batch_size: int = 1024) -> float:
+    """The exact mean cross-entropy (nats) over every counted target of ``rows``."""
+    model.eval()
+    total, count = 0.0, 0
+    for inputs, targets in DataLoader(rows, batch_size=batch_size):
+        logits = model(inputs)
+        total += F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="sum").item()
+        count += int((targets != IGNORE).sum())
+    return total / count
+
+
+@torch.no_grad()
+def sample_strings(
+    model: GPT,
+    num_strings: int,
+    generator: torch.Generator,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    greedy: bool = False,
+) -> list[str | None]:
+    """Strings the model writes after a newline, up to its next newline (None if none comes)."""
+    prompt = torch.zeros(num_strings, 1, dtype=torch.long)  # id 0 is the newline
+    written = model.generate(
+        prompt, model.context_length - 1, temperature, top_k, greedy, generator=generator
+    )
+    strings = []
+    for row in written[:, 1:].tolist():
+        text = decode(row)
+        strings.append(text.split(NEWLINE)[0] if NEWLINE in text else None)
+    return strings
+
+
+# --------------------------------------------------------------------------- training
+
+
+@dataclass(frozen=True)
+class BracketConfig:
+    """Every choice of one training run (model and optimization)."""
+
+    context_length: int = 64
+    d_model: int = 64
+    num_layers: int = 2
+    num_heads: int = 4
+    positions: str = "learned"
+    batch_size: int = 32
+    lr: float = 6e-3
+    weight_decay: float = 0.1
+    warmup_steps: int = 30
+    epochs: int = 8
+    seed: int = 0
+
+
+def train_brackets(config: BracketConfig, train_rows: TensorDataset, val_rows=None):
+    """Train a :class:`GPT` on rows of the language; return ``(model, history)``.
+
+    AdamW with a cosine schedule and warm-up, next-character cross-entropy, a history row
+    every 20 steps with the validation loss at the end of each epoch.
+    """
+    if not isinstance(config, BracketConfig):
+        raise TypeError(f"config must be a BracketConfig, got {type(config).__name__}")
+    torch.manual_seed(config.seed)
+    model = GPT(
+        len(ALPHABET),
+        config.context_length,
+        config.d_model,
+        config.num_layers,
+        config.num_heads,
+        positions=config.positions,
+    )
+    loader = DataLoader(
+        train_rows,
+        batch_size=config.batch_size,
+        shuffle=True,
+        drop_last=True,
+        generator=torch.Generator().manual_seed(config.seed),
+    )
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=config.lr, weight_decay=config.weight_decay
+    )
+    total_steps = config.epochs * len(loader)
+    scheduler = cosine_warmup_schedule(optimizer, config.warmup_steps, total_steps)
+    val_loader = None if val_rows is None else DataLoader(val_rows, batch_size=1024)
+    history = fit(
+        model,
+        loader,
+        loss_fn=language_model_loss,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        epochs=config.epochs,
+        val_loader=val_loader,
+        progress=False,
+        log_every=20,
+    )
+    return model.eval(), history

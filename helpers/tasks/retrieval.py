@@ -1,0 +1,177 @@
+"""Chapter 11's length-generalization task: retrieve what followed the last occurrence.
+
+At position ``t`` the target is the token that followed the most recent earlier occurrence
+of token ``x_t``: if ``x_j = x_t`` for a latest ``j < t``, the answer is ``x_{j+1}``.
+(Positions whose token has not occurred before have no target, -100.) The chapter's sequences
+are ``T / 2`` distinct random tokens followed by the same tokens rotated by a random shift, so
+that every answer is unique and lies at a distance that varies from sequence to sequence; with
+``repeated=False`` tokens are uniform instead. The rule reads the same at every length, so a model
+that has learned *the rule* should answer as well on sequences twice or four times as long as
+those it was trained on; a model that has learned *the positions it saw* will not. Solving it
+takes two steps of attention, the classic "induction head": one head copies each token's
+predecessor into its position, a later one looks for the current token among those
+predecessors.
+
+:func:`train_retrieval` trains a small :class:`helpers.gpt.GPT` with one kind of positional
+information on length ``T`` and returns it with its accuracy at several lengths; it is a
+module-level function so that :func:`helpers.parallel.run_in_processes` can run the kinds side
+by side.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from helpers import _validate as check
+from helpers.gpt import GPT, POSITIONS, language_model_loss
+from helpers.training import cosine_warmup_schedule, fit
+
+__all__ = [
+    "IGNORE",
+    "retrieval_targets",
+    "make_retrieval_data",
+    "RetrievalConfig",
+    "retrieval_accuracy",
+    "train_retrieval",
+]
+
+IGNORE = -100
+"""The target of a position with nothing to retrieve (PyTorch's ``ignore_index``)."""
+
+
+def retrieval_targets(tokens: Tensor) -> Tensor:
+    """The task's targets for ``tokens`` (B, T), int64: what followed the last occurrence.
+
+    ``targets[b, t] = tokens[b, j + 1]`` for the largest ``j < t`` with
+    ``tokens[b, j] == tokens[b, t]``, and :data:`IGNORE` where there is no such ``j``.
+    """
+    check.tensor("tokens", tokens)
+    if tokens.dtype != torch.int64 or tokens.ndim != 2:
+        raise TypeError(
+            f"tokens must be an int64 tensor of shape (B, T), got {tokens.dtype} of shape "
+            f"{tuple(tokens.shape)}"
+        )
+    length = tokens.shape[1]
+    same = tokens[:, :, None] == tokens[:, None, :]  # (B, T_query, T_key)
+    earlier = torch.ones(length, length, dtype=torch.bool).tril(-1)  # key j < query t
+    candidates = same & earlier
+    # the latest earlier occurrence: the largest j where candidates is True
+    latest = torch.where(candidates, torch.arange(length), -1).amax(dim=-1)  # (B, T)
+    following = tokens.gather(1, (latest + 1).clamp(max=length - 1))
+    return torch.where(latest >= 0, following, IGNORE)
+
+
+def make_retrieval_data(
+    num_sequences: int, seq_len: int, vocab_size: int, seed: int, repeated: bool = False
+) -> tuple[Tensor, Tensor]:
+    """``(tokens, targets)``, both (N, T) int64: random tokens and their targets.
+
+    ``repeated=False``: tokens uniform over the vocabulary (a token may occur several times;
+    the latest occurrence counts). ``repeated=True``: ``T / 2`` distinct tokens, then the same
+    tokens again, rotated by a random shift: each token of the second half has exactly one
+    earlier occurrence, at a distance that varies from sequence to sequence, so that no fixed
+    offset answers the task (T even, ``vocab_size >= T / 2``).
+    """
+    check.positive_int("num_sequences", num_sequences)
+    check.positive_int("seq_len", seq_len)
+    if check.positive_int("vocab_size", vocab_size) < 2:
+        raise ValueError("vocab_size must be at least 2, or every answer is the same token")
+    check.non_negative_int("seed", seed)
+    check.boolean("repeated", repeated)
+    generator = torch.Generator().manual_seed(seed)
+    if not repeated:
+        tokens = torch.randint(vocab_size, (num_sequences, seq_len), generator=generator)
+        return tokens, retrieval_targets(tokens)
+    if seq_len % 2 or vocab_size < seq_len // 2:
+        raise ValueError(
+            f"repeated=True needs an even seq_len and vocab_size >= seq_len / 2 (distinct "
+            f"tokens in each half), got seq_len={seq_len}, vocab_size={vocab_size}"
+        )
+    noise = torch.rand(num_sequences, vocab_size, generator=generator)
+    half = noise.argsort(dim=-1)[:, : seq_len // 2]  # distinct tokens, random order
+    shifts = torch.randint(seq_len // 2, (num_sequences, 1), generator=generator)
+    rotated = half.gather(1, (torch.arange(seq_len // 2) + shifts) % (seq_len // 2))
+    tokens = torch.cat([half, rotated], dim=1)
+    return tokens, retrieval_targets(tokens)
+
+
+@dataclass(frozen=True)
+class RetrievalConfig:
+    """The model and the training budget of chapter 11's length-generalization runs.
+
+    The model is ``GPT(vocab_size, context_length=max(test_lengths), d_model, num_layers,
+    num_heads, positions=...)``: built for the longest test length, so that every kind of
+    position can at least be *run* there (a learned table's rows beyond ``train_len`` are
+    never trained). Training sees ``steps`` fresh batches of length ``train_len``.
+    """
+
+    vocab_size: int = 64
+    train_len: int = 32
+    test_lengths: tuple[int, ...] = (32, 64, 128)
+    d_model: int = 64
+    num_layers: int = 2
+    num_heads: int = 4
+    steps: int = 800
+    batch_size: int = 32
+    lr: float = 3e-3
+    warmup: float = 0.1
+    num_test: int = 500
+    repeated: bool = True
+    extra: dict = field(default_factory=dict)  # further keyword arguments for GPT
+
+
+def retrieval_accuracy(model: torch.nn.Module, tokens: Tensor, targets: Tensor) -> float:
+    """The fraction of positions with a target whose arg-max prediction is right."""
+    model.eval()
+    with torch.no_grad():
+        predicted = model(tokens).argmax(dim=-1)
+    scored = targets != IGNORE
+    return (predicted[scored] == targets[scored]).float().mean().item()
+
+
+def train_retrieval(
+    positions: str, seed: int, config: RetrievalConfig = RetrievalConfig()
+) -> tuple[GPT, dict[int, float]]:
+    """Train one model on length ``config.train_len``; return it and ``{length: accuracy}``.
+
+    ``positions`` is one of :data:`helpers.gpt.POSITIONS`. ``seed`` sets the initialization
+    and the training data; the test sets (``config.num_test`` sequences per test length) are
+    the same for every seed and every kind, drawn from seeds 10_000 + length.
+    Adam with a linear warm-up and a cosine decay, gradients clipped to 1.
+    """
+    if positions not in POSITIONS:
+        raise ValueError(f"positions must be one of {POSITIONS}, got {positions!r}")
+    check.non_negative_int("seed", seed)
+    if not isinstance(config, RetrievalConfig):
+        raise TypeError(f"config must be a RetrievalConfig, got {type(config).__name__}")
+    torch.manual_seed(seed)
+    model = GPT(config.vocab_size, max(config.test_lengths), config.d_model, config.num_layers,
+                config.num_heads, positions=positions, **config.extra)  # fmt: skip
+    tokens, targets = make_retrieval_data(
+        config.steps * config.batch_size,
+        config.train_len,
+        config.vocab_size,
+        seed,
+        config.repeated,
+    )
+    sizes = config.batch_size
+    batches = list(zip(tokens.split(sizes), targets.split(sizes), strict=True))
+    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
+    warmup = math.ceil(config.warmup * config.steps)
+    fit(model, batches, loss_fn=language_model_loss, optimizer=optimizer, epochs=1,
+        scheduler=cosine_warmup_schedule(optimizer, warmup, config.steps),
+        clip_grad_norm=1.0, progress=False, log_every=config.steps)  # fmt: skip
+    accuracy = {
+        length: retrieval_accuracy(
+            model,
+            *make_retrieval_data(
+                config.num_test, length, config.vocab_size, 10_000 + length, config.repeated
+            ),
+        )
+        for length in config.test_lengths
+    }
+    return model.eval(), accuracy

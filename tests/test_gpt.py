@@ -1,0 +1,383 @@
+"""Tests of helpers.gpt: the decoder-only model, its key/value cache and its sampling."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from helpers.analysis import count_parameters
+from helpers.attention import MultiHeadAttention, causal_mask
+from helpers.gpt import (
+    GPT,
+    POSITIONS,
+    CausalSelfAttention,
+    GPTBlock,
+    KVCache,
+    language_model_loss,
+    next_token_probabilities,
+)
+from helpers.positional import alibi_bias
+from helpers.transformer import EncoderBlock
+
+VOCAB = 11
+ATOL = 1e-5
+
+
+def _model(positions="learned", num_kv_heads=None, window=None, seed=0, **kwargs) -> GPT:
+    torch.manual_seed(seed)
+    model = GPT(
+        VOCAB,
+        context_length=24,
+        d_model=16,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=num_kv_heads,
+        positions=positions,
+        window=window,
+        **kwargs,
+    )
+    with torch.no_grad():  # larger weights than GPT-2's init, so that mistakes show
+        for parameter in model.parameters():
+            parameter.mul_(8)
+    return model.eval()
+
+
+def _tokens(batch=3, length=12, seed=1) -> torch.Tensor:
+    return torch.randint(VOCAB, (batch, length), generator=torch.Generator().manual_seed(seed))
+
+
+VARIANTS = [
+    *[dict(positions=p) for p in POSITIONS],
+    dict(positions="rope", num_kv_heads=2),  # grouped-query
+    dict(positions="learned", num_kv_heads=1),  # multi-query
+    dict(positions="alibi", num_kv_heads=2, window=3),
+    dict(positions="rope", window=1),
+]
+
+
+def _name(variant: dict) -> str:
+    return "-".join(f"{key}={value}" for key, value in variant.items())
+
+
+# --------------------------------------------------------------------------- causality
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=_name)
+def test_no_logit_depends_on_a_later_token(variant):
+    model = _model(**variant)
+    tokens = _tokens(batch=2, length=9)
+    embedded = model.token_embedding(tokens).detach().requires_grad_(True)
+    # the embedding layer hands over a leaf tensor, so that gradients reach every position
+    hook = model.token_embedding.register_forward_hook(lambda *_: embedded)
+    logits = model(tokens)
+    hook.remove()
+    for t in range(tokens.shape[1]):
+        (gradient,) = torch.autograd.grad(logits[:, t].sum(), embedded, retain_graph=True)
+        assert (gradient[:, t + 1 :] == 0).all(), f"position {t} reads a later token"
+        assert (gradient[:, t] != 0).any()
+
+
+def test_window_limits_what_a_position_reads():
+    layer = CausalSelfAttention(16, 4, window=3).eval()
+    _, weights = layer(torch.randn(2, 8, 16), return_attention=True)
+    i, j = torch.meshgrid(torch.arange(8), torch.arange(8), indexing="ij")
+    outside = (j > i) | (j <= i - 3)
+    assert weights[..., outside].abs().max() == 0
+    assert (weights[..., ~outside] > 0).all()
+
+
+# --------------------------------------------------------------------------- the untrained model
+
+
+def test_untrained_loss_is_near_log_vocabulary():
+    torch.manual_seed(0)
+    model = GPT(97, 32, d_model=32, num_layers=2, num_heads=4)
+    tokens = torch.randint(97, (16, 33))
+    loss = language_model_loss(model(tokens[:, :-1]), tokens[:, 1:])
+    assert abs(loss.item() - math.log(97)) < 0.05
+
+
+def test_tied_head_shares_the_embedding_matrix():
+    tied, untied = _model(), _model(tie_weights=False)
+    assert tied.head.weight is tied.token_embedding.weight
+    assert count_parameters(untied) - count_parameters(tied) == VOCAB * 16
+
+
+def test_gpt2_small_has_the_published_parameter_count():
+    # GPT-2 small: 50,257 tokens, context 1,024, width 768, 12 layers of 12 heads, learned
+    # positions, LayerNorm and linear layers with biases, head tied to the token embedding.
+    with torch.device("meta"):
+        model = GPT(50_257, 1024, 768, 12, 12, positions="learned", bias=True, norm="layer")
+    assert model.head.weight.is_meta
+    assert count_parameters(model) == 124_439_808
+    per_block = count_parameters(model.blocks[0])
+    attention, ffn = 768 * 2304 + 2304 + 768 * 768 + 768, 2 * 768 * 3072 + 3072 + 768
+    assert per_block == 4 * 768 + attention + ffn  # two LayerNorms, attention, FFN
+    assert count_parameters(model) == 50_257 * 768 + 1024 * 768 + 12 * per_block + 2 * 768
+
+
+# --------------------------------------------------------------------------- equivalences
+
+
+@pytest.mark.parametrize("norm, bias", [("rms", False), ("layer", True)])
+def test_block_equals_a_causal_encoder_block(norm, bias):
+    torch.manual_seed(0)
+    encoder_block = EncoderBlock(16, 4, 40, norm_first=True, bias=bias, norm=norm).eval()
+    with torch.no_grad():
+        for parameter in encoder_block.parameters():
+            parameter.add_(0.3 * torch.randn_like(parameter))
+    block = GPTBlock(16, 4, 40, bias=bias, norm=norm).eval()
+    block.load_state_dict(encoder_block.state_dict())  # the same names and shapes
+    x = torch.randn(3, 7, 16)
+    torch.testing.assert_close(block(x), encoder_block(x, mask=causal_mask(7)), atol=ATOL, rtol=0)
+
+
+def test_grouped_query_attention_equals_mha_with_repeated_key_value_heads():
+    torch.manual_seed(0)
+    grouped = CausalSelfAttention(16, 4, num_kv_heads=2).eval()
+    full = MultiHeadAttention(16, 4).eval()
+    w_q, w_k, w_v = grouped.qkv_proj.weight.split([16, 8, 8])
+    d_head = 4
+    # key/value head g serves query heads 2g and 2g + 1: repeat its rows for each of them
+    repeat = lambda w: w.view(2, 1, d_head, 16).expand(2, 2, d_head, 16).reshape(16, 16)  # noqa: E731
+    with torch.no_grad():
+        full.qkv_proj.weight.copy_(torch.cat([w_q, repeat(w_k), repeat(w_v)]))
+        full.out_proj.weight.copy_(grouped.out_proj.weight)
+    x = torch.randn(2, 6, 16)
+    torch.testing.assert_close(grouped(x), full(x, x, x, mask=causal_mask(6)), atol=ATOL, rtol=0)
+
+
+def test_alibi_bias_is_chapter_5s_on_the_causal_part():
+    layer = CausalSelfAttention(16, 4, positions="alibi")
+    bias = layer._score_bias(6, 0, torch.zeros(1, 6, 16))
+    expected = alibi_bias(4, 6).masked_fill(~causal_mask(6), -math.inf)
+    assert torch.equal(bias, expected)
+
+
+def test_return_attention_gives_the_same_output():
+    for positions in ("none", "rope", "alibi"):
+        layer = CausalSelfAttention(16, 4, num_kv_heads=2, positions=positions, window=4).eval()
+        x = torch.randn(2, 9, 16)
+        output, weights = layer(x, return_attention=True)
+        torch.testing.assert_close(output, layer(x), atol=ATOL, rtol=0)
+        torch.testing.assert_close(weights.sum(-1), torch.ones(2, 4, 9))
+
+
+# --------------------------------------------------------------------------- the cache
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=_name)
+def test_cache_gives_the_logits_and_tokens_of_full_recomputation(variant):
+    model = _model(**variant)
+    tokens = _tokens(batch=3, length=14)
+    full = model(tokens)
+    caches = model.new_caches(3)
+    steps = [model(tokens[:, :5], caches)]  # a prompt of 5, then one token at a time
+    steps += [model(tokens[:, t : t + 1], caches) for t in range(5, 14)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-4, rtol=1e-4)
+    prompt = tokens[:, :4]
+    with_cache = model.generate(prompt, 16, greedy=True)
+    without = model.generate(prompt, 16, greedy=True, use_cache=False)
+    assert torch.equal(with_cache, without)
+    assert with_cache.shape == (3, 20) and torch.equal(with_cache[:, :4], prompt)
+
+
+def test_cache_holds_keys_and_values_of_the_kv_heads():
+    model = _model(num_kv_heads=2)
+    caches = model.new_caches(3)
+    model(_tokens(batch=3, length=10), caches)
+    assert len(caches) == 2
+    for cache in caches:
+        assert cache.keys.shape == cache.values.shape == (3, 2, 10, 4)  # (B, H_kv, T, d_head)
+        assert cache.length == 10
+        assert cache.memory_bytes() == 2 * 3 * 2 * 10 * 4 * 4  # keys and values, float32
+    assert KVCache().length == 0 and KVCache().memory_bytes() == 0
+
+
+def test_sampling_is_reproducible_and_restores_the_mode():
+    model = _model().train()
+    prompt = _tokens(batch=2, length=3)
+    first = model.generate(prompt, 10, generator=torch.Generator().manual_seed(5))
+    second = model.generate(prompt, 10, generator=torch.Generator().manual_seed(5))
+    assert torch.equal(first, second) and model.training
+
+
+# --------------------------------------------------------------------------- sampling
+
+
+def test_temperature_and_top_k_shape_the_distribution():
+    logits = torch.tensor([[2.0, 1.0, 0.0, -1.0]])
+    plain = next_token_probabilities(logits)
+    torch.testing.assert_close(plain, logits.softmax(-1))
+    cold, hot = next_token_probabilities(logits, 0.5), next_token_probabilities(logits, 2.0)
+    assert cold[0, 0] > plain[0, 0] > hot[0, 0]  # colder: more weight on the best token
+    assert hot[0, 3] > plain[0, 3] > cold[0, 3]
+    top2 = next_token_probabilities(logits, top_k=2)
+    assert torch.equal(top2[0, 2:], torch.zeros(2))
+    torch.testing.assert_close(top2[0, :2], logits[0, :2].softmax(-1))
+    assert torch.equal(next_token_probabilities(logits, top_k=10), plain)
+
+
+def test_language_model_loss_is_the_mean_cross_entropy():
+    logits, targets = torch.randn(2, 5, 7), torch.randint(7, (2, 5))
+    expected = nn.functional.cross_entropy(logits.transpose(1, 2), targets)
+    torch.testing.assert_close(language_model_loss(logits, targets), expected)
+
+
+# --------------------------------------------------------------------------- errors
+
+
+@pytest.mark.parametrize("positions", POSITIONS)
+def test_a_sequence_longer_than_the_context_is_refused(positions):
+    model = _model(positions)
+    with pytest.raises(ValueError, match="context_length=24"):
+        model(_tokens(length=25))
+    caches = model.new_caches(3)
+    model(_tokens(length=20), caches)
+    with pytest.raises(ValueError, match=r"25 tokens \(20 cached \+ 5 new\)"):
+        model(_tokens(length=5), caches)
+    with pytest.raises(ValueError, match="at most 20 new tokens"):
+        model.generate(_tokens(length=4), 21)
+
+
+def test_misuse_is_refused_clearly():
+    model = _model()
+    with pytest.raises(ValueError, match=r"lie in 0 \.\. 10"):
+        model(torch.tensor([[1, 11]]))
+    with pytest.raises(TypeError, match="int64"):
+        model(torch.zeros(1, 3))
+    with pytest.raises(ValueError, match="positions must be one of"):
+        GPT(VOCAB, 8, positions="absolute")
+    with pytest.raises(ValueError, match="not divisible by num_kv_heads=3"):
+        GPT(VOCAB, 8, num_heads=4, num_kv_heads=3)
+    with pytest.raises(ValueError, match="d_model=64 is not divisible by num_heads=5"):
+        GPT(VOCAB, 8, num_heads=5)
+    with pytest.raises(ValueError, match="one KVCache per layer"):
+        model(_tokens(), [KVCache()])
+    with pytest.raises(ValueError, match="added to the embeddings"):
+        CausalSelfAttention(16, 4, positions="learned")
+    with pytest.raises(ValueError, match="temperature must be > 0"):
+        next_token_probabilities(torch.zeros(1, 4), temperature=0.0)
+    with pytest.raises(ValueError, match="top_k must be a positive int"):
+        next_token_probabilities(torch.zeros(1, 4), top_k=0)
+    with pytest.raises(ValueError, match="empty"):
+        model.generate(torch.zeros(2, 0, dtype=torch.long), 3)
+    caches = model.new_caches(3)
+    model(_tokens(batch=3, length=4), caches)
+    with pytest.raises(ValueError, match="holds 3 sequences but x has 2"):
+        model(_tokens(batch=2, length=1), caches)
+
+
+# --------------------------------------------------------------------------- source 002's mistakes
+
+
+def test_attention_is_sized_by_the_model_width():
+    # Source 002 sizes attention by the vocabulary (input_dim=n_dims) while the tokens arrive
+    # as embeddings of width n_embd: its first forward pass fails with a shape error.
+    model = GPT(65, 16, d_model=32, num_heads=4)
+    assert model.blocks[0].self_attn.qkv_proj.in_features == 32
+    assert model(torch.zeros(2, 8, dtype=torch.long)).shape == (2, 8, 65)
+    sized_by_vocabulary = nn.Linear(65, 65, bias=False)
+    with pytest.raises(RuntimeError, match="cannot be multiplied"):
+        sized_by_vocabulary(model.token_embedding(torch.zeros(8, dtype=torch.long)))
+
+
+def test_every_sublayer_has_its_own_norm():
+    # Source 002 calls one self.rms_norm after both sublayers: one gain for two sums.
+    model = _model()
+    norms = [module for module in model.modules() if module.__class__.__name__ == "RMSNorm"]
+    assert len({id(norm) for norm in norms}) == 2 * len(model.blocks) + 1
+    for block in model.blocks:
+        assert block.norm1.weight is not block.norm2.weight
+
+
+def test_encoder_outputs_one_vector_per_position():
+    # Source 002: "the encoder ... generates a fixed sized vector". It outputs (B, T, D).
+    from helpers.transformer import TransformerEncoder
+
+    encoder = TransformerEncoder(2, 16, 4, 32).eval()
+    for length in (3, 9):
+        assert encoder(torch.randn(2, length, 16)).shape == (2, length, 16)
+
+
+def test_sinusoidal_table_is_not_trained():
+    # Source 002 keeps its table as a plain array field, which Equinox's filter hands to the
+    # optimizer with the weights; in PyTorch terms, an nn.Parameter. Ours is a buffer.
+    torch.manual_seed(0)
+    model = GPT(VOCAB, 16, d_model=16, num_heads=4, positions="sinusoidal")
+    table = model.position_embedding.pe.clone()
+    assert all(p is not model.position_embedding.pe for p in model.parameters())
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1, weight_decay=0.5)
+    tokens = _tokens(length=10)
+    language_model_loss(model(tokens[:, :-1]), tokens[:, 1:]).backward()
+    optimizer.step()
+    assert torch.equal(model.position_embedding.pe, table)
+    as_parameter = nn.Parameter(table.clone())  # the mistake: the optimizer moves it
+    mistaken = torch.optim.AdamW([as_parameter], lr=0.1)
+    (model.token_embedding(tokens) + as_parameter[:10]).pow(2).mean().backward()
+    mistaken.step()
+    assert not torch.equal(as_parameter, table)
+
+
+@pytest.mark.parametrize("positions", POSITIONS)
+def test_any_length_up_to_the_context_works(positions):
+    # Source 002 adds a table of max_token_size=8 rows whole: only length 8 broadcasts.
+    model = _model(positions)
+    for length in (1, 5, 8, 24):
+        assert model(_tokens(length=length)).shape == (3, length, VOCAB)
+    table = torch.randn(8, 16)
+    with pytest.raises(RuntimeError, match="must match"):
+        model.token_embedding(_tokens(length=5)) + table
+
+
+def test_sinusoidal_positions_work_with_an_odd_vocabulary():
+    # Source 002 pads the vocabulary partly to make it even "for the sine/cosine table", whose
+    # width is the model width, not the vocabulary.
+    model = GPT(7, 16, d_model=16, num_heads=4, positions="sinusoidal")
+    assert model.position_embedding.pe.shape == (16, 16)
+    assert model(torch.zeros(1, 9, dtype=torch.long)).shape == (1, 9, 7)
+
+
+# --------------------------------------------------------------------------- the exercise checker
+
+
+def _sampling_solution(logits, temperature, top_k):
+    scaled = logits / temperature
+    if top_k is not None:
+        kth = scaled.topk(top_k, dim=-1).values[..., -1:]
+        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+    return scaled.softmax(dim=-1)
+
+
+def _no_top_k(logits, temperature, top_k):
+    return (logits / temperature).softmax(dim=-1)
+
+
+def _cut_without_renormalizing(logits, temperature, top_k):
+    probabilities = (logits / temperature).softmax(dim=-1)
+    if top_k is not None:
+        kth = probabilities.topk(top_k, dim=-1).values[..., -1:]
+        probabilities = probabilities.masked_fill(probabilities < kth, 0.0)
+    return probabilities
+
+
+@pytest.mark.parametrize(
+    "wrong, hint",
+    [
+        (lambda logits, t, k: logits.softmax(-1), "softmax\\(logits / temperature\\)"),
+        (lambda logits, t, k: (logits * t).softmax(-1), "not multiply"),
+        (lambda logits, t, k: logits.softmax(-1) / t, "sum to 1"),
+        (_no_top_k, "keep exactly the 3 largest"),
+        (_cut_without_renormalizing, "sum to 1"),
+        (lambda logits, t, k: logits[0], "shape"),
+    ],
+)
+def test_check_sampling_distribution(wrong, hint):
+    from helpers.checks import check_sampling_distribution
+
+    assert check_sampling_distribution(_sampling_solution).startswith("Correct:")
+    with pytest.raises(AssertionError, match=hint):
+        check_sampling_distribution(wrong)

@@ -1,0 +1,169 @@
+"""Tests of helpers.tasks.brackets: chapter 10's language, its data, baseline and measures."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from helpers.gpt import GPT
+from helpers.tasks.brackets import (
+    ALPHABET,
+    CLOSERS,
+    IGNORE,
+    BracketConfig,
+    NGramModel,
+    closing_accuracy,
+    decode,
+    encode,
+    expected_closer,
+    gpt_probabilities,
+    is_balanced,
+    make_rows,
+    make_strings,
+    per_token_loss,
+    sample_strings,
+    train_brackets,
+    validity_rate,
+)
+
+
+def _generator(seed: int = 0) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def _depth(text: str) -> int:
+    depth = deepest = 0
+    for char in text:
+        depth += 1 if char in "([{" else -1
+        deepest = max(deepest, depth)
+    return deepest
+
+
+def test_generated_strings_are_balanced_seeded_and_bounded():
+    strings = make_strings(500, _generator(1), max_pairs=12, max_depth=5)
+    assert strings == make_strings(500, _generator(1), max_pairs=12, max_depth=5)
+    assert all(is_balanced(s) for s in strings)
+    assert all(2 <= len(s) <= 24 for s in strings)
+    assert max(map(_depth, strings)) == 5
+    assert {len(s) for s in strings} == set(range(2, 25, 2))  # every length occurs
+    assert set("".join(strings)) == set("()[]{}")
+
+
+@pytest.mark.parametrize(
+    "text, valid",
+    [("()", True), ("([]{})", True), ("{[()]}()", True), ("", False), ("(", False),
+     (")(", False), ("([)]", False), ("(]", False), ("()\n", False), ("(()", False),
+     ("())", False)],
+)  # fmt: skip
+def test_is_balanced(text, valid):
+    assert is_balanced(text) is valid
+
+
+def test_expected_closer_follows_the_stack():
+    assert expected_closer("") is None
+    assert expected_closer("([") == "]"
+    assert expected_closer("([]") == ")"
+    assert expected_closer("([]{") == "}"
+    assert expected_closer("()") is None
+
+
+def test_encode_and_decode_round_trip_and_refuse_other_characters():
+    assert decode(encode("\n([]{})\n")) == "\n([]{})\n"
+    assert encode("\n()") == [0, 1, 2]
+    with pytest.raises(ValueError, match="not in the alphabet"):
+        encode("(a)")
+
+
+def test_rows_pack_whole_strings_and_shift_targets():
+    strings = ["()", "[[]]", "{}", "(" * 7 + ")" * 7]
+    inputs, targets = make_rows(strings, 16).tensors
+    assert inputs.shape == targets.shape == (2, 16)
+    assert decode(inputs[0][:11]) == "\n()\n[[]]\n{}"
+    assert decode(targets[0][:11]) == "()\n[[]]\n{}\n"
+    assert (targets[0][11:] == IGNORE).all()
+    row = decode(inputs[1][:15])
+    assert row == "\n" + strings[3]  # a string that does not fit starts a new row
+    counted = (targets != IGNORE).sum().item()
+    assert counted == sum(len(s) + 1 for s in strings)  # every character and every end
+    with pytest.raises(ValueError, match="context_length >= 15"):
+        make_rows(strings, 14)
+
+
+def test_ngram_model_counts_and_normalizes():
+    model = NGramModel(2, alpha=1e-9).fit(["()", "()", "[]"])
+    after_newline = model.probabilities("")
+    assert math.isclose(after_newline.sum().item(), 1.0)
+    # after a newline: "(" twice, "[" once (the newline that ends a row starts no new one)
+    assert math.isclose(after_newline[ALPHABET.index("(")].item(), 2 / 3, rel_tol=1e-6)
+    assert math.isclose(model.probabilities("(")[ALPHABET.index(")")].item(), 1.0, rel_tol=1e-6)
+    assert model.loss(["()"]) < 0.5
+    samples = NGramModel(3).fit(make_strings(200, _generator(2))).sample(50, _generator(3), 40)
+    assert len(samples) == 50 and 0 < validity_rate(samples) < 1
+
+
+def test_validity_rate_counts_unfinished_samples_as_invalid():
+    assert validity_rate(["()", "(]", None, "[]"]) == 0.5
+    with pytest.raises(ValueError, match="no strings"):
+        validity_rate([])
+
+
+def test_closing_accuracy_scores_the_forced_closing_bracket():
+    strings = ["([]{})", "[[()]]"]
+
+    def oracle(prefix: str) -> torch.Tensor:
+        probabilities = torch.full((len(ALPHABET),), 0.01)
+        closer = expected_closer(prefix)
+        if closer is not None:
+            probabilities[ALPHABET.index(closer)] = 1.0
+        return probabilities
+
+    def always_round(prefix: str) -> torch.Tensor:
+        probabilities = torch.zeros(len(ALPHABET))
+        probabilities[ALPHABET.index(")")] = 1.0
+        return probabilities
+
+    assert closing_accuracy(oracle, strings) == 1.0
+    closers = [c for s in strings for c in s if c in CLOSERS]
+    assert closing_accuracy(always_round, strings) == closers.count(")") / len(closers)
+
+
+def test_model_measures_run_on_an_untrained_model():
+    torch.manual_seed(0)
+    model = GPT(len(ALPHABET), 20, d_model=16, num_heads=2).eval()
+    strings = make_strings(20, _generator(4), max_pairs=8)
+    loss = per_token_loss(model, make_rows(strings, 20))
+    assert abs(loss - math.log(len(ALPHABET))) < 0.1
+    table = gpt_probabilities(model, strings[:3])
+    assert all(math.isclose(p.sum().item(), 1.0, rel_tol=1e-9) for p in table.values())
+    samples = sample_strings(model, 10, _generator(5))
+    assert len(samples) == 10 and all(s is None or "\n" not in s for s in samples)
+    assert len(set(sample_strings(model, 5, _generator(5), greedy=True))) == 1
+
+
+def test_a_short_training_run_learns_something():
+    strings = make_strings(400, _generator(6), max_pairs=6)
+    rows = make_rows(strings, 32)
+    config = BracketConfig(context_length=32, d_model=32, batch_size=16, epochs=6, warmup_steps=5)
+    model, history = train_brackets(config, rows, rows)
+    assert history["val_loss"].notna().sum() == 6
+    assert per_token_loss(model, rows) < math.log(len(ALPHABET)) - 0.3
+    with pytest.raises(TypeError, match="BracketConfig"):
+        train_brackets({"epochs": 1}, rows)
+
+
+def test_closing_accuracy_by_distance_to_the_opening_bracket():
+    strings = ["([]{})"]  # closers: ] (1 back), } (1 back), ) (5 back)
+
+    def wrong_for_far(prefix: str) -> torch.Tensor:
+        probabilities = torch.zeros(len(ALPHABET))
+        closer = expected_closer(prefix)
+        probabilities[ALPHABET.index(closer if prefix[-1] in "([{" else "]")] = 1.0
+        return probabilities
+
+    assert closing_accuracy(wrong_for_far, strings, (1, 1)) == 1.0
+    assert closing_accuracy(wrong_for_far, strings, (2, 10)) == 0.0
+    assert closing_accuracy(wrong_for_far, strings) == 2 / 3
+    with pytest.raises(ValueError, match="no closing bracket"):
+        closing_accuracy(wrong_for_far, strings, (2, 4))

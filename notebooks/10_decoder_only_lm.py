@@ -683,7 +683,7 @@ assert len(set(samples["greedy"])) == 1 and new_share > 0.8
 # {glue:text}`ch10_valid_t15`, and a top-2 cut removes nearly every mistake. At $\tau = 1$,
 # {glue:text}`ch10_new_share` of the samples are strings that are not in the training set:
 # the model writes new strings of the language, it does not recite. Greedy decoding writes
-# one string, `{glue:text}`ch10_greedy_string``, every time: the single most likely path.
+# one string, {glue:text}`ch10_greedy_string`, every time: the single most likely path.
 # The usual trade-off of sampling shows: a lower temperature or a top-$k$ cut buys validity
 # with diversity, and too high a temperature buys diversity with mistakes.
 #

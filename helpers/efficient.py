@@ -3,8 +3,8 @@
 - :func:`online_softmax_update` and :func:`tiled_attention`: the streaming softmax and the
   forward pass of tiled ("flash") attention, a block of queries and a block of keys at a time,
   so that no (Tq, Tk) tensor ever exists;
-- :func:`sliding_window_mask` and :func:`receptive_field`: local attention, and how far a
-  token can see through a stack of windowed layers;
+- :func:`position_mask`, :func:`sliding_window_mask` and :func:`receptive_field`: local
+  attention, and how far a token can see through a stack of windowed layers;
 - :func:`attention_cost` and :func:`kv_cache_bytes`: the arithmetic of attention's FLOPs and
   memory, and of a key/value cache, computed from shapes alone;
 - :func:`median_seconds`: a small, honest timer for the chapter's measurements.
@@ -28,6 +28,7 @@ from helpers import _validate as check
 __all__ = [
     "online_softmax_update",
     "tiled_attention",
+    "position_mask",
     "sliding_window_mask",
     "receptive_field",
     "attention_cost",
@@ -63,14 +64,33 @@ def online_softmax_update(
     return new_max, running_sum, accumulator
 
 
-def _allowed(queries: Tensor, keys: Tensor, causal: bool, window: int | None) -> Tensor | None:
-    """The (Bq, Bk) mask of a tile from its query and key positions; None if all allowed."""
-    offset = queries[:, None] - keys[None, :]  # how far back each key is
+def position_mask(
+    query_positions: Tensor,
+    key_positions: Tensor,
+    *,
+    causal: bool = True,
+    window: int | None = None,
+) -> Tensor:
+    """The (Tq, Tk) boolean mask (True = may attend) of queries and keys at the given positions.
+
+    ``causal``: query at position i sees keys at j <= i. ``window``: only keys less than
+    ``window`` positions away (j > i - window when causal, |i - j| < window otherwise). The
+    positions need not start at 0: a decoder with a key/value cache passes the new queries'
+    positions and every cached key's. The one rule behind :func:`sliding_window_mask`, the
+    tiles of :func:`tiled_attention` and :class:`helpers.gpt.CausalSelfAttention`.
+    """
+    offset = query_positions[:, None] - key_positions[None, :]  # how far back each key is
     allowed = torch.ones_like(offset, dtype=torch.bool)
     if causal:
         allowed &= offset >= 0
     if window is not None:
         allowed &= offset < window if causal else offset.abs() < window
+    return allowed
+
+
+def _allowed(queries: Tensor, keys: Tensor, causal: bool, window: int | None) -> Tensor | None:
+    """The (Bq, Bk) mask of a tile from its query and key positions; None if all allowed."""
+    allowed = position_mask(queries, keys, causal=causal, window=window)
     return None if bool(allowed.all()) else allowed
 
 
@@ -143,10 +163,7 @@ def sliding_window_mask(
     window = check.positive_int("window", window)
     check.boolean("causal", causal)
     positions = torch.arange(T, device=device)
-    offset = positions[:, None] - positions[None, :]  # query minus key
-    if causal:
-        return (offset >= 0) & (offset < window)
-    return offset.abs() < window
+    return position_mask(positions, positions, causal=causal, window=window)
 
 
 def receptive_field(window: int, num_layers: int) -> int:

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from helpers import _validate as check
+from helpers.efficient import position_mask
 from helpers.positional import (
     LearnedPositionalEmbedding,
     SinusoidalPositionalEncoding,
@@ -88,19 +89,6 @@ class KVCache:
     def __repr__(self) -> str:
         shape = None if self.keys is None else tuple(self.keys.shape)
         return f"KVCache(length={self.length}, keys={shape})"
-
-
-def _allowed_keys(num_queries: int, offset: int, window: int | None, device) -> Tensor:
-    """(Tq, offset + Tq) boolean: query i (position offset + i) may read key j.
-
-    Causal: ``j <= offset + i``; with a sliding window also ``j > offset + i - window``.
-    """
-    query_positions = torch.arange(offset, offset + num_queries, device=device)[:, None]
-    key_positions = torch.arange(offset + num_queries, device=device)[None, :]
-    allowed = key_positions <= query_positions
-    if window is not None:
-        allowed &= key_positions > query_positions - window
-    return allowed
 
 
 class CausalSelfAttention(nn.Module):
@@ -171,11 +159,13 @@ class CausalSelfAttention(nn.Module):
 
     def _score_bias(self, length: int, offset: int, x: Tensor) -> Tensor:
         """What is added to the scores: -inf where a key is masked, ALiBi's -m_h * (i - j)."""
-        allowed = _allowed_keys(length, offset, self.window, x.device)  # (T, offset + T)
+        # the new queries sit at positions offset .. offset + T - 1, the keys at 0 .. offset + T - 1
+        query_positions = torch.arange(offset, offset + length, device=x.device)
+        key_positions = torch.arange(offset + length, device=x.device)
+        allowed = position_mask(query_positions, key_positions, window=self.window)  # (T, Tk)
         bias = torch.zeros(allowed.shape, dtype=x.dtype, device=x.device)[None]
         if self.positions == "alibi":
-            query_positions = torch.arange(offset, offset + length, device=x.device)[:, None]
-            distance = query_positions - torch.arange(offset + length, device=x.device)
+            distance = query_positions[:, None] - key_positions[None, :]
             bias = -self.slopes.to(x.dtype)[:, None, None] * distance.to(x.dtype)  # (H, T, Tk)
         return bias.masked_fill(~allowed, -math.inf)
 

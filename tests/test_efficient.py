@@ -17,6 +17,7 @@ from helpers.efficient import (
     kv_cache_bytes,
     median_seconds,
     online_softmax_update,
+    position_mask,
     receptive_field,
     sliding_window_mask,
     tiled_attention,
@@ -169,6 +170,14 @@ def test_sliding_window_mask_without_causality_is_symmetric():
     assert torch.equal(mask, mask.T)
     assert mask.sum(-1)[4].item() == 5  # 2 * window - 1 keys away from the edges
     assert torch.equal(sliding_window_mask(6, 6), causal_mask(6))
+
+
+@pytest.mark.parametrize("window", [None, 1, 3])
+@pytest.mark.parametrize("causal", [True, False])
+def test_position_mask_of_later_queries_is_the_last_rows_of_the_square_mask(causal, window):
+    # a decoder with a cache: 3 new queries at positions 5, 6, 7 against keys 0..7
+    rows = position_mask(torch.arange(5, 8), torch.arange(8), causal=causal, window=window)
+    assert torch.equal(rows, _reference_mask(8, 8, causal, window)[5:])
 
 
 @pytest.mark.parametrize(("window", "num_layers"), [(1, 3), (2, 1), (3, 4), (5, 2)])

@@ -69,6 +69,7 @@ from helpers import expect_error, glue, show_source
 from helpers.analysis import count_parameters, parameter_table
 from helpers.attention import causal_mask
 from helpers.checks import check_sampling_distribution
+from helpers.efficient import kv_cache_bytes
 from helpers.gpt import (
     GPT,
     CausalSelfAttention,
@@ -859,16 +860,13 @@ plt.show()
 
 
 # %%
-def cache_bytes(num_layers, num_kv_heads, d_head, length, batch, bytes_per_number=4):
-    return 2 * num_layers * num_kv_heads * d_head * length * batch * bytes_per_number
-
-
 caches = lm.new_caches(8)
 with torch.no_grad():
     lm(train_rows.tensors[0][:8], caches)  # 8 sequences of 64 tokens
 measured = sum(cache.memory_bytes() for cache in caches)
-assert measured == cache_bytes(2, 4, 16, 64, 8)
-gpt2_cache = cache_bytes(12, 12, 64, 1024, 1)
+# the formula above, as helpers.efficient.kv_cache_bytes (float32: 4 bytes per number)
+assert measured == kv_cache_bytes(2, 4, 16, 64, batch_size=8, bytes_per_element=4)
+gpt2_cache = kv_cache_bytes(12, 12, 64, 1024, bytes_per_element=4)
 glue("ch10_small_cache_kb", round(measured / 1024))
 glue("ch10_gpt2_cache_mb", round(gpt2_cache / 1e6, 1))
 glue("ch10_gpt2_weights_mb", round(gpt2_count * 4 / 1e6))
@@ -1006,8 +1004,8 @@ print("GPT reads 5 tokens:", tuple(sinusoidal(five_tokens).shape))
 # :::{admonition} Solution
 # :class: dropdown
 # $2 \times 32 \times 8 \times 128 \times 4096 \times 2$ bytes $= 536{,}870{,}912$ bytes,
-# 512 MiB; with 32 key/value heads four times as much, 2 GiB per sequence. `cache_bytes(32, 8,
-# 128, 4096, 1, 2)` above computes it. Grouped-query attention (chapter 11) exists because of
+# 512 MiB; with 32 key/value heads four times as much, 2 GiB per sequence.
+# `kv_cache_bytes(32, 8, 128, 4096)` computes it (bfloat16 is its default). Grouped-query attention (chapter 11) exists because of
 # this line.
 # :::
 #
@@ -1033,4 +1031,4 @@ def sampling_distribution_solution(logits, temperature, top_k):
 
 
 print(check_sampling_distribution(sampling_distribution_solution))
-assert cache_bytes(32, 8, 128, 4096, 1, 2) == 536_870_912
+assert kv_cache_bytes(32, 8, 128, 4096) == 536_870_912

@@ -40,7 +40,7 @@
 import sys
 
 # The book's package at the book's version (a release tag, kept in step by a test).
-HELPERS = "attention-book-helpers @ git+https://github.com/attention-book/attention-book@v0.3.0"
+HELPERS = "attention-book-helpers @ git+https://github.com/attention-book/attention-book@v0.3.1"
 if "google.colab" in sys.modules:
     import subprocess
 
@@ -60,6 +60,7 @@ device = helpers.get_device()
 
 # %%
 import math
+import textwrap
 import time
 
 import altair as alt
@@ -79,6 +80,7 @@ from helpers.tasks.shapes import (
     ConvSelfAttention,
     ShapesLSTM,
     attention_enrichment,
+    full_scale_results,
     local_oracle,
     make_shapes_attention_model,
     make_shapes_cnn,
@@ -101,7 +103,7 @@ from helpers.tasks.shapes import (
 #
 # Training, validation and test sets come from different seeds. The training set holds
 # {glue:text}`ch8_num_train:,` sequences, enough that the models below see each one only
-# twice and cannot learn them by heart.
+# {glue:text}`ch8_epochs` times and cannot learn them by heart.
 
 # %%
 NUM_TRAIN, NUM_VAL, NUM_TEST = 20_000, 1_000, 1_000
@@ -293,9 +295,11 @@ print(f"local oracle: test MSE {oracle_mse:.3f}")
 # ### A convolutional network can only look nearby
 #
 # Fleuret's baseline is five 1-D convolutions with 64 channels and kernels of width 5, with
-# ReLUs in between: about 62 thousand parameters. Each convolution widens what an output sample
-# depends on by 4 samples, so an output sees 21 neighbouring inputs and nothing else. The cell
-# checks that with a gradient: only 21 input positions influence output position 50.
+# ReLUs in between: {glue:text}`ch8_cnn_parameters:,` parameters. Each convolution widens what
+# an output sample depends on by 4 samples, so an output sees
+# {glue:text}`ch8_receptive_field` neighbouring inputs and nothing else: that window is its
+# *receptive field*. The cell checks it with a gradient: only that many input positions
+# influence output position 50.
 
 # %%
 show_source(make_shapes_cnn)
@@ -305,6 +309,7 @@ cnn = make_shapes_cnn()
 probe = torch.randn(1, 1, 100, requires_grad=True)
 cnn(probe)[0, 0, 50].backward()
 receptive_field = (probe.grad[0, 0] != 0).sum().item()
+glue("ch8_cnn_parameters", count_parameters(cnn))
 centers = test_data.triangles[:, :, 0]
 far_apart = ((centers[:, 0] - centers[:, 1]).abs() > 10).float().mean().item()
 glue("ch8_receptive_field", receptive_field)
@@ -318,8 +323,10 @@ print(
 # The window reaches 10 samples to each side. In {glue:text}`ch8_far_apart:.0%` of the test
 # sequences the two triangles' peaks are more than 10 samples apart, so at the peak of one
 # triangle the network cannot see the peak of the other, where its height could be read. It
-# can only guess the partner's height from what it sees, which is exactly the local oracle's
-# position: its floor is a floor for the CNN, and more training will not remove it.
+# can only guess the partner's height from what it sees, which is the local oracle's position:
+# the oracle's floor is nearly a floor for the CNN too, and more training does not remove it.
+# Nearly, because in the few sequences where the partner shape comes within the window (a box
+# can be read at any of its samples, not only at a peak), the CNN can see it.
 #
 # ### Self-attention looks everywhere
 #
@@ -461,20 +468,33 @@ assert not torch.allclose(in_a_batch, on_its_own) and not torch.allclose(
 # %% [markdown]
 # The proper recurrent baseline reads each signal position by position: 100 steps of one
 # feature, in both directions, so that every output can depend on the whole signal. Two
-# layers of 44 hidden units per direction give 63,801 parameters, close to the CNN's.
+# layers of 44 hidden units per direction give {glue:text}`ch8_lstm_parameters:,`
+# parameters, close to the CNN's.
 
 # %%
 show_source(ShapesLSTM)
 
 # %%
+# The same gradient probe: every input position reaches output position 50.
+probe.grad = None
+ShapesLSTM()(probe)[0, 0, 50].backward()
+assert (probe.grad[0, 0] != 0).sum().item() == 100
+
+# %%
 parameters = pd.Series(
     {name: count_parameters(build()) for name, build in SHAPES_MODELS.items()}
 )
+glue("ch8_lstm_parameters", parameters["bidirectional LSTM"])
+glue("ch8_batch_axis_parameters", parameters["batch-axis LSTM"])
+# the attention model has fewer parameters than the CNN, the LSTM about as many (within 5%)
+assert parameters["CNN + attention"] < parameters["CNN"]
+assert abs(parameters["bidirectional LSTM"] / parameters["CNN"] - 1) < 0.05
 parameters.rename("parameters").to_frame()
 
 # %% [markdown]
 # The last row is the blog post's LSTM, `BatchAxisLSTM`, which we train alongside the others
-# to see what its mistake costs.
+# to see what its mistake costs. It has {glue:text}`ch8_batch_axis_parameters:,` parameters,
+# about twice as many as the others: its one step reads a whole signal of 100 features.
 #
 # ## Sanity check: does the loss fall on one small batch?
 #
@@ -532,9 +552,8 @@ assert (overfit_table["final / first"] < 0.12).all()
 
 # %% [markdown]
 # **Figure.** All three models divide their error on the same 20 sequences by eight or more in
-# 200 steps, so none of them is broken. None has memorized the 20 sequences either: their final
-# losses are of the order of the CNN's error on new data below, so this check finds bugs that
-# stop learning, not the capacity to learn by heart (that would take many more steps).
+# 200 steps, so none of them is broken. None has driven it to zero either: this check finds
+# bugs that stop learning; it does not show that a model could learn 20 sequences by heart.
 #
 # ## The comparison, done fairly
 #
@@ -551,23 +570,27 @@ show_source(train_shapes_model)
 # The budget: {glue:text}`ch8_num_train:,` training sequences seen
 # {glue:text}`ch8_epochs` times in batches of {glue:text}`ch8_batch_size`, that is
 # {glue:text}`ch8_steps:,` optimizer steps per run. That is far below the blog post's
-# 25,000 sequences seen 50 times, and it is chosen so that the point of the chapter holds:
-# on a 2-core CPU the whole chapter runs in a few minutes, and the attention model is
-# already far below the local oracle's floor. Small batches helped: at the same number of
-# sequences seen, batches of 32 reached a lower error than batches of 64 in our trials.
+# {glue:text}`ch8_full_num_train:,` sequences seen {glue:text}`ch8_full_epochs` times (we
+# run that too, outside CI, {ref}`at the end of the chapter <ch8-full-scale>`), and it is
+# chosen so that the point of the chapter holds: on a 2-core CPU the whole chapter runs in a
+# few minutes, and the attention model is already far below the local oracle's floor. Small
+# batches helped: at the same number of sequences seen, batches of 32 reached a lower error
+# than batches of 64 in the single runs we made to choose this recipe (not shown here).
 #
 # We train three seeds of the CNN and of the attention model, and
-# {glue:text}`ch8_lstm_seeds` of the bidirectional LSTM, which costs about twice as much per
-# step (its 100 recurrent steps run one after another). The blog post's LSTM gets one seed.
+# {glue:text}`ch8_lstm_seeds` of the bidirectional LSTM, which costs more per step (its 100
+# recurrent steps run one after another; the results table gives the times). The blog post's
+# LSTM gets one seed.
 #
-# Tiny models use a CPU's cores badly: one run on two threads is only about 1.4 times as fast
-# as on one thread, while two runs side by side, one thread each, are twice as fast.
+# Tiny models use a CPU's cores badly: on the book's 2-core machine, one step of the CNN on
+# two threads took about 0.7 of its time on one thread, while two runs side by side, one
+# thread each, finish two runs in the time of one.
 # `helpers.parallel.run_in_processes` runs the jobs that way on a CPU; on a GPU they run one
 # after the other.
 
 # %%
 CONFIG = {
-    "epochs": 2,
+    "epochs": 3,
     "batch_size": 32,
     "lr": 3e-3,
     "warmup": 0.05,
@@ -652,22 +675,27 @@ results
 
 # %% [markdown]
 # The point of the task, measured seed by seed: the ratio of the CNN's test MSE to the
-# attention model's for the same seed (same batches, same initialization stream).
+# attention model's for the same seed (the same batches in the same order).
 
 # %% tags=["nbval-ignore-output"]
 by_seed = runs.pivot(index="seed", columns="model", values="test MSE")
 ratios = (by_seed["CNN"] / by_seed["CNN + attention"]).rename("CNN / CNN + attention")
 glue("ch8_ratio_min", round(ratios.min(), 1))
 glue("ch8_ratio_of_means", round(mse["CNN"] / mse["CNN + attention"], 1))
+floor_over_worst = oracle_mse / results.loc["CNN + attention", "worst"]
+glue("ch8_floor_over_worst", round(floor_over_worst, 1))
+glue("ch8_lstm_over_oracle", round(mse["bidirectional LSTM"] / oracle_mse, 2))
 ratios.round(1).to_frame()
 
 # %%
-# Margins (scripts/margins_shapes.py, seeds 0-4, default and scalar numerics): the ratio
-# was 7.2 to 16.7 seed by seed; attention / oracle at most 0.14; CNN / oracle 0.977 to 0.984;
-# bidirectional LSTM 0.037-0.039 (0.50-0.53 of the oracle); batch-axis LSTM 0.59-0.60 of
-# copying and at least 1.8 times the CNN.
-assert (ratios > 5).all()
-assert results.loc["CNN + attention", "worst"] < oracle_mse / 5
+# Margins (scripts/margins_shapes.py --epochs 3, seeds 0-4, default numerics; the chapter's
+# seeds under the scalar numerics of `make test`): the ratio was 11.4 to 30.2 seed by seed,
+# and the ratio of the means of any three of those seeds at least 11.9; attention / oracle at
+# most 0.085 (the floor at least 11.8 times the worst seed); CNN / oracle 0.963 to 0.968;
+# bidirectional LSTM 0.030-0.031 (0.41-0.43 of the oracle, two seeds); batch-axis LSTM 0.51-0.53 of
+# copying and 1.61 to 1.66 times the CNN.
+assert (ratios > 8).all() and mse["CNN"] / mse["CNN + attention"] > 10
+assert floor_over_worst > 8
 assert (
     0.9 * oracle_mse
     < results.loc["CNN", "best"]
@@ -676,7 +704,7 @@ assert (
 )
 assert mse["bidirectional LSTM"] < 0.75 * oracle_mse
 assert mse["bidirectional LSTM"] > 2 * results.loc["CNN + attention", "worst"]
-assert 1.5 * mse["CNN"] < mse["batch-axis LSTM"] < copy_mse
+assert 1.3 * mse["CNN"] < mse["batch-axis LSTM"] < copy_mse
 
 # %% tags=["hide-input"]
 fig, ax = plt.subplots(figsize=(6, 3))
@@ -699,7 +727,8 @@ plt.show()
 # local oracle (dashed) and the error of copying the input (dotted). The CNN's seeds sit on the
 # oracle's floor, a hair below it (in the few sequences where the partner is within its 21
 # samples, it can see it): everything a model can do without looking far, it does. The
-# attention model goes an order of magnitude below the floor.
+# attention model goes an order of magnitude below the floor: the floor is at least
+# {glue:text}`ch8_floor_over_worst` times its worst seed's error.
 #
 # The conclusions, each at this budget of {glue:text}`ch8_steps:,` steps per run:
 #
@@ -707,11 +736,13 @@ plt.show()
 #   for the attention model against {glue:text}`ch8_cnn_mse:.3f` for the CNN on average over
 #   the three seeds, a ratio of {glue:text}`ch8_ratio_of_means`, with fewer parameters, and at
 #   least {glue:text}`ch8_ratio_min` seed by seed. Over five seeds (`scripts/margins_shapes.py`)
-#   the ratio ranged from 7 to 17: "about ten times" is the honest summary at this budget. The
-#   CNN sits at the local oracle's {glue:text}`ch8_oracle_mse:.3f`: it has learned everything
+#   the ratio ranged from 11 to 30 seed by seed, and it was above 10 for the mean of any three
+#   of them. (At two epochs instead of three it ranged from 7 to 18: the third epoch is what
+#   makes "an order of magnitude" hold on every seed.) The CNN sits at the local oracle's {glue:text}`ch8_oracle_mse:.3f`: it has learned everything
 #   that can be learned nearby.
 # - **The bidirectional LSTM comes second**: {glue:text}`ch8_lstm_mse:.3f` on its one seed,
-#   about half the oracle's floor, so it does carry information across the signal, but several
+#   {glue:text}`ch8_lstm_over_oracle` of the oracle's floor, so it does carry information
+#   across the signal, but several
 #   times the attention model's error, and it pays for its 100 sequential steps in time.
 # - **The blog post's LSTM comes last**: {glue:text}`ch8_batch_axis_mse:.3f`. It reads each
 #   whole signal as one step of 100 features, so it is in effect a small dense network on the
@@ -739,12 +770,26 @@ plt.show()
 
 # %% [markdown]
 # **Figure.** Training loss (lines: mean over the seeds, averaged over 25 steps; bands: lowest
-# and highest seed) and validation loss at the end of each epoch (dots), on a log scale. The
+# and highest seed; the two LSTMs have one seed each, so no band) and validation loss at the
+# end of each epoch (dots), on a log scale, with the local oracle's floor (dashed) and the
+# error of copying the input (dotted). The
 # CNN reaches the local oracle's floor early and stays on it; the attention model crosses the
 # floor and keeps falling until the end of the schedule.
 
+# %%
+# The caption's claims, from the validation loss at the end of each epoch (mean over seeds):
+# the CNN ends within 10% of the local oracle's floor, the attention model falls every epoch.
+val_loss = (
+    histories.dropna(subset=["val_loss"])
+    .groupby(["model", "epoch"])["val_loss"]
+    .mean()
+    .unstack("epoch")
+)
+assert abs(val_loss.loc["CNN"].iloc[-1] / oracle_mse - 1) < 0.1
+assert val_loss.loc["CNN + attention"].is_monotonic_decreasing
+
 # %% tags=["hide-input"]
-EXAMPLES = [84, 701, 27, 493]  # the test sequences the blog post plots
+EXAMPLES = [84, 701, 27, 493]  # the indices of the test sequences the blog post plots
 shown = ["CNN", "CNN + attention", "bidirectional LSTM"]
 with torch.no_grad():
     predictions = {
@@ -767,15 +812,17 @@ for ax in axes[1]:
 plt.show()
 
 # %% [markdown]
-# **Figure.** Input (grey), target (black) and the seed-0 models' predictions on the four test
-# sequences the blog post shows, in the original units. Look at the tops of the shapes: the
+# **Figure.** Input (grey), target (black) and the seed-0 models' predictions on four test
+# sequences, at the indices of the blog post's figure (other sequences than the post's, since
+# our data are drawn differently), in the original units. Look at the tops of the shapes: the
 # CNN redraws each shape where it is and close to its *own* height pulled towards the middle
 # (the oracle's guess), while the attention model lands on the mean of the pair.
 
 # %% [markdown]
 # ## What does the attention layer look at?
 #
-# The attention model's layer 4 is the attention layer and `model[:4]` computes its input, so
+# In the attention model, the module at index 4, `model[4]`, is the attention layer, and
+# `model[:4]` computes its input, so
 # the weights for any input are one line away. We read them from the seed-0 model of the
 # comparison.
 
@@ -908,16 +955,21 @@ enrichment.round(1)
 #
 # - **Boxes look at boxes**: a box position puts {glue:text}`ch8_box_partner:.1f` times its
 #   uniform share on the *other* box, the one whose height it needs, and
-#   {glue:text}`ch8_box_other_kind:.1f` times on the triangles. That held on every seed we
-#   trained.
+#   {glue:text}`ch8_box_other_kind:.1f` times on the triangles. That held on every seed that
+#   `scripts/margins_shapes.py` trained (five).
 # - **Triangles are not as simple**: this model puts {glue:text}`ch8_triangle_partner:.1f`
 #   times uniform on the other triangle and {glue:text}`ch8_triangle_other_kind:.1f` on the
-#   boxes, but over five seeds the order of those two numbers flips (from 0.6 to 7.7 times),
-#   so we claim nothing for triangles. A box's height can be read at any of its samples, a
+#   boxes, but over five seeds the order of those two numbers flips (the first divided by the
+#   second ranged from 0.6 to 5.6 in `scripts/margins_shapes.py`), so we claim nothing for
+#   triangles. A box's height can be read at any of its samples, a
 #   triangle's only near its peak, and the model has other routes to it, through the layers
 #   after the attention.
+# - **Each position also looks at its own shape**, {glue:text}`ch8_box_own_shape:.1f` times
+#   uniform for boxes and {glue:text}`ch8_triangle_own_shape:.1f` for triangles. This model
+#   has no residual connection around its attention layer: the layer's output replaces the
+#   signal, so what a position passes on about its own shape must go through attention too.
 # - **Both kinds put less weight on the background than uniform**: boxes
-#   {glue:text}`ch8_box_background:.2f` of their uniform share, almost nothing, and triangles
+#   {glue:text}`ch8_box_background:.2f` of their uniform share, far less, and triangles
 #   {glue:text}`ch8_triangle_background:.2f`.
 #
 # The blog post shows a clean "triangles to triangles, boxes to boxes" picture after 50
@@ -932,12 +984,225 @@ for kind in ("triangle", "box"):
             f"ch8_{kind}_{region.replace(' ', '_')}",
             round(enrichment.loc[kind, region], 2),
         )
-# Margins (scripts/margins_shapes.py, seeds 0-4, default and scalar numerics, and this
-# chapter's runs): box partner 4.4 to 6.2 times uniform and 4.0 to 14.5 times the other kind;
-# background at most 0.04 (boxes) and 0.7 (triangles) of uniform.
+# Margins (scripts/margins_shapes.py --epochs 3, seeds 0-4, default numerics): box partner
+# 4.4 to 6.4 times uniform and 6.9 to 22.7 times the other kind; background at most 0.13
+# (boxes) and 0.67 (triangles) of uniform.
 box = enrichment.loc["box"]
-assert box["partner"] > 3 and box["partner"] > 2.5 * box["other kind"]
-assert box["background"] < 0.1 and enrichment.loc["triangle", "background"] < 1
+assert box["partner"] > 3 and box["partner"] > 3 * box["other kind"]
+assert box["background"] < 0.25 and enrichment.loc["triangle", "background"] < 1
+
+# %% [markdown]
+# (ch8-full-scale)=
+# ## At full scale: the blog post's protocol
+#
+# Everything above was measured at a budget that CI can afford, {glue:text}`ch8_steps:,`
+# steps per run. The blog post trains for {glue:text}`ch8_full_epochs` epochs of
+# {glue:text}`ch8_full_num_train:,` sequences in batches of {glue:text}`ch8_full_batch_size`
+# at a flat learning rate of {glue:text}`ch8_full_lr`, {glue:text}`ch8_full_steps:,` steps,
+# and reports a test MSE of about {glue:text}`ch8_source_at_5` after
+# {glue:text}`ch8_source_epoch_5` epochs and {glue:text}`ch8_source_at_40` after
+# {glue:text}`ch8_source_epoch_40` for its attention model. `scripts/reproduce_shapes.py`
+# runs that protocol with the book's data and models, {glue:text}`ch8_full_seeds` seeds for
+# each of the three models, and measures the test MSE after every epoch. That takes hours on a
+# CPU, so it runs outside CI: the package ships the file it wrote
+# (`helpers.tasks.shapes.full_scale_results`), and this section only reads it. Nothing here
+# is trained, and the numbers below are those of that one run on the machine it names.
+
+# %%
+# The blog post's protocol and what it reports for its attention model (epoch -> test MSE).
+SOURCE_PROTOCOL = {"epochs": 50, "num-train": 25_000, "batch-size": 128, "lr": 0.001}
+SOURCE_REPORT = {5: 0.01, 40: 0.001}
+full = full_scale_results()
+(full_command,) = full["command"].unique()
+(full_machine,) = full["machine"].unique()
+options = full_command.split()[
+    2:
+]  # "--epochs 50 --seeds 3 ..." -> {"epochs": "50", ...}
+protocol = {
+    key[2:]: value for key, value in zip(options[::2], options[1::2], strict=True)
+}
+# The file is the blog post's protocol, and every run of it is complete:
+assert {key: type(value)(protocol[key]) for key, value in SOURCE_PROTOCOL.items()} == (
+    SOURCE_PROTOCOL
+)
+full_epochs, full_seeds = SOURCE_PROTOCOL["epochs"], int(protocol["seeds"])
+full_models = ["CNN", "CNN + attention", "bidirectional LSTM"]
+epochs_run = full.groupby(["model", "seed"])["epoch"].apply(list)
+assert list(epochs_run.index) == [
+    (m, s) for m in full_models for s in range(full_seeds)
+]
+assert all(epochs == list(range(1, full_epochs + 1)) for epochs in epochs_run)
+for key, value in SOURCE_PROTOCOL.items():
+    glue(f"ch8_full_{key.replace('-', '_')}", value)
+steps_per_epoch = math.ceil(
+    SOURCE_PROTOCOL["num-train"] / SOURCE_PROTOCOL["batch-size"]
+)
+glue("ch8_full_steps", full_epochs * steps_per_epoch)
+glue("ch8_full_seeds", full_seeds)
+for epoch, value in SOURCE_REPORT.items():
+    glue(f"ch8_source_epoch_{epoch}", epoch)
+    glue(f"ch8_source_at_{epoch}", value)
+# The script normalizes by the statistics of its own training set (seed 1, like ours, but
+# 25,000 sequences): the local oracle's floor in those units.
+full_train = make_shapes_dataset(SOURCE_PROTOCOL["num-train"], seed=1)
+full_std = torch.cat([full_train.inputs, full_train.targets]).std().item()
+full_oracle_mse = oracle_mse * (STD / full_std) ** 2
+run_seconds = full.groupby(["model", "seed"])["seconds"].max()
+glue("ch8_full_hours", round(run_seconds.sum() / 3600, 1))
+print(full_command)
+print(full_machine)
+print(
+    f"{len(run_seconds)} runs, {run_seconds.sum() / 3600:.1f} hours of training in all "
+    "(two at a time)"
+)
+
+# %% tags=["hide-input"]
+fig, ax = plt.subplots(figsize=(6.2, 3.9))
+for name in full_models:
+    of_model = full[full["model"] == name]
+    for _, run in of_model.groupby("seed"):
+        ax.plot(
+            run["epoch"], run["test_mse"], color=MODEL_COLORS[name], lw=0.7, alpha=0.5
+        )
+    median = of_model.groupby("epoch")["test_mse"].median()
+    seeds = of_model["seed"].nunique()
+    ax.plot(
+        median.index,
+        median,
+        color=MODEL_COLORS[name],
+        lw=2,
+        label=f"{name} ({seeds} seeds)",
+    )
+ax.plot(
+    list(SOURCE_REPORT),
+    list(SOURCE_REPORT.values()),
+    "X",
+    color="black",
+    ms=8,
+    label="the blog post's report",
+)
+ax.axhline(full_oracle_mse, color="black", ls="--", lw=1, label="local oracle")
+ax.set(
+    xlabel="epoch",
+    ylabel="test MSE (normalized)",
+    yscale="log",
+    xlim=(0, full_epochs + 1),
+)
+ax.legend(
+    fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=3, frameon=False
+)
+label = textwrap.fill(full_command, 95) + "\n" + full_machine
+fig.text(
+    0.01, 0.01, label, fontsize=6, family="monospace", color="dimgrey", va="bottom"
+)
+fig.tight_layout(rect=(0, 0.08, 1, 1))
+plt.show()
+
+# %% [markdown]
+# **Figure.** Test MSE after every epoch of the blog post's protocol (thin lines: one per seed;
+# thick lines: the median over the seeds), with the two numbers the blog post reports for its
+# attention model (crosses) and the local oracle's floor (dashed). The command and the machine
+# that produced the file are printed under the figure.
+
+# %%
+milestones = sorted({*SOURCE_REPORT, full_epochs})
+at = full[full["epoch"].isin(milestones)]
+summary = at.pivot_table(
+    index="model", columns="epoch", values="test_mse", aggfunc=["median", "min", "max"]
+)
+full_table = pd.DataFrame(
+    {
+        f"epoch {epoch}": [
+            f"{summary['median', epoch][name]:.2g} ({summary['min', epoch][name]:.2g}–{summary['max', epoch][name]:.2g})"
+            for name in full_models
+        ]
+        for epoch in milestones
+    },
+    index=pd.Index(full_models, name="median (lowest–highest)"),
+)
+full_table
+
+# %% tags=["hide-input"]
+short = {"CNN": "cnn", "CNN + attention": "attention", "bidirectional LSTM": "lstm"}
+median = full.pivot_table(
+    index="epoch", columns="model", values="test_mse", aggfunc="median"
+)
+for name, key in short.items():
+    for epoch in milestones:
+        glue(f"ch8_full_{key}_{epoch}", float(f"{median.loc[epoch, name]:.2g}"))
+# The first epoch at which the median seed is below LEVEL (the CNN never is):
+LEVEL = 0.01
+glue("ch8_full_level", LEVEL)
+to_001 = {name: median.index[median[name] < LEVEL].min() for name in full_models}
+for name in ("CNN + attention", "bidirectional LSTM"):
+    glue(f"ch8_full_{short[name]}_epochs_to_001", int(to_001[name]))
+attention_curves = full[full["model"] == "CNN + attention"].pivot(
+    index="epoch", columns="seed", values="test_mse"
+)
+glue("ch8_full_attention_40_low", float(f"{attention_curves.loc[40].min():.2g}"))
+glue("ch8_full_attention_40_high", float(f"{attention_curves.loc[40].max():.2g}"))
+# At a flat learning rate, a seed's error can jump from one epoch to the next:
+JUMPS_AFTER = 10
+glue("ch8_full_jumps_after", JUMPS_AFTER)
+jump = (attention_curves / attention_curves.shift()).loc[JUMPS_AFTER:].max().max()
+glue("ch8_full_jump", round(jump, 1))
+# The CNN over 50 epochs, against the local oracle's floor:
+cnn_over_floor = full.loc[full["model"] == "CNN", "test_mse"].min() / full_oracle_mse
+glue("ch8_full_cnn_over_floor", round(cnn_over_floor, 2))
+final = median.loc[full_epochs]
+glue("ch8_full_ratio", round(final["CNN"] / final["CNN + attention"]))
+# How many epochs of the flat protocol match what this chapter's recipe reached:
+ours = mse["CNN + attention"] * (STD / full_std) ** 2  # in the script's units
+epochs_to_match = int((median["CNN + attention"] <= ours).idxmax())
+glue("ch8_full_epochs_to_match", epochs_to_match)
+sequences_ratio = (
+    epochs_to_match * SOURCE_PROTOCOL["num-train"] / (NUM_TRAIN * CONFIG["epochs"])
+)
+glue("ch8_full_sequences_ratio", round(sequences_ratio))
+
+# The claims of the text below, checked on the file:
+for epoch, reported in SOURCE_REPORT.items():  # the median seed within a factor 2
+    assert 0.5 < median.loc[epoch, "CNN + attention"] / reported < 2
+assert jump > 2
+assert 0.8 < cnn_over_floor < 1
+assert final["CNN"] / final["CNN + attention"] > 10
+assert final["bidirectional LSTM"] < full_oracle_mse / 10
+assert final["bidirectional LSTM"] < 3 * final["CNN + attention"]
+assert math.isnan(to_001["CNN"])
+assert to_001["CNN + attention"] < to_001["bidirectional LSTM"]
+assert epochs_to_match > CONFIG["epochs"] * NUM_TRAIN / SOURCE_PROTOCOL["num-train"]
+
+# %% [markdown]
+# What the full protocol shows (the cell above checks each statement on the file):
+#
+# - **The blog post's numbers hold for the median seed, roughly.** After
+#   {glue:text}`ch8_source_epoch_5` epochs the attention model's median seed is at
+#   {glue:text}`ch8_full_attention_5` (the post: {glue:text}`ch8_source_at_5`), after
+#   {glue:text}`ch8_source_epoch_40` at {glue:text}`ch8_full_attention_40` (the post:
+#   {glue:text}`ch8_source_at_40`): both within a factor of two. The seeds spread widely, at
+#   epoch {glue:text}`ch8_source_epoch_40` from {glue:text}`ch8_full_attention_40_low` to
+#   {glue:text}`ch8_full_attention_40_high`, and at a flat learning rate the error never
+#   settles: after epoch {glue:text}`ch8_full_jumps_after`, a seed's error jumped by up to {glue:text}`ch8_full_jump` times
+#   from one epoch to the next. (The post's targets also carried the input's noise, which
+#   adds about {glue:text}`ch8_noise_floor` to its error; ours are noise-free.)
+# - **The CNN stays near the floor.** The best epoch of any of its seeds is
+#   {glue:text}`ch8_full_cnn_over_floor` of the local oracle's floor:
+#   {glue:text}`ch8_full_epochs` epochs buy it the partners that fall inside its
+#   {glue:text}`ch8_receptive_field` samples, and nothing more. At the last epoch, the
+#   attention model's median error is {glue:text}`ch8_full_ratio` times smaller.
+# - **With enough training, the bidirectional LSTM gets there too.** It needs
+#   {glue:text}`ch8_full_lstm_epochs_to_001` epochs to go below
+#   {glue:text}`ch8_full_level`, against
+#   {glue:text}`ch8_full_attention_epochs_to_001` for attention, but after
+#   {glue:text}`ch8_full_epochs` epochs its median seed is at
+#   {glue:text}`ch8_full_lstm_50`, against {glue:text}`ch8_full_attention_50` for attention.
+#   "Attention first, the LSTM far behind" is a statement about a small budget: a recurrent
+#   network that reads the whole signal can solve this task; it learns it more slowly.
+# - **The recipe is worth more than the budget.** This chapter's recipe (warm-up and cosine
+#   decay, batches of 32, a larger learning rate) took the attention model to
+#   {glue:text}`ch8_attention_mse:.4f` in {glue:text}`ch8_steps:,` steps. The flat protocol
+#   needs {glue:text}`ch8_full_epochs_to_match` epochs to get there, about
+#   {glue:text}`ch8_full_sequences_ratio` times as many training sequences.
 
 # %% [markdown]
 # ## Conclusions
@@ -961,8 +1226,10 @@ assert box["background"] < 0.1 and enrichment.loc["triangle", "background"] < 1
 #   after another: it learns more slowly than attention and costs more time per step.
 # - Check the axis an `nn.LSTM` runs along: without `batch_first=True` a `[B, 1, T]` tensor
 #   is read as a sequence of $B$ samples. The model still trains, and it ends last.
-# - Every ranking above is stated at its budget. `scripts/reproduce_shapes.py` runs the blog
-#   post's full protocol (25,000 sequences, 50 epochs) outside CI.
+# - Every ranking above is stated at its budget. At the blog post's full budget,
+#   {ref}`measured outside CI <ch8-full-scale>`, the attention model reaches the post's
+#   numbers for its median seed, the CNN stays near the oracle's floor, and the bidirectional
+#   LSTM catches up with attention, more slowly.
 #
 # ## Exercises
 #
@@ -1012,7 +1279,7 @@ for num_layers, sees_the_end in ((49, False), (50, True)):
 # does need it.
 # ```
 #
-# 3. **Fix the blog post's LSTM in two lines.** Starting from `BatchAxisLSTM`, what is the
+# 3. **Fix the blog post's LSTM.** Starting from `BatchAxisLSTM`, what is the
 #    smallest change that makes it read each signal as a sequence of 100 steps, and what else
 #    of the blog post's code must go?
 #

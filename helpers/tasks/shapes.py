@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from importlib import resources
 
 import pandas as pd
 import torch
@@ -50,6 +51,7 @@ __all__ = [
     "SHAPES_MODELS",
     "train_shapes_model",
     "attention_enrichment",
+    "full_scale_results",
 ]
 
 # --------------------------------------------------------------------------- data
@@ -518,3 +520,27 @@ def train_shapes_model(
     )
     test_mse = evaluate(model, DataLoader(test_set, batch_size=500), nn.MSELoss())["loss"]
     return model.cpu().eval(), history.assign(model=name, seed=seed), test_mse
+
+
+# --------------------------------------------------------------------------- full scale
+
+FULL_SCALE_FILE = "shapes_full.csv"
+
+
+def full_scale_results() -> pd.DataFrame:
+    """The blog post's full protocol as measured by ``scripts/reproduce_shapes.py``.
+
+    One row per model, seed and epoch: the test MSE (normalized) after that epoch, the seconds
+    of training so far, and the machine and command that produced it. The file ships with the
+    package (``helpers/tasks/shapes_full.csv``), so that chapter 8 draws its figure of hours of
+    training anywhere, Colab included, without training anything.
+    """
+    path = resources.files("helpers.tasks") / FULL_SCALE_FILE
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{FULL_SCALE_FILE} is not in helpers/tasks: run "
+            "`python scripts/reproduce_shapes.py --out helpers/tasks/shapes_full.csv` (hours "
+            "on a CPU), or reinstall the package from the book's repository"
+        )
+    with resources.as_file(path) as file:
+        return pd.read_csv(file)

@@ -35,7 +35,7 @@ help:
 	@echo "make drift      notebook pairing, stored outputs and conventions (tests/test_notebooks.py)"
 	@echo "make unit       unit and property tests of helpers"
 	@echo "make notebooks  strict nbval: re-execute every notebook, compare outputs (NUMERICS=...)"
-	@echo "make test-portability  strict nbval under three numerics configurations"
+	@echo "make test-portability  strict nbval under four numerics configurations"
 	@echo "make browser    install Debian's Chromium for the browser tests (when root)"
 	@echo "make site       build the website, then check it (pytest -m site, Chromium)"
 	@echo "make freeze     rewrite requirements.txt from .venv"
@@ -102,20 +102,24 @@ NBVAL = $(BIN)/pytest -q --nbval --nbval-current-env --nbval-cell-timeout=1200 \
 	--nbval-sanitize-with tests/nbval_sanitize.cfg -p no:randomly -n 2 --dist loadscope notebooks/
 # Numerics configurations (see CONTRIBUTING.md, "Numerics"). Outputs are stored with the
 # machine's defaults (`make execute`); `make test` re-executes them with PyTorch's, MKL's and
-# oneDNN's vector instructions forced down to plain scalar code, so a stored output that depends
-# on floating-point bits fails on the machine that wrote it, the day it is written.
+# oneDNN's vector instructions forced down to plain scalar code and one thread per kernel (the
+# strictest of the configurations, and no slower: two notebooks run side by side on two cores),
+# so a stored output that depends on floating-point bits fails on the machine that wrote it,
+# the day it is written.
 NUMERICS_scalar  := ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=SSE4_2 ONEDNN_MAX_CPU_ISA=SSE41
 NUMERICS_avx2    := ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2
 NUMERICS_threads := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
-NUMERICS ?= scalar
+# Both at once: a value can pass each of the two alone and still move when they combine.
+NUMERICS_scalar_threads := $(NUMERICS_scalar) $(NUMERICS_threads)
+NUMERICS ?= scalar_threads
 
 notebooks: $(STAMP)
 	@echo "nbval under numerics '$(NUMERICS)': $(NUMERICS_$(NUMERICS))"
 	env $(NUMERICS_$(NUMERICS)) $(NBVAL)
 
-# The nbval step under three configurations, one after another (about 4 times `notebooks`).
+# The nbval step under four configurations, one after another (about 5 times `notebooks`).
 test-portability: $(STAMP)
-	@for config in scalar avx2 threads; do \
+	@for config in scalar avx2 threads scalar_threads; do \
 		echo "=== nbval under numerics '$$config'"; \
 		start=$$(date +%s); \
 		$(MAKE) --no-print-directory notebooks NUMERICS=$$config || exit 1; \

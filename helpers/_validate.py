@@ -717,6 +717,27 @@ def seq2seq_arguments(source_vocab, target_vocab, pad_id, tie_embeddings) -> Non
             )
 
 
+def seq2seq_generation(model, start_id, num_steps, end_id, beam_size, length_penalty) -> None:
+    """The arguments of ``EncoderDecoderTransformer.generate``: ids of the target vocabulary."""
+    vocab = model.target_vocab
+    for name, value in (("start_id", start_id), ("end_id", end_id)):
+        if value is None and name == "end_id":
+            continue
+        if non_negative_int(name, value) >= vocab:
+            raise ValueError(
+                f"{name}={value} is not a token of the target vocabulary (0 .. {vocab - 1})"
+            )
+    positive_int("num_steps", num_steps)
+    positive_int("beam_size", beam_size)
+    non_negative_number("length_penalty", length_penalty, "use 0.0 to rank by total log-prob")
+    if end_id is not None and (model.pad_id is None or end_id == model.pad_id):
+        raise ValueError(
+            f"end_id={end_id} needs a padding token, different from it, to fill the positions "
+            f"after it; the model has pad_id={model.pad_id}: build it with pad_id=..., or "
+            "pass end_id=None"
+        )
+
+
 # --------------------------------------------------------------------------- decoder-only model
 
 ATTENTION_POSITIONS = ("none", "rope", "alibi")
@@ -846,6 +867,29 @@ def generation(model, prompt, max_new_tokens, greedy, use_cache) -> None:
             f"{total} tokens, more than the model's context_length={model.context_length}; "
             f"ask for at most {max(model.context_length - prompt.shape[1], 0)} new tokens"
         )
+
+
+def end_and_pad(vocab_size: int, end_id, pad_id) -> tuple[int | None, int | None]:
+    """``end_id`` and ``pad_id`` of generation: token ids or None, ``pad_id`` only with ``end_id``.
+
+    Returns them with ``pad_id`` defaulting to ``end_id``.
+    """
+    for name, value in (("end_id", end_id), ("pad_id", pad_id)):
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, numbers.Integral)
+        ):
+            raise TypeError(f"{name} must be an int token id or None, got {_kind(value)}")
+        if value is not None and not 0 <= value < vocab_size:
+            raise ValueError(
+                f"{name}={value} is not a token of the model's vocabulary; "
+                f"use an id in 0 .. {vocab_size - 1}"
+            )
+    if pad_id is not None and end_id is None:
+        raise ValueError(
+            f"pad_id={pad_id} without end_id: padding fills the positions after a sequence's "
+            "end token; pass end_id too"
+        )
+    return end_id, end_id if pad_id is None else int(pad_id)
 
 
 def sampling(logits, temperature, top_k) -> tuple[float, int | None]:

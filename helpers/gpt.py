@@ -55,40 +55,63 @@ POSITIONS = ("learned", "sinusoidal", "rope", "alibi", "none")
 class KVCache:
     """The keys and values one attention layer has computed so far, for incremental decoding.
 
-    ``keys`` and ``values`` are ``(B, H_kv, T, d_head)`` (None while empty); ``append`` adds
-    the new positions' and returns the whole history. One cache per layer:
-    :meth:`GPT.new_caches` makes them. With grouped-query attention it holds ``H_kv`` heads,
-    not ``H``: that is where the memory saving is.
+    ``keys`` and ``values`` are ``(B, H_kv, T_held, d_head)`` (None while empty); ``append``
+    adds the new positions' and returns the keys and values they may read. One cache per
+    layer: :meth:`GPT.new_caches` makes them. With grouped-query attention it holds ``H_kv``
+    heads, not ``H``: that is where the memory saving is.
+
+    ``window`` (None: keep everything) makes the cache *roll*: a layer whose query ``i``
+    reads only keys ``j > i - window`` never needs older ones, so after each append the cache
+    keeps the last ``window`` positions only, and its memory stays flat however long the
+    sequence grows (Mistral's rolling buffer). ``length`` counts every position appended so far
+    (the next one's index: RoPE and ALiBi use these true positions); ``held`` is how many the
+    cache holds now, the last ones, from position ``start = length - held`` on.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, window: int | None = None) -> None:
+        self.window = None if window is None else check.positive_int("window", window)
         self.keys: Tensor | None = None
         self.values: Tensor | None = None
+        self.length = 0  # positions appended so far
 
     @property
-    def length(self) -> int:
-        """How many positions the cache holds."""
+    def held(self) -> int:
+        """How many positions the cache holds now (at most ``window`` after an append)."""
         return 0 if self.keys is None else self.keys.shape[2]
 
+    @property
+    def start(self) -> int:
+        """The position of the oldest key held."""
+        return self.length - self.held
+
     def append(self, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
-        """Add ``(B, H_kv, T_new, d_head)`` keys and values; return all of them so far."""
+        """Add ``(B, H_kv, T_new, d_head)`` keys and values; return those held plus the new.
+
+        The returned keys sit at positions ``start .. length - 1`` (read ``start`` before the
+        call); with a ``window``, at most ``window + T_new`` of them.
+        """
         check.cache_entries(self, keys, values)
-        if self.keys is None:
-            self.keys, self.values = keys, values
-        else:
-            self.keys = torch.cat([self.keys, keys], dim=2)
-            self.values = torch.cat([self.values, values], dim=2)
-        return self.keys, self.values
+        self.length += keys.shape[2]
+        if self.keys is not None:
+            keys = torch.cat([self.keys, keys], dim=2)
+            values = torch.cat([self.values, values], dim=2)
+        self.keys, self.values = keys, values
+        if self.window is not None and self.held > self.window:  # roll: drop what no query reads
+            # a copy, not a view: a view would keep the whole concatenation alive in memory
+            self.keys = keys[:, :, -self.window :].clone()
+            self.values = values[:, :, -self.window :].clone()
+        return keys, values
 
     def memory_bytes(self) -> int:
-        """Bytes held by the keys and values: ``2 * B * H_kv * T * d_head * bytes per number``."""
+        """Bytes of the keys and values held, counted: ``2 * B * H_kv * T_held * d_head * size``."""
         if self.keys is None:
             return 0
         return sum(t.numel() * t.element_size() for t in (self.keys, self.values))
 
     def __repr__(self) -> str:
         shape = None if self.keys is None else tuple(self.keys.shape)
-        return f"KVCache(length={self.length}, keys={shape})"
+        held = f"held={self.held}, window={self.window}"
+        return f"KVCache(length={self.length}, {held}, keys={shape})"
 
 
 class CausalSelfAttention(nn.Module):
@@ -103,8 +126,12 @@ class CausalSelfAttention(nn.Module):
     keys ``j`` with ``i - window < j <= i`` only (None: every earlier key).
 
     ``forward(x (B, T, D), cache=None, return_attention=False)`` returns ``(B, T, D)``, or
-    ``(output, weights (B, H, T, T_cache + T))``. With a :class:`KVCache`, ``x`` holds only
-    the new positions, which continue the cached ones (positions counted from ``cache.length``).
+    ``(output, weights (B, H, T, T_held + T))``. With a :class:`KVCache`, ``x`` holds only
+    the new positions, which continue the cached ones (positions counted from ``cache.length``);
+    with a rolling cache (``KVCache(window)``), the scores are ``T x (T_held + T)``, not
+    ``T x (cache.length + T)``. A windowed layer given more than ``2 * window`` positions
+    reads them in chunks of ``window`` (through a rolling cache if it was given none), so it
+    never builds ``T x T`` scores either (unless ``return_attention``).
     """
 
     def __init__(
@@ -133,6 +160,10 @@ class CausalSelfAttention(nn.Module):
     def forward(self, x: Tensor, cache: KVCache | None = None, return_attention: bool = False):
         check.self_attention_input(self, x, cache)
         batch, length, _ = x.shape
+        if self.window is not None and length > 2 * self.window and not return_attention:
+            # chunks of `window` queries through a rolling cache: scores at most w x 2w, not T x T
+            cache = KVCache(self.window) if cache is None else cache
+            return torch.cat([self(chunk, cache) for chunk in x.split(self.window, dim=1)], dim=1)
         offset = 0 if cache is None else cache.length
         kv_width = self.num_kv_heads * self.d_head
         q, k, v = self.qkv_proj(x).split([self.d_model, kv_width, kv_width], dim=-1)
@@ -142,11 +173,12 @@ class CausalSelfAttention(nn.Module):
         if self.positions == "rope":  # rotate by the absolute positions offset .. offset + T - 1
             where = torch.arange(offset, offset + length, device=x.device)
             q, k = apply_rotary(q, where), apply_rotary(k, where)
+        first_key = 0 if cache is None else cache.start  # the position of k's first key
         if cache is not None:
-            k, v = cache.append(k, v)  # (B, H_kv, offset + T, dh)
+            k, v = cache.append(k, v)  # (B, H_kv, held + T, dh): all of it, or a window's
         group = self.num_heads // self.num_kv_heads  # query heads per key/value head
         k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-        bias = self._score_bias(length, offset, x)  # (H or 1, T, offset + T)
+        bias = self._score_bias(length, offset, x, first_key)  # (H or 1, T, held + T)
         dropout_p = self.dropout if self.training else 0.0
         if return_attention:  # written out, to return the weights
             scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_head) + bias
@@ -157,11 +189,12 @@ class CausalSelfAttention(nn.Module):
         output = self.out_proj(heads.transpose(1, 2).reshape(batch, length, self.d_model))
         return (output, weights) if return_attention else output
 
-    def _score_bias(self, length: int, offset: int, x: Tensor) -> Tensor:
+    def _score_bias(self, length: int, offset: int, x: Tensor, first_key: int = 0) -> Tensor:
         """What is added to the scores: -inf where a key is masked, ALiBi's -m_h * (i - j)."""
-        # the new queries sit at positions offset .. offset + T - 1, the keys at 0 .. offset + T - 1
+        # the new queries sit at positions offset .. offset + T - 1, the keys at
+        # first_key .. offset + T - 1 (first_key = 0 unless a rolling cache dropped the oldest)
         query_positions = torch.arange(offset, offset + length, device=x.device)
-        key_positions = torch.arange(offset + length, device=x.device)
+        key_positions = torch.arange(first_key, offset + length, device=x.device)
         allowed = position_mask(query_positions, key_positions, window=self.window)  # (T, Tk)
         bias = torch.zeros(allowed.shape, dtype=x.dtype, device=x.device)[None]
         if self.positions == "alibi":
@@ -281,9 +314,13 @@ class GPT(nn.Module):
         return 0.0 if table is None else table[offset : offset + length].to(dtype)
 
     def new_caches(self, batch_size: int) -> list[KVCache]:
-        """One empty :class:`KVCache` per layer (``batch_size`` is checked on first use)."""
+        """One empty :class:`KVCache` per layer (``batch_size`` is checked on first use).
+
+        A model built with a ``window`` gets rolling caches (``KVCache(window)``): each holds
+        the last ``window`` positions only.
+        """
         check.positive_int("batch_size", batch_size)
-        return [KVCache() for _ in self.blocks]
+        return [KVCache(block.self_attn.window) for block in self.blocks]
 
     @torch.no_grad()
     def generate(
@@ -295,6 +332,8 @@ class GPT(nn.Module):
         greedy: bool = False,
         use_cache: bool = True,
         generator: torch.Generator | None = None,
+        end_id: int | None = None,
+        pad_id: int | None = None,
     ) -> Tensor:
         """Continue ``prompt (B, T0)`` by ``max_new_tokens``: returns ``(B, T0 + max_new_tokens)``.
 
@@ -303,13 +342,20 @@ class GPT(nn.Module):
         ``generator``, or takes its arg-max if ``greedy``. ``use_cache=False`` re-reads the
         whole sequence at every step (same tokens, more work). Runs in ``eval()`` mode and
         gives the model back in the mode it was in.
+
+        ``end_id``: a sequence that emits this token stops there; its later positions hold
+        ``pad_id`` (default ``end_id``), and generation stops once every sequence has ended.
+        Every sequence draws from ``generator`` at every step, ended or not, so the tokens up to
+        each end are the ones generated without ``end_id``.
         """
         check.generation(self, prompt, max_new_tokens, greedy, use_cache)
+        end_id, pad_id = check.end_and_pad(self.vocab_size, end_id, pad_id)
         was_training = self.training
         self.eval()
         tokens = prompt
         caches = self.new_caches(prompt.shape[0]) if use_cache else None
         step_input = prompt
+        ended = torch.zeros(prompt.shape[0], 1, dtype=torch.bool, device=prompt.device)
         for _ in range(max_new_tokens):
             logits = self(step_input, caches)[:, -1]  # (B, V)
             if greedy:
@@ -317,10 +363,16 @@ class GPT(nn.Module):
             else:
                 probabilities = next_token_probabilities(logits, temperature, top_k)
                 next_token = torch.multinomial(probabilities, 1, generator=generator)
+            if end_id is not None:
+                next_token = next_token.masked_fill(ended, pad_id)
+                ended = ended | (next_token == end_id)
             tokens = torch.cat([tokens, next_token], dim=1)
             step_input = next_token if use_cache else tokens
+            if end_id is not None and ended.all():
+                break
         self.train(was_training)
-        return tokens
+        missing = prompt.shape[1] + max_new_tokens - tokens.shape[1]
+        return F.pad(tokens, (0, missing), value=0 if pad_id is None else pad_id)
 
 
 def next_token_probabilities(

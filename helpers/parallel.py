@@ -10,6 +10,8 @@ worker.
 from __future__ import annotations
 
 import multiprocessing
+import os
+import platform
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ProcessPoolExecutor
@@ -18,7 +20,7 @@ import torch
 
 from helpers import _validate as check
 
-__all__ = ["run_in_processes"]
+__all__ = ["machine_label", "run_in_processes"]
 
 
 def _one_thread() -> None:
@@ -65,3 +67,20 @@ def run_in_processes(
     with ProcessPoolExecutor(workers, mp_context=context, initializer=_one_thread) as pool:
         futures = [pool.submit(function, **job, **shared) for job in jobs]
         return [future.result() for future in futures]
+
+
+def machine_label(device: str = "cpu", workers: int = 1) -> str:
+    """The processor (or GPU), its cores and the threads a run used, for results shipped as data."""
+    if str(device).startswith("cuda"):
+        return f"{torch.cuda.get_device_name(device)}, torch {torch.__version__}"
+    name = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    name = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    threads = "one thread per run" if workers > 1 else f"{torch.get_num_threads()} threads"
+    return f"{name}, {os.cpu_count()} cores, {threads}, torch {torch.__version__}"

@@ -417,18 +417,72 @@ class EncoderDecoderTransformer(nn.Module):
         return self.decode(target, memory, source_mask)
 
     @torch.no_grad()
-    def generate(self, source: torch.Tensor, start_id: int, num_steps: int) -> torch.Tensor:
-        """Greedy decoding: ``(B, 1 + num_steps)`` tokens, ``start_id`` then the predictions.
+    def generate(
+        self,
+        source: torch.Tensor,
+        start_id: int,
+        num_steps: int,
+        *,
+        end_id: int | None = None,
+        beam_size: int = 1,
+        length_penalty: float = 0.0,
+    ) -> torch.Tensor:
+        """``(B, 1 + num_steps)`` tokens: ``start_id``, then the decoded ones.
 
-        One step at a time: the decoder re-reads the whole prefix it has written so far (no
-        cache) and appends the arg-max of the last position's logits.
+        ``beam_size=1`` is greedy decoding: one step at a time, the decoder re-reads the whole
+        prefix it has written so far (no cache) and appends the arg-max of the last position's
+        logits. ``beam_size=k > 1`` is beam search (:meth:`_beam_search`). With ``end_id``, a
+        sequence that has written ``end_id`` stops: its later positions hold ``pad_id``.
         """
+        check.seq2seq_generation(self, start_id, num_steps, end_id, beam_size, length_penalty)
         memory, source_mask = self.encode(source)
+        if beam_size > 1:
+            return self._beam_search(
+                memory, source_mask, start_id, num_steps, end_id, beam_size, length_penalty
+            )
         tokens = torch.full((source.shape[0], 1), start_id, device=source.device)
-        for _ in range(check.positive_int("num_steps", num_steps)):
+        done = torch.zeros(source.shape[0], dtype=torch.bool, device=source.device)
+        for _ in range(num_steps):
             logits = self.decode(tokens, memory, source_mask)
-            tokens = torch.cat([tokens, logits[:, -1:].argmax(dim=-1)], dim=1)
+            next_token = logits[:, -1].argmax(dim=-1)
+            if end_id is not None:  # finished sequences write padding
+                next_token = next_token.masked_fill(done, self.pad_id)
+                done = done | (next_token == end_id)
+            tokens = torch.cat([tokens, next_token[:, None]], dim=1)
         return tokens
+
+    def _beam_search(self, memory, source_mask, start_id, num_steps, end_id, beam_size, alpha):
+        """Keep the ``beam_size`` prefixes of highest total log-probability at every step.
+
+        A finished hypothesis (it wrote ``end_id``) goes on with ``pad_id`` at no cost, so it
+        competes with the live ones on its final score. The returned one has the highest
+        ``total log-prob / length**alpha`` (``length``: tokens written, ``end_id`` included;
+        ``alpha = length_penalty``, 0 ranks by the total, larger values favour longer ones).
+        """
+        (batch, _, _), k, vocab = memory.shape, beam_size, self.target_vocab
+        memory = memory.repeat_interleave(k, dim=0)  # (B * k, Ts, D): row b * k + j
+        if source_mask is not None:
+            source_mask = source_mask.repeat_interleave(k, dim=0)
+        tokens = torch.full((batch * k, 1), start_id, device=memory.device)
+        scores = torch.full((batch, k), -torch.inf, device=memory.device)
+        scores[:, 0] = 0.0  # one live hypothesis at the start, not k copies of it
+        done = torch.zeros(batch * k, dtype=torch.bool, device=memory.device)
+        lengths = torch.zeros(batch * k, device=memory.device)
+        first_row = torch.arange(batch, device=memory.device)[:, None] * k
+        for _ in range(num_steps):
+            log_probs = self.decode(tokens, memory, source_mask)[:, -1].log_softmax(dim=-1)
+            if end_id is not None:  # (B * k, V): a finished hypothesis can only pad, for free
+                log_probs[done] = -torch.inf
+                log_probs[done, self.pad_id] = 0.0
+            total = (scores.reshape(-1, 1) + log_probs).reshape(batch, k * vocab)
+            scores, index = total.topk(k, dim=-1)  # the k best extensions of all k prefixes
+            parent = (first_row + index // vocab).flatten()
+            next_token = (index % vocab).flatten()
+            tokens = torch.cat([tokens[parent], next_token[:, None]], dim=1)
+            lengths = lengths[parent] + (~done[parent]).float()
+            done = done[parent] | (end_id is not None and next_token == end_id)
+        best = (scores / lengths.reshape(batch, k) ** alpha).argmax(dim=-1)
+        return tokens.reshape(batch, k, -1)[torch.arange(batch), best]
 
     @torch.no_grad()
     def get_attention_maps(self, source: torch.Tensor, target: torch.Tensor) -> dict:

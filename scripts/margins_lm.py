@@ -26,7 +26,10 @@ from helpers.tasks.brackets import (
     BracketConfig,
     NGramModel,
     closing_accuracy,
+    entropy_rate,
+    generator_loss,
     gpt_probabilities,
+    is_balanced,
     make_rows,
     make_strings,
     per_token_loss,
@@ -37,6 +40,7 @@ from helpers.tasks.brackets import (
 
 NUM_TRAIN, NUM_VAL, NUM_SAMPLES = 10_000, 1_000, 1_000
 ORDERS = range(2, 11)
+QUICK = "--quick" in sys.argv  # skip the n-gram baseline and the overfitting run
 OVERFIT = dict(batch_size=16, epochs=60, lr=3e-3, weight_decay=0.0, warmup_steps=20)
 
 
@@ -50,12 +54,24 @@ def one_seed(seed: int) -> dict:
     model, _ = train_brackets(config, train_rows, val_rows)
     seconds = time.perf_counter() - start
     row = {"seed": seed, "seconds": round(seconds), "val_loss": per_token_loss(model, val_rows)}
+    row["above_floor"] = row["val_loss"] - generator_loss(val)  # the same strings' floor
+    row["above_rate"] = row["val_loss"] - entropy_rate()
     known = set(train)
     for temperature in (1.0, 0.7, 1.5):
         samples = sample_strings(model, NUM_SAMPLES, seeded(3 + seed), temperature)
         row[f"valid_T{temperature}"] = validity_rate(samples)
+        new = [s is not None and is_balanced(s) and s not in known for s in samples]
+        row[f"valid_new_T{temperature}"] = sum(new) / NUM_SAMPLES
         if temperature == 1.0:
             row["new"] = sum(s is not None and s not in known for s in samples) / NUM_SAMPLES
+            valid = [s for s in samples if s is not None and is_balanced(s)]
+            row["valid_mean_len"] = sum(map(len, valid)) / len(valid)
+            row["valid_over_32"] = sum(len(s) > 32 for s in valid) / len(valid)
+    drawn = make_strings(NUM_SAMPLES, seeded(3 + seed))  # the generator's own baseline
+    row["generator_new"] = sum(s not in known for s in drawn) / NUM_SAMPLES
+    row["generator_mean_len"] = sum(map(len, drawn)) / NUM_SAMPLES
+    if QUICK:
+        return row
     probabilities = gpt_probabilities(model, val)
     row["closing"] = closing_accuracy(lambda prefix: probabilities[prefix], val)
     losses = {n: NGramModel(n).fit(train).loss(val) for n in ORDERS}
@@ -92,4 +108,4 @@ def main(seeds: list[int]) -> None:
 
 
 if __name__ == "__main__":
-    main([int(seed) for seed in sys.argv[1:]] or [0, 1, 2])
+    main([int(seed) for seed in sys.argv[1:] if seed != "--quick"] or [0, 1, 2])

@@ -1,6 +1,8 @@
 """Chapter 11's asserted claims, measured over seeds: the margins behind its thresholds.
 
     python scripts/margins_long.py [--parts cost shapes retrieval] [--seeds 3]
+    python scripts/margins_long.py --parts retrieval --seeds 5 --workers 1 \
+        --csv helpers/tasks/retrieval_seeds.csv
 
 Run it under each numerics configuration of `make test-portability` (for example
 `env ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=SSE4_2 ONEDNN_MAX_CPU_ISA=SSE41
@@ -12,7 +14,10 @@ changes. Training runs go two side by side (`helpers.parallel`).
 - cost: the memory ratio tiled / naive and the time ratio naive / fused at T = 4096, and the
   speed-up of generation with a cache (timings: repeated three times, not seeded);
 - shapes: chapter 8's attention model with a small and a full window, test MSE / local oracle;
-- retrieval: accuracy at 1, 2 and 4 times the training length for each kind of position.
+- retrieval: accuracy at 1, 2 and 4 times the training length for each kind of position,
+  and for sinusoidal positions with the two fixes of their scale (`train_retrieval(scale=)`);
+  `--csv` writes the table (one row per run), which chapter 11 ships and draws as
+  `helpers/tasks/retrieval_seeds.csv`.
 """
 
 from __future__ import annotations
@@ -81,10 +86,17 @@ def shapes(seeds: int) -> pd.DataFrame:
                          for job, (_, _, mse) in zip(jobs, trained, strict=True)])  # fmt: skip
 
 
-def retrieval(seeds: int) -> pd.DataFrame:
+RETRIEVAL_RUNS = [(kind, None) for kind in KINDS] + [
+    ("sinusoidal", "tokens"),
+    ("sinusoidal", "encoding"),
+]
+
+
+def retrieval(seeds: int, workers: int) -> pd.DataFrame:
     config = RetrievalConfig()
-    jobs = [dict(positions=kind, seed=s) for s in range(seeds) for kind in KINDS]
-    trained = run_in_processes(train_retrieval, jobs, config=config)
+    jobs = [dict(positions=kind, scale=scale, seed=s)
+            for s in range(seeds) for kind, scale in RETRIEVAL_RUNS]  # fmt: skip
+    trained = run_in_processes(train_retrieval, jobs, workers=workers, config=config)
     return pd.DataFrame([{**job, **accuracy}
                          for job, (_, accuracy) in zip(jobs, trained, strict=True)])  # fmt: skip
 
@@ -93,6 +105,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--parts", nargs="+", default=["cost", "shapes", "retrieval"])
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--workers", type=int, default=2, help="training processes at once")
+    parser.add_argument("--csv", help="write the retrieval table (one row per run) here")
     args = parser.parse_args()
     torch.set_num_threads(1)
     numerics = os.environ.get("ATEN_CPU_CAPABILITY", "default numerics")
@@ -105,9 +119,12 @@ def main() -> None:
         print(f"shapes ({numerics}):\n{table.round(3)}")
         print(table.groupby("window")["mse / oracle"].agg(["min", "max"]).round(3))
     if "retrieval" in args.parts:
-        table = retrieval(args.seeds)
+        table = retrieval(args.seeds, args.workers)
         print(f"retrieval ({numerics}):\n{table.round(3)}")
-        print(table.drop(columns="seed").groupby("positions").agg(["min", "max"]).round(3))
+        spread = table.drop(columns="seed").groupby(["positions", "scale"], dropna=False)
+        print(spread.agg(["min", "median", "max"]).round(3))
+        if args.csv:
+            table.fillna({"scale": "-"}).round(4).to_csv(args.csv, index=False)
 
 
 if __name__ == "__main__":

@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 import pandas as pd
 import torch
 from torch import nn
 from torch.utils.data import TensorDataset
 
-from helpers.parallel import run_in_processes
+from helpers.parallel import machine_label, run_in_processes
 from helpers.tasks.shapes import (
     SHAPES_MODELS,
     attention_enrichment,
@@ -118,7 +119,9 @@ def main() -> None:
     print("numerics:", config, f"oracle {oracle:.4f} copy {copy:.4f}")
     print(table.agg(["min", "max"]).T.round(4).to_string())
     if args.out:
-        table.assign(**config).to_csv(args.out)
+        command = "python scripts/margins_shapes.py " + " ".join(sys.argv[1:])
+        label = dict(machine=machine_label("cpu", args.workers), command=command)
+        table.assign(**config, **label).to_csv(args.out)
 
 
 if __name__ == "__main__":

@@ -197,12 +197,98 @@ def test_cache_holds_keys_and_values_of_the_kv_heads():
     assert KVCache().length == 0 and KVCache().memory_bytes() == 0
 
 
+def _unchunked_logits(model: GPT, tokens: torch.Tensor) -> torch.Tensor:
+    """The model's logits with every layer's T x T scores written out (no cache, no chunks)."""
+    x = model.token_embedding(tokens) + model._position_rows(0, tokens.shape[1], torch.float32)
+    for block in model.blocks:
+        x = x + block.self_attn(block.norm1(x), return_attention=True)[0]
+        x = x + block.ffn(block.norm2(x))
+    return model.head(model.final_norm(x))
+
+
+@pytest.mark.parametrize("positions", ["learned", "rope", "alibi"])
+@pytest.mark.parametrize("window", [1, 3, 5])
+@pytest.mark.parametrize("chunk", [1, 2, 5])
+def test_rolling_cache_gives_the_logits_of_full_recomputation(positions, window, chunk):
+    model = _model(positions, num_kv_heads=2, window=window)
+    tokens = _tokens(batch=2, length=24)
+    full = _unchunked_logits(model, tokens)
+    torch.testing.assert_close(model(tokens), full, atol=1e-4, rtol=1e-4)  # chunked, no cache
+    caches = model.new_caches(2)
+    steps = []
+    for start in range(0, 24, chunk):
+        steps.append(model(tokens[:, start : start + chunk], caches))
+        for cache in caches:  # rolled: the last `window` positions only, at their true place
+            assert cache.held == min(window, cache.length) and cache.length == len(
+                tokens[0, : start + chunk]
+            )
+            assert cache.start == cache.length - cache.held
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-4, rtol=1e-4)
+    prompt = tokens[:, :4]
+    assert torch.equal(model.generate(prompt, 20, greedy=True),
+                       model.generate(prompt, 20, greedy=True, use_cache=False))  # fmt: skip
+
+
+@pytest.mark.parametrize("window, chunk", [(1, 1), (3, 2), (4, 5), (4, 9)])
+def test_rolling_cache_scores_never_exceed_window_plus_chunk(window, chunk):
+    layer = CausalSelfAttention(16, 4, num_kv_heads=2, positions="rope", window=window).eval()
+    cache = KVCache(window)
+    x = torch.randn(1, 40, 16)
+    for start in range(0, 40, chunk):
+        _, weights = layer(x[:, start : start + chunk], cache, return_attention=True)
+        assert weights.shape[-1] <= window + chunk  # (B, H, chunk, held + chunk)
+        assert cache.held <= window
+    assert cache.length == 40 and cache.memory_bytes() == 2 * 2 * window * 4 * 4
+    everything = KVCache()  # no window: the cache keeps all 40 positions
+    for start in range(0, 40, chunk):
+        layer(x[:, start : start + chunk], everything)
+    assert everything.held == 40 > window
+
+
+def test_a_rolled_cache_is_a_copy_not_a_view():
+    cache = KVCache(window=2)
+    cache.append(torch.randn(1, 1, 5, 4), torch.randn(1, 1, 5, 4))
+    assert cache.keys.untyped_storage().nbytes() == cache.keys.numel() * 4  # 2 positions, not 5
+
+
 def test_sampling_is_reproducible_and_restores_the_mode():
     model = _model().train()
     prompt = _tokens(batch=2, length=3)
     first = model.generate(prompt, 10, generator=torch.Generator().manual_seed(5))
     second = model.generate(prompt, 10, generator=torch.Generator().manual_seed(5))
     assert torch.equal(first, second) and model.training
+
+
+def test_end_id_pads_after_the_end_and_changes_nothing_before_it():
+    model = _model()
+    prompt = _tokens(batch=6, length=2)
+    plain = model.generate(prompt, 20, generator=torch.Generator().manual_seed(3))
+    end_id = int(plain[0, 5])  # a token that some sequences emit
+    ended = model.generate(prompt, 20, generator=torch.Generator().manual_seed(3), end_id=end_id)
+    padded = model.generate(
+        prompt, 20, generator=torch.Generator().manual_seed(3), end_id=end_id, pad_id=VOCAB - 1
+    )
+    assert ended.shape == padded.shape == plain.shape
+    for row, with_end, with_pad in zip(plain, ended, padded, strict=True):
+        generated = row[2:].tolist()
+        stop = 2 + generated.index(end_id) + 1 if end_id in generated else len(row)
+        assert torch.equal(with_end[:stop], row[:stop])  # token-identical up to the end
+        assert (with_end[stop:] == end_id).all() and (with_pad[stop:] == VOCAB - 1).all()
+    # without end_id: the plain sampling loop, step by step (the behaviour before end_id)
+    tokens, generator = prompt, torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for _ in range(20):
+            probabilities = model(tokens)[:, -1].softmax(-1)
+            tokens = torch.cat(
+                [tokens, torch.multinomial(probabilities, 1, generator=generator)], 1
+            )
+    assert torch.equal(tokens, plain)
+    # every sequence ends at once: the rest is padding
+    same = prompt[:1].repeat(4, 1)
+    first = int(model.generate(same, 1, greedy=True)[0, -1])
+    stopped = model.generate(same, 20, greedy=True, end_id=first, pad_id=VOCAB - 1)
+    assert (stopped[:, 2] == first).all() and (stopped[:, 3:] == VOCAB - 1).all()
+    assert stopped.shape == (4, 22)
 
 
 # --------------------------------------------------------------------------- sampling
@@ -265,6 +351,14 @@ def test_misuse_is_refused_clearly():
         next_token_probabilities(torch.zeros(1, 4), top_k=0)
     with pytest.raises(ValueError, match="empty"):
         model.generate(torch.zeros(2, 0, dtype=torch.long), 3)
+    with pytest.raises(ValueError, match=r"end_id=11 is not a token.*0 \.\. 10"):
+        model.generate(_tokens(), 3, end_id=VOCAB)
+    with pytest.raises(ValueError, match="end_id=-1 is not a token"):
+        model.generate(_tokens(), 3, end_id=-1)
+    with pytest.raises(TypeError, match="end_id must be an int"):
+        model.generate(_tokens(), 3, end_id=torch.tensor(2))
+    with pytest.raises(ValueError, match="pad_id=1 without end_id"):
+        model.generate(_tokens(), 3, pad_id=1)
     caches = model.new_caches(3)
     model(_tokens(batch=3, length=4), caches)
     with pytest.raises(ValueError, match="holds 3 sequences but x has 2"):

@@ -130,8 +130,12 @@ def test_make_test_verifies_the_notebooks_under_other_numerics():
     """
     makefile = (ROOT / "Makefile").read_text()
     variables = dict(re.findall(r"^(NUMERICS\w*)\s*[:?]?=\s*(.*)$", makefile, flags=re.M))
+
+    def expand(name):  # a configuration may combine others: $(NUMERICS_scalar) ...
+        return re.sub(r"\$\((NUMERICS_\w+)\)", lambda m: expand(m.group(1)), variables[name])
+
     default = variables["NUMERICS"].strip()
-    settings = variables[f"NUMERICS_{default}"]
+    settings = expand(f"NUMERICS_{default}")
     assert "ATEN_CPU_CAPABILITY=default" in settings, settings
     assert "ONEDNN_MAX_CPU_ISA=" in settings and "MKL_ENABLE_INSTRUCTIONS=" in settings
     notebooks_recipe = re.search(r"^notebooks:.*\n((?:\t.*\n)+)", makefile, flags=re.M).group(1)
@@ -141,3 +145,6 @@ def test_make_test_verifies_the_notebooks_under_other_numerics():
     portability = re.search(r"^test-portability:.*\n((?:\t.*\n)+)", makefile, flags=re.M)
     configs = re.search(r"for config in ([\w ]+);", portability.group(1)).group(1).split()
     assert len(configs) >= 3 and all(f"NUMERICS_{c}" in variables for c in configs)
+    # Scalar numerics on one thread at once (issue 32: a value passed each alone, not both).
+    combined = [expand(f"NUMERICS_{c}") for c in configs]
+    assert any("ATEN_CPU_CAPABILITY=default" in c and "OMP_NUM_THREADS=1" in c for c in combined)

@@ -13,12 +13,14 @@ import sys
 import pandas as pd
 import pytest
 import tomllib
+import torch
 from conftest import ROOT
 
 from helpers.tasks.shapes import FULL_SCALE_FILE, full_scale_results
 
 SCRIPT = ROOT / "scripts" / "reproduce_shapes.py"
 PROTOCOL = "--epochs 50 --seeds 3 --num-train 25000 --batch-size 128 --lr 0.001"
+COLUMNS = ["model", "seed", "epoch", "valid_mse", "test_mse", "seconds", "machine", "command"]
 MODELS = ["CNN", "CNN + attention", "bidirectional LSTM"]
 
 
@@ -38,12 +40,11 @@ def test_a_tiny_run_writes_every_epoch_and_collect_rebuilds_it(tmp_path):
     out = tmp_path / "tiny.csv"
     tiny = ["--epochs", "2", "--seeds", "1", "--num-train", "64", "--workers", "1"]
     models = ["--models", "CNN", "CNN + attention"]
-    done = run_script(*tiny, *models, "--out", str(out))
+    done = run_script(*tiny, *models, "--protocol", "book", "--out", str(out))
     assert done.returncode == 0, done.stderr
     table = pd.read_csv(out)
-    assert list(table.columns) == [
-        "model", "seed", "epoch", "test_mse", "seconds", "machine", "command"
-    ]  # fmt: skip
+    assert list(table.columns) == COLUMNS
+    assert table["valid_mse"].isna().all()  # the book's protocol has no validation split
     assert sorted(set(zip(table["model"], table["epoch"], strict=True))) == [
         ("CNN", 1), ("CNN", 2), ("CNN + attention", 1), ("CNN + attention", 2)
     ]  # fmt: skip
@@ -52,9 +53,44 @@ def test_a_tiny_run_writes_every_epoch_and_collect_rebuilds_it(tmp_path):
     # every run was saved on its own as it went, and --collect merges those files again
     assert len(list((tmp_path / "tiny.partial").glob("*.csv"))) == 2
     out.unlink()
-    collected = run_script(*tiny, *models, "--out", str(out), "--collect")
+    collected = run_script(*tiny, *models, "--protocol", "book", "--out", str(out), "--collect")
     assert collected.returncode == 0, collected.stderr
     pd.testing.assert_frame_equal(pd.read_csv(out), table)
+
+
+def test_the_source_protocol_validates_on_a_fifth_and_runs_the_batch_axis_lstm(tmp_path):
+    out = tmp_path / "source.csv"
+    tiny = ["--epochs", "1", "--seeds", "1", "--num-train", "300", "--workers", "1"]
+    done = run_script(*tiny, "--models", "batch-axis LSTM", "CNN", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    table = pd.read_csv(out)
+    assert list(table.columns) == COLUMNS and set(table["model"]) == {"CNN", "batch-axis LSTM"}
+    assert table["valid_mse"].between(0, 10).all() and table["test_mse"].between(0, 10).all()
+    assert "--protocol source" in table["command"].iloc[0]
+
+
+def test_the_source_protocol_is_fastais_defaults():
+    """AdamW with fastai's betas, eps and decoupled weight decay; a seeded 80/20 split."""
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import reproduce_shapes as script
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    parameter = torch.nn.Parameter(torch.ones(3))
+    optimizer = script.make_optimizer("source", [parameter], 1e-3)
+    assert isinstance(optimizer, torch.optim.AdamW)
+    group = optimizer.param_groups[0]
+    assert (group["betas"], group["eps"], group["weight_decay"]) == ((0.9, 0.99), 1e-5, 0.01)
+    assert type(script.make_optimizer("book", [parameter], 1e-3)) is torch.optim.Adam
+    train, valid = script.split_indices(25_000, script.SOURCE_VALID_PCT, seed=0)
+    assert (len(train), len(valid)) == (20_000, 5_000)
+    assert sorted(torch.cat([train, valid]).tolist()) == list(range(25_000))
+    assert torch.equal(valid, script.split_indices(25_000, 0.2, seed=0)[1])
+
+
+def test_an_unknown_model_is_refused_by_name(tmp_path):
+    done = run_script("--models", "Transformer", "--out", str(tmp_path / "x.csv"))
+    assert done.returncode != 0 and "unknown models ['Transformer']" in done.stderr
 
 
 def test_collect_without_a_run_says_what_to_do(tmp_path):
@@ -75,10 +111,11 @@ def results():
     return full_scale_results()
 
 
-def test_the_shipped_results_are_the_blog_posts_whole_protocol(results):
+def test_the_shipped_results_are_one_whole_run_at_the_blog_posts_scale(results):
     """Three models, three seeds each, 50 epochs each, from one command and one machine."""
     assert results["command"].nunique() == 1 and results["machine"].nunique() == 1
     assert PROTOCOL in results["command"].iloc[0]
+    assert list(results.columns) == COLUMNS
     runs = results.groupby(["model", "seed"])["epoch"].apply(list)
     assert sorted(runs.index) == [(model, seed) for model in MODELS for seed in range(3)]
     assert all(epochs == list(range(1, 51)) for epochs in runs)

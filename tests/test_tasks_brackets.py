@@ -17,13 +17,16 @@ from helpers.tasks.brackets import (
     closing_accuracy,
     decode,
     encode,
+    entropy_rate,
     expected_closer,
+    generator_loss,
     gpt_probabilities,
     is_balanced,
     make_rows,
     make_strings,
     per_token_loss,
     sample_strings,
+    string_log_probability,
     train_brackets,
     validity_rate,
 )
@@ -167,3 +170,48 @@ def test_closing_accuracy_by_distance_to_the_opening_bracket():
     assert closing_accuracy(wrong_for_far, strings) == 2 / 3
     with pytest.raises(ValueError, match="no closing bracket"):
         closing_accuracy(wrong_for_far, strings, (2, 4))
+
+
+# --------------------------------------------------------------------------- the entropy floor
+
+
+def test_entropy_rate_of_tiny_grammars_computed_by_hand():
+    # one pair: "()", "[]" or "{}", each 1/3, and 3 tokens with the end: log 3 / 3
+    assert math.isclose(entropy_rate(1), math.log(3) / 3)
+    # up to two pairs, depth 1: n (1 bit), then one kind per pair; E[tokens] = (3 + 5) / 2
+    assert math.isclose(entropy_rate(2, 1), (math.log(2) + 1.5 * math.log(3)) / 4)
+    # depth 2 adds, for n = 2, the choice "()()" or "(())" (one more bit, half the time)
+    assert math.isclose(entropy_rate(2, 2), (1.5 * math.log(2) + 1.5 * math.log(3)) / 4)
+
+
+def test_string_probabilities_sum_to_one_and_match_frequencies():
+    texts = [""]
+    for _ in range(6):  # every string of up to 6 brackets
+        texts += [t + c for t in texts if len(t) == len(texts[-1]) for c in "()[]{}"]
+    total = sum(math.exp(string_log_probability(t, max_pairs=3, max_depth=2)) for t in texts)
+    assert math.isclose(total, 1.0, rel_tol=1e-12)
+    assert string_log_probability("((()))", max_pairs=3, max_depth=2) == -math.inf  # too deep
+    assert string_log_probability("(()", max_pairs=3) == -math.inf
+    assert string_log_probability("()" * 4, max_pairs=3) == -math.inf  # too many pairs
+    drawn = make_strings(20_000, _generator(8), max_pairs=3, max_depth=2)
+    frequency = drawn.count("(())") / len(drawn)
+    expected = math.exp(string_log_probability("(())", max_pairs=3, max_depth=2))
+    assert abs(frequency - expected) < 4 * math.sqrt(expected / len(drawn))
+
+
+def test_entropy_rate_matches_a_monte_carlo_estimate():
+    # the generator's loss on its own strings estimates the rate; its standard error over
+    # 20,000 strings is about 0.002 nats
+    drawn = make_strings(20_000, _generator(9))
+    assert abs(generator_loss(drawn) - entropy_rate()) < 0.01
+    small = make_strings(20_000, _generator(10), max_pairs=5, max_depth=3)
+    assert abs(generator_loss(small, 5, 3) - entropy_rate(5, 3)) < 0.01
+    # a uniform guess over the 7 tokens is far above the floor
+    assert entropy_rate() < math.log(len(ALPHABET)) - 0.5
+
+
+def test_generator_loss_is_the_per_token_loss_of_the_true_probabilities():
+    strings = make_strings(50, _generator(11), max_pairs=4)
+    counted = (make_rows(strings, 10).tensors[1] != IGNORE).sum().item()
+    total = -sum(string_log_probability(s, 4) for s in strings)
+    assert math.isclose(generator_loss(strings, 4), total / counted)

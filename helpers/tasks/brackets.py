@@ -42,6 +42,9 @@ __all__ = [
     "make_strings",
     "is_balanced",
     "expected_closer",
+    "string_log_probability",
+    "entropy_rate",
+    "generator_loss",
     "make_rows",
     "NGramModel",
     "validity_rate",
@@ -98,7 +101,7 @@ def make_strings(
         stack, chars = [], []
         for step in range(2 * n):
             remaining = 2 * n - step
-            can_open = len(stack) < min(max_depth, remaining)  # room to close it again
+            can_open, _ = _moves(len(stack), remaining, max_depth)
             if stack and (not can_open or coin[step] < 0.5):
                 chars.append(_MATCH[stack.pop()])
             else:
@@ -128,6 +131,74 @@ def expected_closer(prefix: str) -> str | None:
         elif char in CLOSERS:
             stack.pop()
     return stack[-1] if stack else None
+
+
+def _moves(depth: int, remaining: int, max_depth: int) -> tuple[bool, bool]:
+    """``(can_open, can_close)`` of :func:`make_strings`'s walk at a depth, steps remaining."""
+    can_open = depth < min(max_depth, remaining)  # room to close it again
+    return can_open, depth > 0
+
+
+def string_log_probability(text: str, max_pairs: int = 16, max_depth: int = 8) -> float:
+    """``log P(text)`` (nats) under :func:`make_strings` with the same arguments (-inf if never).
+
+    The walk's choices are read off the string: ``log(1 / max_pairs)`` for the number of pairs,
+    ``log(1/2)`` at each step where both moves were allowed, ``log(1/3)`` for each opener's kind.
+    """
+    check.positive_int("max_pairs", max_pairs)
+    check.positive_int("max_depth", max_depth)
+    pairs, stack = len(text) // 2, []
+    if len(text) % 2 or not 1 <= pairs <= max_pairs or not is_balanced(text):
+        return -math.inf
+    log_p = -math.log(max_pairs)
+    for step, char in enumerate(text):
+        can_open, can_close = _moves(len(stack), len(text) - step, max_depth)
+        if char in OPENERS and not can_open:
+            return -math.inf  # deeper than max_depth
+        log_p -= math.log(2) * (can_open and can_close) + math.log(3) * (char in OPENERS)
+        stack.append(char) if char in OPENERS else stack.pop()
+    return log_p
+
+
+def entropy_rate(max_pairs: int = 16, max_depth: int = 8) -> float:
+    """The language's exact entropy in nats per token, the end-of-string newline included.
+
+    ``H(string) / (E[length] + 1)``: the loss, per predicted character, of the generator's own
+    probabilities on an endless stream of its strings (each followed by a newline), so the
+    floor that no model's expected loss goes below. ``H`` adds the choices of
+    :func:`string_log_probability`: the number of pairs, ``n log 3`` for the kinds, and
+    ``log 2`` times the expected number of steps with two allowed moves (summed exactly over
+    the walk's depth distribution).
+    """
+    check.positive_int("max_pairs", max_pairs)
+    check.positive_int("max_depth", max_depth)
+    entropy, length = math.log(max_pairs), 0.0
+    for pairs in range(1, max_pairs + 1):
+        depths, free_steps = {0: 1.0}, 0.0  # P(depth) before each step
+        for step in range(2 * pairs):
+            after: dict[int, float] = defaultdict(float)
+            for depth, p in depths.items():
+                can_open, can_close = _moves(depth, 2 * pairs - step, max_depth)
+                free_steps += p * (can_open and can_close)
+                share = 0.5 if can_open and can_close else 1.0
+                if can_open:
+                    after[depth + 1] += p * share
+                if can_close:
+                    after[depth - 1] += p * share
+            depths = after
+        entropy += (pairs * math.log(3) + free_steps * math.log(2)) / max_pairs
+        length += (2 * pairs + 1) / max_pairs
+    return entropy / length
+
+
+def generator_loss(strings: Sequence[str], max_pairs: int = 16, max_depth: int = 8) -> float:
+    """The generator's own loss on ``strings`` (nats per character, end newlines included).
+
+    What :func:`per_token_loss` would give for a model that predicts with the true
+    probabilities, on the rows of ``strings``: ``sum(-log P(s)) / sum(len(s) + 1)``.
+    """
+    total = -sum(string_log_probability(text, max_pairs, max_depth) for text in strings)
+    return total / sum(len(text) + 1 for text in strings)
 
 
 def make_rows(strings: Sequence[str], context_length: int) -> TensorDataset:
@@ -294,8 +365,9 @@ def sample_strings(
     """Strings the model writes after a newline, up to its next newline (None if none comes)."""
     prompt = torch.zeros(num_strings, 1, dtype=torch.long)  # id 0 is the newline
     written = model.generate(
-        prompt, model.context_length - 1, temperature, top_k, greedy, generator=generator
-    )
+        prompt, model.context_length - 1, temperature, top_k, greedy, generator=generator,
+        end_id=_ID[NEWLINE],
+    )  # fmt: skip
     strings = []
     for row in written[:, 1:].tolist():
         text = decode(row)

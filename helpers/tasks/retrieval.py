@@ -36,6 +36,7 @@ __all__ = [
     "make_retrieval_data",
     "RetrievalConfig",
     "retrieval_accuracy",
+    "SCALES",
     "train_retrieval",
 ]
 
@@ -124,6 +125,31 @@ class RetrievalConfig:
     extra: dict = field(default_factory=dict)  # further keyword arguments for GPT
 
 
+SCALES = (None, "tokens", "encoding")
+"""How :func:`train_retrieval` may rescale the embeddings at the input (``scale=``)."""
+
+
+class _Multiply:
+    """A forward hook that multiplies a module's output by a constant (picklable)."""
+
+    def __init__(self, factor: float) -> None:
+        self.factor = factor
+
+    def __call__(self, module: torch.nn.Module, inputs, output: Tensor) -> Tensor:
+        return output * self.factor
+
+
+def _rescale(model: GPT, positions: str, scale: str | None, d_model: int) -> None:
+    """Apply ``scale`` to a freshly initialized model (see :func:`train_retrieval`)."""
+    if scale == "tokens":  # Vaswani et al.: embeddings times sqrt(D) on the way in only
+        model.token_embedding.register_forward_hook(_Multiply(math.sqrt(d_model)))
+    elif scale == "encoding":
+        if positions != "sinusoidal":
+            raise ValueError(f"scale='encoding' needs positions='sinusoidal', got {positions!r}")
+        table = model.position_embedding.pe
+        table.mul_(0.02 / table.pow(2).mean().sqrt())  # the tokens' initial size, 0.02
+
+
 def retrieval_accuracy(model: torch.nn.Module, tokens: Tensor, targets: Tensor) -> float:
     """The fraction of positions with a target whose arg-max prediction is right."""
     model.eval()
@@ -134,7 +160,7 @@ def retrieval_accuracy(model: torch.nn.Module, tokens: Tensor, targets: Tensor) 
 
 
 def train_retrieval(
-    positions: str, seed: int, config: RetrievalConfig = RetrievalConfig()
+    positions: str, seed: int, config: RetrievalConfig = RetrievalConfig(), scale: str | None = None
 ) -> tuple[GPT, dict[int, float]]:
     """Train one model on length ``config.train_len``; return it and ``{length: accuracy}``.
 
@@ -142,15 +168,24 @@ def train_retrieval(
     and the training data; the test sets (``config.num_test`` sequences per test length) are
     the same for every seed and every kind, drawn from seeds 10_000 + length.
     Adam with a linear warm-up and a cosine decay, gradients clipped to 1.
+
+    ``scale`` (one of :data:`SCALES`) fixes the size mismatch at initialization between an
+    added position table and the token embeddings (N(0, 0.02^2), GPT-2's): ``"tokens"``
+    multiplies the token embeddings by ``sqrt(d_model)`` on the way in, as Vaswani et al. do
+    (the tied output head is unchanged); ``"encoding"`` shrinks the sinusoidal table to the
+    tokens' initial root-mean-square size, 0.02 (``positions="sinusoidal"`` only).
     """
     if positions not in POSITIONS:
         raise ValueError(f"positions must be one of {POSITIONS}, got {positions!r}")
     check.non_negative_int("seed", seed)
     if not isinstance(config, RetrievalConfig):
         raise TypeError(f"config must be a RetrievalConfig, got {type(config).__name__}")
+    if scale not in SCALES:
+        raise ValueError(f"scale must be one of {SCALES}, got {scale!r}")
     torch.manual_seed(seed)
     model = GPT(config.vocab_size, max(config.test_lengths), config.d_model, config.num_layers,
                 config.num_heads, positions=positions, **config.extra)  # fmt: skip
+    _rescale(model, positions, scale, config.d_model)
     tokens, targets = make_retrieval_data(
         config.steps * config.batch_size,
         config.train_len,

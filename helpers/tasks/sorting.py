@@ -14,6 +14,7 @@ The model is :class:`helpers.transformer.EncoderDecoderTransformer` with ``pad_i
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -32,8 +33,12 @@ __all__ = [
     "sequence_loss",
     "sequence_accuracy",
     "generated_accuracy",
+    "exposure_bias",
+    "sequence_log_probs",
+    "calibration",
     "SortingConfig",
     "train_sorting",
+    "train_and_measure",
 ]
 
 PAD, BOS, EOS = 0, 1, 2
@@ -82,10 +87,19 @@ def make_sorting_dataset(
     return TensorDataset(source, decoder_input, target)
 
 
-def sequence_loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """Mean cross-entropy over the target's real tokens (``PAD`` positions are ignored)."""
+def sequence_loss(
+    logits: torch.Tensor, target: torch.Tensor, label_smoothing: float = 0.0
+) -> torch.Tensor:
+    """Mean cross-entropy over the target's real tokens (``PAD`` positions are ignored).
+
+    ``label_smoothing`` = epsilon trains towards ``1 - epsilon`` on the true token and
+    ``epsilon / V`` on every token (Szegedy et al. 2016; Vaswani et al. 2017 use 0.1).
+    """
     check.logits_targets(logits, target)
-    return F.cross_entropy(logits.flatten(0, 1), target.flatten(), ignore_index=PAD)
+    epsilon = check.probability("label_smoothing", label_smoothing)
+    return F.cross_entropy(
+        logits.flatten(0, 1), target.flatten(), ignore_index=PAD, label_smoothing=epsilon
+    )
 
 
 def sequence_accuracy(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -96,16 +110,83 @@ def sequence_accuracy(logits: torch.Tensor, target: torch.Tensor) -> torch.Tenso
 
 
 @torch.no_grad()
-def generated_accuracy(model: EncoderDecoderTransformer, dataset: TensorDataset) -> float:
-    """Fraction of sequences that greedy generation writes exactly, up to and with ``EOS``.
+def generated_accuracy(
+    model: EncoderDecoderTransformer, dataset: TensorDataset, beam_size: int = 1
+) -> float:
+    """Fraction of sequences that generation writes exactly, up to and with ``EOS``.
 
-    The model writes every token from its own previous ones (no teacher forcing); tokens it
-    writes after the target's ``EOS`` are not looked at.
+    The model writes every token from its own previous ones (no teacher forcing), greedily
+    (``beam_size=1``) or by beam search; tokens after the target's ``EOS`` are not looked at.
     """
     source, _, target = dataset.tensors
-    written = model.generate(source, BOS, target.shape[1])[:, 1:]
-    right = (written == target) | (target == PAD)
-    return right.all(dim=-1).float().mean().item()
+    written = model.generate(source, BOS, target.shape[1], end_id=EOS, beam_size=beam_size)
+    return _accuracy(written, target)
+
+
+@torch.no_grad()
+def sequence_log_probs(model: EncoderDecoderTransformer, source, written) -> torch.Tensor:
+    """Total log-probability ``(B,)`` of each ``written`` sequence (``BOS`` first), to ``EOS``.
+
+    Positions after the first ``EOS`` (the padding :meth:`generate` writes) count for nothing.
+    """
+    log_probs = model(source, written[:, :-1]).log_softmax(dim=-1)
+    token_log_probs = log_probs.gather(-1, written[:, 1:, None])[..., 0]  # (B, T)
+    after_end = (written[:, 1:] == EOS).long().cumsum(dim=-1) - (written[:, 1:] == EOS).long()
+    return token_log_probs.masked_fill(after_end > 0, 0.0).sum(dim=-1)
+
+
+@torch.no_grad()
+def exposure_bias(model: EncoderDecoderTransformer, dataset: TensorDataset) -> dict[str, float]:
+    """Per-token accuracy and loss, teacher forced against greedy generation, on ``dataset``.
+
+    ``token_tf`` and ``token_generated``: the fraction of the target's real tokens (``EOS``
+    included) that are right given the true prefix, and that greedy generation writes
+    right given its own prefix. ``after_*``: the same at the *after* positions only, the real
+    positions that come after the first one generation gets wrong, where the model reads a
+    prefix with a mistake in it; ``after_loss_*``: the mean cross-entropy of the true token
+    there; ``num_after``: how many such positions. ``sequence_tf`` and ``sequence_generated``
+    are the sequence accuracies, which greedy decoding makes equal.
+    """
+    source, decoder_input, target = dataset.tensors
+    written = model.generate(source, BOS, target.shape[1])[:, 1:]  # (B, Tt), no EOS stop
+    own_input = torch.cat([decoder_input[:, :1], written[:, :-1]], dim=1)
+    logits = {"tf": model(source, decoder_input), "generated": model(source, own_input)}
+    right = {"tf": logits["tf"].argmax(-1) == target, "generated": written == target}
+    real = target != PAD
+    wrong_so_far = ((~right["generated"]) & real).long().cumsum(dim=-1)
+    after = real & (wrong_so_far - (~right["generated"] & real).long() > 0)
+    result = {"num_after": int(after.sum())}
+    for way in ("tf", "generated"):
+        loss = F.cross_entropy(logits[way].transpose(1, 2), target, reduction="none")
+        result[f"token_{way}"] = right[way][real].float().mean().item()
+        result[f"sequence_{way}"] = (right[way] | ~real).all(-1).float().mean().item()
+        result[f"after_{way}"] = right[way][after].float().mean().item()
+        result[f"after_loss_{way}"] = loss[after].mean().item()
+    return result
+
+
+@torch.no_grad()
+def calibration(logits: torch.Tensor, target: torch.Tensor, num_bins: int = 10):
+    """Expected calibration error of the arg-max predictions, and the reliability table.
+
+    Over the target's real tokens: the confidence is the arg-max's softmax probability; the
+    tokens are put in ``num_bins`` equal-width bins of confidence, and the error is the mean,
+    weighted by bin size, of ``|accuracy - mean confidence|`` per bin (Guo et al. 2017).
+    Returns ``(ece, table)``, the table a ``(num_bins, 3)`` tensor of mean confidence,
+    accuracy and token count per bin (NaN for an empty bin).
+    """
+    check.logits_targets(logits, target)
+    num_bins = check.positive_int("num_bins", num_bins)
+    real = target != PAD
+    confidence, predicted = logits[real].softmax(dim=-1).max(dim=-1)
+    right = (predicted == target[real]).double()
+    confidence = confidence.double()
+    bins = (confidence * num_bins).long().clamp(max=num_bins - 1)
+    count = torch.bincount(bins, minlength=num_bins).double()
+    mean_confidence = torch.bincount(bins, confidence, minlength=num_bins) / count
+    accuracy = torch.bincount(bins, right, minlength=num_bins) / count
+    gaps = (accuracy - mean_confidence).abs().nan_to_num() * count
+    return (gaps.sum() / count.sum()).item(), torch.stack([mean_confidence, accuracy, count], 1)
 
 
 @dataclass(frozen=True)
@@ -122,6 +203,7 @@ class SortingConfig:
     lr: float = 1e-2
     warmup_steps: int = 20
     epochs: int = 4
+    label_smoothing: float = 0.0
     seed: int = 0
 
 
@@ -159,7 +241,7 @@ def train_sorting(config: SortingConfig, train_set: TensorDataset, val_set=None)
     history = fit(
         model,
         loader,
-        loss_fn=sequence_loss,
+        loss_fn=partial(sequence_loss, label_smoothing=config.label_smoothing),
         optimizer=optimizer,
         scheduler=scheduler,
         epochs=config.epochs,
@@ -169,3 +251,45 @@ def train_sorting(config: SortingConfig, train_set: TensorDataset, val_set=None)
         log_every=10,
     )
     return model.eval(), history
+
+
+def train_and_measure(
+    config: SortingConfig, train_set: TensorDataset, test_set: TensorDataset, beam_size: int = 4
+) -> dict[str, float]:
+    """Train one model (:func:`train_sorting`) and measure its decoding on ``test_set``.
+
+    The keys of :func:`exposure_bias`, then: ``greedy`` and ``beam`` (sequence accuracy of
+    greedy decoding and of beam search with ``beam_size``), ``beam_normalized`` (beam search
+    ranked by log-prob per token, ``length_penalty=1``), ``beam_log_prob_gain`` (mean total
+    log-prob of beam search's sequences minus greedy's), ``beam_not_worse`` (fraction of
+    sequences where beam search's log-prob is at least greedy's, to 1e-4), ``ece`` and
+    ``confidence`` (teacher-forced, :func:`calibration`; mean arg-max probability). One
+    thread: the function is meant for :func:`helpers.parallel.run_in_processes`.
+    """
+    model, _ = train_sorting(config, train_set)
+    source, decoder_input, target = test_set.tensors
+    result = exposure_bias(model, test_set)
+    steps = target.shape[1]
+    greedy = model.generate(source, BOS, steps, end_id=EOS)
+    beam = model.generate(source, BOS, steps, end_id=EOS, beam_size=beam_size)
+    gain = sequence_log_probs(model, source, beam) - sequence_log_probs(model, source, greedy)
+    with torch.no_grad():
+        logits = model(source, decoder_input)
+    ece, _ = calibration(logits, target)
+    real = target != PAD
+    return result | {
+        "greedy": generated_accuracy(model, test_set),
+        "beam": generated_accuracy(model, test_set, beam_size),
+        "beam_normalized": _accuracy(
+            model.generate(source, BOS, steps, end_id=EOS, beam_size=beam_size, length_penalty=1.0),
+            target,
+        ),
+        "beam_log_prob_gain": gain.mean().item(),
+        "beam_not_worse": (gain > -1e-4).float().mean().item(),
+        "ece": ece,
+        "confidence": logits.softmax(-1).amax(-1)[real].mean().item(),
+    }
+
+
+def _accuracy(written: torch.Tensor, target: torch.Tensor) -> float:
+    return ((written[:, 1:] == target) | (target == PAD)).all(dim=-1).float().mean().item()

@@ -1,10 +1,9 @@
 """Independent runs side by side: one process and one PyTorch thread per run.
 
-Small models use a CPU's cores badly: on the book's 2-core machine a run of chapter 8's CNN
-takes about 0.7 of the time on two threads that it takes on one, while two runs side by side on
-one thread each finish two runs in the time of one. :func:`run_in_processes` does that for a
-list of independent jobs (seeds, models), and falls back to a plain loop when asked for one
-worker.
+A small model cannot keep several cores busy with one run, but independent runs (seeds,
+models) can share the cores: :func:`run_in_processes` runs a list of such jobs side by side,
+one process and one thread each, and falls back to a plain loop when asked for one worker.
+:func:`machine_label` names the machine for results that a script ships as data.
 """
 
 from __future__ import annotations

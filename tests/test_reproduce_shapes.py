@@ -16,7 +16,7 @@ import tomllib
 import torch
 from conftest import ROOT
 
-from helpers.tasks.shapes import FULL_SCALE_FILE, full_scale_results
+from helpers.tasks.shapes import FULL_SCALE_FILE, full_scale_results, seed_results
 
 SCRIPT = ROOT / "scripts" / "reproduce_shapes.py"
 PROTOCOL = "--epochs 50 --seeds 3 --num-train 25000 --batch-size 128 --lr 0.001"
@@ -127,5 +127,18 @@ def test_a_missing_results_file_says_how_to_make_it(monkeypatch):
     import helpers.tasks.shapes as shapes
 
     monkeypatch.setattr(shapes, "FULL_SCALE_FILE", "no_such_file.csv")
-    with pytest.raises(FileNotFoundError, match="scripts/reproduce_shapes.py --out"):
+    with pytest.raises(FileNotFoundError, match="scripts/reproduce_shapes.py"):
         shapes.full_scale_results()
+
+
+def test_the_shipped_seed_results_cover_every_model_on_five_seeds():
+    """scripts/margins_shapes.py's file, which chapter 8 states its spread from: every model on
+    the same five seeds at the chapter's budget, from one command and one machine."""
+    table = seed_results()
+    assert list(table["seed"]) == list(range(5))
+    assert table["command"].nunique() == 1 and table["machine"].nunique() == 1
+    assert "--epochs 3" in table["command"].iloc[0]
+    for name in ("CNN", "CNN + attention", "bidirectional LSTM", "batch-axis LSTM"):
+        assert table[f"mse {name}"].between(0, 2).all(), name
+    ratio = table["mse CNN"] / table["mse CNN + attention"]
+    assert ratio.round(6).tolist() == table["ratio CNN / attention"].round(6).tolist()

@@ -32,6 +32,16 @@ def test_every_chapter_has_a_page():
         assert (SITE / "notebooks" / f"{stem}.html").exists(), stem
 
 
+def test_every_page_has_the_favicon():
+    for path in [
+        SITE / "book" / "intro.html",
+        *(SITE / "notebooks" / f"{s}.html" for s in CHAPTERS),
+    ]:
+        link = re.search(r'<link rel="icon" href="([^"]+)"', path.read_text())
+        assert link, f"{path.name} has no favicon link"
+        assert (path.parent / link.group(1)).resolve().is_file(), link.group(1)
+
+
 @pytest.mark.parametrize("stem", CHAPTERS)
 def test_launch_buttons_point_at_the_chapter_notebook(stem):
     text = page(stem)

@@ -18,7 +18,8 @@ both applied inside attention; ``"none"`` (the causal mask alone).
 
 Generation runs one position at a time. Without a cache every step re-reads the whole prefix;
 with one :class:`KVCache` per layer a step computes the new position's query, key and value
-only and reads the earlier keys and values from the cache.
+only and reads the earlier keys and values from the cache. With a sliding ``window`` the cache
+rolls: it keeps the last ``window`` positions only, so its memory is flat in the length.
 """
 
 from __future__ import annotations

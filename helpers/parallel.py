@@ -81,5 +81,6 @@ def machine_label(device: str = "cpu", workers: int = 1) -> str:
                     break
     except OSError:
         pass
-    threads = "one thread per run" if workers > 1 else f"{torch.get_num_threads()} threads"
+    threads = torch.get_num_threads()
+    threads = "one thread per run" if workers > 1 or threads == 1 else f"{threads} threads"
     return f"{name}, {os.cpu_count()} cores, {threads}, torch {torch.__version__}"

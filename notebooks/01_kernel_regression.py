@@ -231,21 +231,24 @@ plt.show()
 # puts its weight on the two or three nearest points (the effective number of keys per query,
 # $1/\sum_j a_j^2$, has median {glue:text}`ch1_narrow_effective_keys`, and the largest weight
 # of a query is typically {glue:text}`ch1_narrow_peak`), so the estimate jumps with the noise; a
-# wide one ($\sigma=3$) spreads weight over most of the data, at most about
-# {glue:text}`ch1_wide_peak` per key, so the estimate is smooth but flattened, missing the
+# wide one ($\sigma=3$) spreads weight over most of the data, at most
+# {glue:text}`ch1_wide_max` per key (a query's largest weight is typically
+# {glue:text}`ch1_wide_peak`), so the estimate is smooth but flattened, missing the
 # sine's peaks and valleys. From top to bottom the band of weights along the diagonal widens
 # and fades.
 
 # %% tags=["hide-cell"]
 # The caption's numbers: median over the queries of the effective number of keys and of the
-# largest weight.
+# largest weight, and the largest weight of the wide kernel over all queries, rounded up.
 _, narrow_weights = nadaraya_watson(x_query, x_train, y_train, width=0.1)
 _, wide_weights = nadaraya_watson(x_query, x_train, y_train, width=3.0)
 effective_keys = (1 / (narrow_weights**2).sum(dim=1)).median().item()
 narrow_peak = narrow_weights.max(dim=1).values.median().item()
 wide_peak = wide_weights.max(dim=1).values.median().item()
+wide_max = math.ceil(wide_weights.max().item() * 1000) / 1000
 assert effective_keys < 4
-assert narrow_peak > 10 * wide_peak
+assert (wide_weights <= wide_max).all() and narrow_peak > 10 * wide_max
+glue("ch1_wide_max", wide_max)
 glue("ch1_narrow_effective_keys", round(effective_keys, 1))
 glue("ch1_narrow_peak", round(narrow_peak, 2))
 glue("ch1_wide_peak", round(wide_peak, 2))
@@ -584,11 +587,15 @@ plt.show()
 
 # %% [markdown]
 # **Figure.** With leave-one-out masking (blue) the width settles at
-# {glue:text}`ch1_learned_width`, close to the best width {glue:text}`ch1_best_width` that we
-# found with access to the truth, and its error against the truth is
-# {glue:text}`ch1_learned_error`. When each point may attend to itself (orange) the training
-# loss keeps falling because the width collapses (to {glue:text}`ch1_self_width` after 400
-# steps): a perfect memorizer that has learned nothing.
+# {glue:text}`ch1_learned_width`, and its error against the truth is
+# {glue:text}`ch1_learned_error`. The best width that we found with access to the truth is
+# {glue:text}`ch1_best_width`. One training set could be lucky, so the code below also
+# learns the width on {glue:text}`ch1_width_sets` more training sets drawn from the same
+# curve: it settles between {glue:text}`ch1_width_min` and {glue:text}`ch1_width_max`, on
+# both sides of the best width and never more than {glue:text}`ch1_width_factor` times away
+# from it. Close, then, with the sample deciding on which side. When each point may attend
+# to itself (orange) the training loss keeps falling because the width collapses (to
+# {glue:text}`ch1_self_width` after 400 steps): a perfect memorizer that has learned nothing.
 
 # %% tags=["hide-cell"]
 # Numbers quoted in the caption.
@@ -597,6 +604,22 @@ learned_error = ((fit_learned - y_true) ** 2).mean().item()
 glue("ch1_learned_width", round(learned_width, 2))
 glue("ch1_learned_error", round(learned_error, 3))
 glue("ch1_self_width", round(self_widths[-1], 3))
+
+# %% tags=["nbval-ignore-output"]
+# The learned width on more training sets: the first five of the bias/variance experiment's.
+other_widths = [
+    fit_width(x, y, initial_width=2.0, steps=400, leave_one_out=True)[2][-1]
+    for x, y in datasets[:5]
+]
+all_widths = torch.tensor([learned_width, *other_widths])
+factors = torch.maximum(all_widths / best["width"], best["width"] / all_widths)
+assert min(other_widths) < best["width"] < max(other_widths)  # on both sides
+assert factors.max() < 2  # the chapter's "near the best width", on every training set
+glue("ch1_width_sets", len(other_widths))
+glue("ch1_width_min", round(min(other_widths), 2))
+glue("ch1_width_max", round(max(other_widths), 2))
+glue("ch1_width_factor", math.ceil(factors.max().item() * 10) / 10)
+print("learned widths:", [round(width, 2) for width in all_widths.tolist()])
 
 # %% [markdown]
 # ## From distances to dot products

@@ -494,7 +494,8 @@ glue("ch3_qgrad_scaled", round(float(scaled["Jacobian w.r.t. q"]), 2))
 # weights at a time, when the weights are not asked for. So the two should differ in memory,
 # and the cell below measures it for one sequence with {glue:text}`ch3_mem_heads` heads of
 # width {glue:text}`ch3_mem_width`, at lengths up to {glue:text}`ch3_longest`: the bytes of
-# the weights tensor the from-scratch version returns (exact), and the peak memory each
+# storage behind the weights tensor the from-scratch version returns (read from the tensor,
+# `untyped_storage().nbytes()`, and checked against $4HT^2$), and the peak memory each
 # version allocates during one call. The peak comes from `helpers.analysis.peak_cpu_bytes`,
 # which replays the allocations and frees that PyTorch's profiler records on the CPU: it
 # counts the tensors and the kernels' scratch buffers that PyTorch allocates, not the
@@ -512,8 +513,8 @@ try:
         for T in lengths:
             q_b, k_b, v_b = (torch.randn(1, num_heads, T, d_head) for _ in range(3))
             _, weights_b = attention_from_scratch(q_b, k_b, v_b)
-            weight_bytes = weights_b.nelement() * weights_b.element_size()
-            assert weight_bytes == 4 * num_heads * T * T  # exact
+            weight_bytes = weights_b.untyped_storage().nbytes()  # what it occupies
+            assert weight_bytes == 4 * num_heads * T * T  # float32, nothing shared
             scratch_peak = peak_cpu_bytes(attention_from_scratch, q_b, k_b, v_b)
             fused_peak = peak_cpu_bytes(F.scaled_dot_product_attention, q_b, k_b, v_b)
             rows.append(
@@ -559,8 +560,8 @@ plt.show()
 # times the weights tensor. The fused kernel's peak (squares) has slope 1: it grows with the
 # output, $4HTd$ bytes, not with the weight matrix, and at $T =$ {glue:text}`ch3_longest` it is
 # {glue:text}`ch3_fused_peak_mib:.1f` MiB against {glue:text}`ch3_scratch_peak_mib:.0f` MiB for
-# the from-scratch version. That quadratic term is why long contexts run out of memory before
-# they run out of time, and why fused kernels exist.
+# the from-scratch version. That quadratic term in memory is what fused kernels remove; the
+# number of operations stays quadratic in $T$ for both (chapter 11 measures the time too).
 
 # %% tags=["nbval-ignore-output"]
 # The caption's claims, checked with margins (the peaks depend on PyTorch's kernels).

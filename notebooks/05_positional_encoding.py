@@ -489,6 +489,23 @@ assert diag_dev < tolerance
 glue("ch5_long_range", long_range)
 glue("ch5_tolerance", tolerance)
 
+# The distance from position 0 against the offset, over the 100 positions of the figure below.
+from_zero = distances[0, :100]
+steps = from_zero[1:] - from_zero[:-1]  # one entry per offset 1..99
+falls = (steps < 0).nonzero().flatten() + 1  # offsets at which the distance is smaller
+first_fall = falls[0].item()
+climb = steps[: first_fall - 1]  # the steps before the first fall
+assert (climb > 0).all() and (climb.diff() < 0).all()  # rising, ever more slowly
+early_slope = (from_zero[first_fall - 1] - from_zero[0]) / (first_fall - 1)
+late_slope = (from_zero[99] - from_zero[first_fall - 1]) / (99 - first_fall + 1)
+assert 0 < late_slope < 0.1 * early_slope  # then it only drifts up on average
+glue("ch5_climb_end", first_fall - 1)
+glue("ch5_climb_top", round(from_zero[first_fall - 1].item(), 2))
+glue("ch5_falls", len(falls))
+glue("ch5_distance_steps", len(steps))
+glue("ch5_first_fall", first_fall)
+print(f"falls at {len(falls)} of {len(steps)} steps, first at offset {first_fall}")
+
 # %% tags=["hide-input"]
 fig, axes = plt.subplots(
     1, 2, figsize=(6.2, 3.0), gridspec_kw={"width_ratios": [1, 1.2]}
@@ -515,7 +532,11 @@ plt.show()
 # **Figure.** Euclidean distances between encodings. Left: every diagonal repeats one number
 # ({glue:text}`ch5_dist_1:.2f` for neighbours, {glue:text}`ch5_dist_2:.2f` two steps apart,
 # ...). Right: over 100 positions the matrix is made of stripes parallel to the diagonal, the
-# picture of "depends on the offset only"; the distance grows with the offset, quickly at first.
+# picture of "depends on the offset only". Along a row the distance climbs steeply over the
+# first {glue:text}`ch5_climb_end` offsets (to {glue:text}`ch5_climb_top:.2f`) and then only
+# drifts up on average, with dips: it is smaller than at the previous offset at
+# {glue:text}`ch5_falls` of the {glue:text}`ch5_distance_steps` steps, the first time at offset
+# {glue:text}`ch5_first_fall`. So a larger distance does not always mean a larger offset.
 #
 # Hover over the chart below to read the distance between any two of the first 40 positions
 # of a $D = 16$ encoding.

@@ -64,6 +64,7 @@ from helpers import glue, show_source
 from helpers.analysis import count_parameters, parameter_table, stable_rank
 from helpers.attention import MultiHeadAttention, causal_mask
 from helpers.checks import check_block_parameter_count, check_rms_norm
+from helpers.tasks.reverse import BOOK_CONFIG, SCHEDULE_EXPERIMENT
 from helpers.transformer import EncoderBlock, RMSNorm, TransformerEncoder
 
 # The models of this chapter are so small that splitting each matrix product over several
@@ -257,9 +258,15 @@ assert 0.6 < ffn_share < 0.7  # "two thirds", as the prose says
 #
 # ## Pre-LN or post-LN? Gradients at initialization
 #
-# The 2017 Transformer (post-LN) only trains with a learning-rate *warm-up*: start tiny, grow
-# over the first few thousand steps. Xiong et al. {cite}`xiong2020layernorm` explained why,
-# and showed that pre-LN Transformers train without it. Their argument is about the gradients
+# The 2017 Transformer (post-LN) was trained with a learning-rate *warm-up*: start tiny, grow
+# over the first few thousand steps. Xiong et al. {cite}`xiong2020layernorm` argued that
+# post-LN needs it, and showed that pre-LN Transformers train without it. "Needs" depends on
+# the learning rate: in {ref}`chapter 7's schedule experiment <ch7-schedule-experiment>` a
+# small post-LN model learns to reverse sequences without warm-up at that chapter's rate,
+# {glue:text}`ch6_book_lr`, and only at {glue:text}`ch6_large_lr` does it stay at chance
+# without warm-up, where pre-LN trains (asserted there, on both of its seeds). So
+# warm-up is what lets post-LN take larger steps, not a condition for training at all. The
+# argument is about the gradients
 # *at initialization*: in a post-LN stack the gradients of the parameters near the output are
 # large and do not shrink as the stack gets deeper, so the first full-size steps are too big
 # there; in a pre-LN stack the residual stream grows with depth, every normalization divides
@@ -270,6 +277,15 @@ assert 0.6 < ffn_share < 0.7  # "two thirds", as the prose says
 # batch of random sequences through, put a linear classifier with a cross-entropy loss on top,
 # and record the gradient norm of each block's second FFN matrix $W_2$. Four seeds per
 # setting.
+
+# %% tags=["hide-cell"]
+# The two learning rates of chapter 7's experiment that the text above names.
+large_lr = SCHEDULE_EXPERIMENT["post-LN, lr 0.05, no warm-up"]["lr"]
+no_warmup = SCHEDULE_EXPERIMENT["post-LN, no warm-up"]
+assert no_warmup == {"norm_first": False, "warmup_steps": 0}
+assert large_lr > BOOK_CONFIG.lr
+glue("ch6_book_lr", BOOK_CONFIG.lr)
+glue("ch6_large_lr", large_lr)
 
 
 # %%
@@ -693,9 +709,9 @@ stack_ranks.round(1)
 # - Pre-LN puts the norm inside the branch; post-LN after the sum. At initialization post-LN's
 #   gradients are largest near the output and do not shrink with depth, the argument for why it
 #   needs warm-up; pre-LN's shrink. Chapter 7 tests the claim by training
-#   ({ref}`its schedule experiment <ch7-schedule-experiment>`): without warm-up, pre-LN
-#   trains at a learning rate where post-LN stays at chance, though at a still larger rate
-#   pre-LN needs the warm-up too.
+#   ({ref}`its schedule experiment <ch7-schedule-experiment>`): at that chapter's learning
+#   rate post-LN trains without warm-up; at a larger one, pre-LN trains without warm-up where
+#   post-LN stays at chance, though at a still larger rate pre-LN needs the warm-up too.
 # - LayerNorm, not BatchNorm, for sequences; RMSNorm is LayerNorm without centring and bias.
 # - `helpers.transformer.EncoderBlock` matches `torch.nn.TransformerEncoderLayer` weight for
 #   weight (mind the inverted mask).

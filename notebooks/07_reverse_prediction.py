@@ -72,6 +72,7 @@ from helpers.tasks.reverse import (
     SCHEDULE_EXPERIMENT,
     SOURCE_000_CONFIG,
     ReversePredictor,
+    ablation_results,
     bag_oracle_accuracy,
     build_reverse_training,
     make_reverse_dataset,
@@ -323,7 +324,7 @@ show_source(fit)
 # over the run. `SOURCE_000_CONFIG` is therefore that notebook's *hyper-parameters* on the
 # book's model. Against them (table below), we use batches {glue:text}`ch7_batch_ratio` times bigger,
 # a learning rate {glue:text}`ch7_lr_ratio` times higher, a shorter warm-up, one epoch instead
-# of three, and no dropout, which this task punishes (we show why below). We changed these
+# of three, and no dropout, which this task does not need (we test it below). We changed these
 # together; {ref}`the schedule experiment <ch7-schedule-experiment>` below takes the
 # schedule, the learning rate and the placement of the normalization apart one at a time.
 
@@ -622,19 +623,19 @@ print(
 # tokens, and nothing more is possible on average. (The test
 # `test_without_positions_the_model_is_permutation_equivariant` in `tests/test_tasks_reverse.py` checks the symmetry that makes this so.)
 #
-# ### With heavy dropout
+# ### With dropout
 #
-# {ref}`The PyTorch Lightning notebook <source-000>` trains with dropout 0.1 and notes noisy,
-# underfitting curves. The reason is
-# specific to this task: each output depends on exactly *one* input token, and attention
-# dropout can drop exactly the weight that fetches it; residual and embedding dropout can
-# erase the token or its position. There is no redundancy to fall back on, no context from
-# which to guess. We train with dropout 0.3 everywhere.
+# {ref}`The PyTorch Lightning notebook <source-000>` trains with dropout 0.1, and explains its
+# noisy, underfitting curves by the task: each output depends on exactly *one* input token,
+# and attention dropout can drop exactly the weight that fetches it; residual and embedding
+# dropout can erase the token or its position. There is no redundancy to fall back on, no
+# context from which to guess. We test that explanation at its own rate, dropout 0.1
+# everywhere, with the book's recipe otherwise unchanged; one run trains here.
 
 # %% tags=["nbval-ignore-output"]
 start = time.perf_counter()
 dropout_model, dropout_history, dropout_scores = train_and_test(
-    config.replace(dropout=0.3)
+    config.replace(dropout=0.1)
 )
 print(f"trained in {time.perf_counter() - start:.1f} s")
 
@@ -646,29 +647,79 @@ with torch.no_grad():
     dropout_predictions = dropout_model(test_inputs.to(device)).argmax(-1).cpu()
 dropout_sequences = (dropout_predictions == test_targets).all(-1).float().mean().item()
 glue("ch7_dropout_train_accuracy", round(dropout_train, 2))
-glue("ch7_dropout_test_accuracy", round(dropout_accuracy, 3))
-glue("ch7_dropout_sequence_accuracy", round(dropout_sequences, 2))
-assert dropout_train < 0.7 and dropout_accuracy < test["accuracy"] - 0.001
-assert dropout_accuracy > dropout_train  # dropout is off at test time
-assert dropout_sequences < sequence_accuracy - 0.02  # whole sequences suffer most
+glue("ch7_dropout_test_accuracy", round(dropout_accuracy, 4))
+glue("ch7_dropout_sequence_accuracy", round(dropout_sequences, 4))
+# With dropout on, some outputs lose their path; with it off, no underfitting.
+assert dropout_train < 0.97
+assert dropout_accuracy > 0.998 and dropout_sequences > 0.97
 print(
-    f"dropout 0.3: train accuracy (dropout on) {dropout_train:.2f}, test {dropout_accuracy:.3f},"
-    f" sequences without a mistake {dropout_sequences:.2f}"
+    f"dropout 0.1: train accuracy (dropout on) {dropout_train:.2f}, test {dropout_accuracy:.4f},"
+    f" sequences without a mistake {dropout_sequences:.4f}"
 )
 
 # %% [markdown]
-# With dropout 0.3 the training accuracy (measured with dropout active) stalls near
-# {glue:text}`ch7_dropout_train_accuracy`: in a large fraction of the positions the one path
-# that carries the answer has been cut. At test time dropout is off and the model does much
-# better, {glue:text}`ch7_dropout_test_accuracy` of the tokens, but below the dropout-free
-# model's {glue:text}`ch7_test_accuracy:.4f` with the same budget: it got a weaker training
-# signal. The cost shows most in whole sequences: one mistake in sixteen tokens spoils a
-# reversal, and only {glue:text}`ch7_dropout_sequence_accuracy:.2f` of the test sequences
-# come out without one, against {glue:text}`ch7_test_sequence_accuracy:.4f` for the
-# dropout-free model. (The training accuracy is low by construction: it is measured with
-# dropout on.) Dropout is a regularizer for
-# models that could overfit; a model with unlimited fresh-looking data and one exact rule to
-# learn has nothing to gain from it.
+# The training accuracy, measured as a training curve measures it (with dropout active), ends
+# near {glue:text}`ch7_dropout_train_accuracy`: some outputs lose the one path that carries
+# their answer. But switch dropout off and the model reverses
+# {glue:text}`ch7_dropout_test_accuracy:.4f` of the test tokens, and
+# {glue:text}`ch7_dropout_sequence_accuracy:.4f` of the test sequences without a mistake. One run could be lucky. `scripts/margins_reverse.py --part ablations`
+# trains every ablation of this section (the positions above, dropout 0.1, and a heavier 0.3)
+# next to the plain recipe on {glue:text}`ch7_ablation_seeds` seeds, and the package ships the
+# file it writes, which `ablation_results` reads; the command and the machine that produced
+# it are printed under the table. The table gives each quantity's smallest and largest value
+# over the seeds:
+
+# %%
+ablations = ablation_results()
+(ablation_command,) = ablations["command"].unique()
+(ablation_machine,) = ablations["machine"].unique()
+spread = ablations.groupby("run", sort=False)[
+    ["train accuracy", "test accuracy", "test sequence accuracy"]
+].agg(["min", "max"])
+print(spread.round(4).to_string())
+print(f"{ablation_command}\non {ablation_machine}")
+
+# %%
+# The claims of this section, on every seed of the file.
+by_run = {name: rows.set_index("seed") for name, rows in ablations.groupby("run")}
+plain, light, heavy = by_run["plain"], by_run["dropout 0.1"], by_run["dropout 0.3"]
+blind = by_run["no positions"]
+blind_gap = (blind["test accuracy"] - blind["bag oracle"]).abs().max()
+assert len(plain) >= 3 and (plain["test accuracy"] >= 0.999).all()
+assert blind_gap < 0.01  # without positions: the bag oracle, on every seed
+# 0.1: no underfitting at test time; only the dropout-on measurement falls.
+assert (light["test accuracy"] >= 0.999).all()
+assert (light["train accuracy"] < 0.95).all()
+# 0.3: test accuracy below the plain recipe's, most visibly in whole sequences.
+assert (heavy["test accuracy"] < plain["test accuracy"]).all()
+assert (heavy["test sequence accuracy"] < plain["test sequence accuracy"] - 0.02).all()
+assert (heavy["train accuracy"] < 0.7).all()
+glue("ch7_ablation_seeds", len(plain))
+glue("ch7_blind_gap", round(blind_gap, 3))
+glue("ch7_light_test_min", round(light["test accuracy"].min(), 4))
+glue("ch7_light_train_min", round(light["train accuracy"].min(), 2))
+glue("ch7_light_train_max", round(light["train accuracy"].max(), 2))
+glue("ch7_heavy_test_max", round(heavy["test accuracy"].max(), 4))
+glue("ch7_heavy_sequence_min", round(heavy["test sequence accuracy"].min(), 2))
+glue("ch7_heavy_sequence_max", round(heavy["test sequence accuracy"].max(), 2))
+glue("ch7_heavy_train_max", round(heavy["train accuracy"].max(), 2))
+print("every claim holds on all", len(plain), "seeds")
+
+# %% [markdown]
+# On every seed, dropout 0.1 costs nothing at test time (test token accuracy at least
+# {glue:text}`ch7_light_test_min:.4f`), while the training accuracy with dropout active ends
+# between {glue:text}`ch7_light_train_min` and {glue:text}`ch7_light_train_max`. So the
+# source's explanation is right about its *curves*, which are measured with dropout on, and
+# wrong about the model: with this recipe, it does not underfit. (The source's recipe differs
+# in more than dropout; its learning rate, the schedule experiment below shows, is what makes
+# it slow.) Heavier dropout does reach the test set: at 0.3 the test accuracy is below the
+# plain recipe's on every seed (at most {glue:text}`ch7_heavy_test_max:.4f`), and since one
+# mistake in sixteen tokens spoils a reversal, only {glue:text}`ch7_heavy_sequence_min` to
+# {glue:text}`ch7_heavy_sequence_max` of the test sequences come out without one; its
+# training accuracy with dropout on stays at most {glue:text}`ch7_heavy_train_max`. And the
+# model without positions lands within {glue:text}`ch7_blind_gap` of the bag oracle on every
+# seed. Dropout is a regularizer for models that could overfit; a model with unlimited
+# fresh-looking data and one exact rule to learn has nothing to gain from it.
 #
 # Does attention dropout really cut the one weight that matters? We can isolate that
 # mechanism on the trained dropout-free model: switch it to training mode with attention
@@ -701,7 +752,7 @@ print(f"attention dropout {p_drop}: token accuracy {attn_dropout_accuracy:.3f}")
 # {glue:text}`ch7_one_minus_p` but close to $1 - p^2 =$ {glue:text}`ch7_one_minus_p2`: both
 # heads of block 1 route the mirror token (the attention maps above), so an output is lost
 # mostly when *both* its weights are dropped. The mechanism is real, and this model already
-# carries some redundancy against it; dropout during training still slowed its learning.
+# carries some redundancy against it.
 #
 # ### A sequence length never seen in training
 #
@@ -745,9 +796,18 @@ pd.Series(by_length, name="token accuracy").rename_axis("test length").round(
 ).to_frame()
 
 
+# %%
+# The same claim on every seed of the shipped ablation file (its plain runs).
+other_length_seeds = plain["best other-length accuracy"]
+assert (other_length_seeds < 0.5).all()
+glue("ch7_length_other_seeds_max", round(other_length_seeds.max(), 2))
+print(f"best at another length, {len(plain)} seeds: {other_length_seeds.max():.2f}")
+
 # %% [markdown]
 # Only length 16 works; at every other length the accuracy is at most
-# {glue:text}`ch7_length_best_other`. The best head's attention, averaged over 500 sequences,
+# {glue:text}`ch7_length_best_other` (and at most {glue:text}`ch7_length_other_seeds_max` on
+# every seed of `ablation_results`, whose plain runs were tested at the same lengths). The
+# best head's attention, averaged over 500 sequences,
 # peaks at key $15 - t$ for {glue:text}`ch7_mirror_reads_20` of the 16 queries $t < 16$ at
 # length 20 and for {glue:text}`ch7_mirror_reads_24` at length 24 (the cell asserts at least
 # 15), where the right key would be $T' - 1 - t$. The model did not learn "reverse"; it
@@ -972,8 +1032,9 @@ print("every claim of the experiment holds on both seeds")
 #   the model trains at all, and post-LN needs it at rates where pre-LN does not.
 # - Its attention maps show the mechanism, an anti-diagonal.
 # - Without positional encoding the model is permutation equivariant and can only count
-#   tokens; with heavy dropout it cannot rely on the single path that carries each answer;
-#   and it does not generalize to lengths it never saw.
+#   tokens; dropout 0.1, the source's, lowers only the accuracy measured with dropout on,
+#   while 0.3 costs test accuracy on every seed; and it does not generalize to lengths it
+#   never saw.
 #
 # ## Exercises
 #

@@ -19,12 +19,13 @@
 #
 # The encoder of chapters 6 and 7 labels every position of its input. Many tasks instead ask
 # for a *new* sequence: a translation, the sorted digits, the rest of a path. The 2017
-# Transformer does this with two stacks. The encoder reads the source once; the decoder writes
-# the output one token at a time, and at every step it looks at what it has written so far
-# (masked self-attention) and at the encoder's output (cross-attention). This chapter builds
-# the decoder block on the pieces of chapters 2-6, checks it against PyTorch's own, trains
-# two encoder-decoders (one on points of the plane, one on tokens), opens them up, and counts
-# the parameters of the paper's base model.
+# Transformer {cite}`vaswani2017attention` does this with two stacks. The encoder reads the
+# source once; the decoder writes the output one token at a time, and at every step it looks
+# at what it has written so far (masked self-attention) and at the encoder's output
+# (cross-attention). This chapter builds the decoder block on the pieces of chapters 2-6,
+# checks it against PyTorch's own, trains two encoder-decoders (one on points of the plane, one on tokens), opens them up, measures
+# what decoding and training choices do to them (exposure bias, beam search, label
+# smoothing), and counts the parameters of the paper's base model.
 
 # %% tags=["hide-cell"]
 # Setup: on Colab, install the book's helpers; everywhere, import, seed and pick a device.
@@ -53,6 +54,7 @@ device = helpers.get_device()
 import time
 
 import matplotlib.pyplot as plt
+import pandas as pd
 import torch
 from torch import nn
 
@@ -61,11 +63,14 @@ from helpers import glue, show_source
 from helpers.analysis import count_parameters
 from helpers.attention import causal_mask, padding_mask
 from helpers.checks import check_decoder_input
+from helpers.parallel import run_in_processes
 from helpers.plotting import heatmap
 from helpers.tasks.corners import (
     CornerConfig,
+    follows_the_rule,
     free_running_mse,
     make_corner_sequences,
+    reflection_rule,
     teacher_forcing_split,
     train_corners,
 )
@@ -74,9 +79,13 @@ from helpers.tasks.sorting import (
     PAD,
     VOCAB_SIZE,
     SortingConfig,
+    calibration,
+    exposure_bias,
     generated_accuracy,
     make_sorting_dataset,
+    seed_results,
     sequence_accuracy,
+    train_and_measure,
     train_sorting,
 )
 from helpers.transformer import DecoderBlock, EncoderDecoderTransformer
@@ -187,7 +196,9 @@ assert torch.equal(decoder_input[0, 1:], target[0, :-1]) and decoder_input[0, 0]
 # At generation time there is no target to shift. The decoder starts from the start token,
 # predicts one token, appends it to its input and runs again: $T_t$ passes, each one re-reading
 # the whole prefix (a cache of the keys and values avoids recomputing it). The model class
-# of this chapter does it greedily, taking the most likely token each time:
+# of this chapter does it greedily by default, taking the most likely token each time; with
+# `end_id` a sequence stops at its end token (the positions after it hold `pad_id`), and with
+# `beam_size` above 1 it runs beam search, measured at the end of the chapter:
 
 # %%
 show_source(EncoderDecoderTransformer.generate)
@@ -221,8 +232,8 @@ assert same
 #
 # The two ways differ in one thing: what the decoder *reads*. Teacher forcing shows it the
 # true prefix; generation shows it its own, possibly wrong, prefix, which it never saw in
-# training. The difference between the two errors is called **exposure bias**. We measure it
-# on both tasks below.
+# training. The difference between the two errors is called **exposure bias**
+# {cite}`bengio2015scheduled,ranzato2016sequence`. We measure it on both tasks below.
 #
 # ## The square-corner task
 #
@@ -346,6 +357,47 @@ assert corner_tf / corner_train_mse > 1.2
 print(f"MSE on training points {corner_train_mse:.4f}, held-out ones {corner_tf:.4f}")
 
 # %% [markdown]
+# ### The rule to beat
+#
+# The task needs no learning at all. Point 3 is the corner opposite point 1 and point 4 the
+# corner opposite point 2, so a fixed rule with no parameters predicts both: flip the signs
+# of the given point's coordinates and snap them to $\pm 1$, $\hat p_{t+2} =
+# -\operatorname{sign}(p_t)$. The noise on the given points (0.1) is far too small to flip a
+# sign, so the rule misses only the noise of the points it predicts: its test error is the
+# floor, {glue:text}`ch9_rule_mse`. (Without the snap, $-p_t$ carries the given point's noise
+# too and doubles the error, to {glue:text}`ch9_negate_mse`.) This is the baseline a learned
+# model must beat, and the trained model does not: it is {glue:text}`ch9_model_minus_rule`
+# above the rule (over five seeds, `scripts/margins_encoder_decoder.py`, between
+# {glue:text}`ch9_rule_gap_min` and {glue:text}`ch9_rule_gap_max`). On its
+# {glue:text}`ch9_corner_num_train` training sequences,
+# what it learns is an approximation of a rule that could be written down.
+
+
+# %%
+def spread(values, digits: int = 3) -> str:
+    """'min / median / max' of a column of per-seed results."""
+    low, middle, high = values.min(), values.median(), values.max()
+    return f"{low:.{digits}f} / {middle:.{digits}f} / {high:.{digits}f}"
+
+
+# %% tags=["nbval-ignore-output"]
+given, _, truth = teacher_forcing_split(test_points).tensors
+rule_mse = nn.functional.mse_loss(reflection_rule(given), truth).item()
+negate_mse = nn.functional.mse_loss(-given, truth).item()
+glue("ch9_rule_mse", round(rule_mse, 4))
+glue("ch9_negate_mse", round(negate_mse, 4))
+glue("ch9_model_minus_rule", round(corner_tf - rule_mse, 4))
+seeds = seed_results()  # five seeds, shipped: scripts/margins_encoder_decoder.py
+rule_gap = seeds["model - rule mse"]
+glue("ch9_rule_gap_min", round(rule_gap.min(), 4))
+glue("ch9_rule_gap_max", round(rule_gap.max(), 4))
+assert abs(rule_mse - 0.01) < 0.001 and negate_mse > 0.015  # the floor; twice the floor
+# the trained model is worse than the rule on every seed, and this run is one of them
+assert (rule_gap > 0.002).all() and corner_tf - rule_mse > 0.002
+assert rule_gap.min() - 0.001 < corner_tf - rule_mse < rule_gap.max() + 0.001
+print(f"MSE: rule {rule_mse:.4f}, unsnapped {negate_mse:.4f}, model {corner_tf:.4f}")
+
+# %% [markdown]
 # ### Exposure bias on the corners
 #
 # Free running costs this model nothing: its free-running error
@@ -407,11 +459,32 @@ plt.show()
 # row shows the one pattern that recurs over training seeds: for each query, one head puts
 # more than uniform weight (here at least {glue:text}`ch9_cross_focus`, where uniform would
 # be 0.5) on the given point *two steps back*, the corner diagonally opposite the one being
-# predicted: the answer is that point reflected through the centre. How sharp that head is
+# predicted: the point the rule above reads, the answer being that point reflected through
+# the centre. How sharp that head is
 # varies from run to run (`scripts/margins_encoder_decoder.py` trains five), and in some runs
 # the other head shares the work; the encoder's and the decoder's self-attention differ from
 # seed to seed, so we claim nothing about them.
 #
+# Attention weights say where a model looks, not what it computes with what it sees. On the
+# square, the rule and "continue in the direction the two given points show" predict the same
+# points, so the test sequences cannot tell them apart. Sequences whose second point is a
+# random corner can: in half of them it is the first point's own corner or the opposite one,
+# and the two points show no direction, while the rule still names the corner opposite the
+# first point. On the test sequences changed so, the model's third point lands nearest that
+# corner in {glue:text}`ch9_follows_rule` of them (chance: 1/4; a model lost whenever the
+# direction is missing would reach about 5/8; over five seeds,
+# {glue:text}`ch9_follows_rule_spread`, min / median / max). It reads point 1 for point 3, as
+# the rule does.
+
+# %% tags=["nbval-ignore-output"]
+follows = follows_the_rule(corner_model, test_points, seeded(5))
+glue("ch9_follows_rule", round(follows, 3))
+shipped = seeds["follows the rule"]
+glue("ch9_follows_rule_spread", spread(shipped, digits=2))
+assert (shipped > 0.7).all() and follows > 0.7  # an untrained model: about 0.25
+print(f"third point opposite the first, second point a random corner: {follows:.3f}")
+
+# %% [markdown]
 # ```{admonition} Pitfall: layers without residual connections or normalization
 # :class: warning
 # {ref}`The course notebook's <source-001>` encoder and decoder layers compute `ffn(attention(x))`: no residual connection
@@ -473,8 +546,9 @@ with torch.no_grad():
 sort_generated = generated_accuracy(sort_model, sort_test)
 glue("ch9_sort_tf_accuracy", round(sort_tf, 4))
 glue("ch9_sort_generated_accuracy", round(sort_generated, 4))
-glue("ch9_sort_gap", round(sort_tf - sort_generated, 4))
-assert sort_generated > 0.97 and sort_tf >= sort_generated - 1e-9
+assert sort_generated > 0.97
+# equal by construction under greedy decoding (see below); beam search breaks it
+assert sort_tf == sort_generated
 print(f"sequences right: {sort_tf:.4f} teacher forced, {sort_generated:.4f} generated")
 
 # %% tags=["hide-input", "nbval-ignore-output"]
@@ -493,11 +567,14 @@ plt.show()
 # The model ({glue:text}`ch9_sort_parameters` parameters, {glue:text}`ch9_sort_seconds`
 # seconds of training) sorts {glue:text}`ch9_sort_generated_accuracy` of the test sequences
 # without a single wrong token when it writes them itself, and
-# {glue:text}`ch9_sort_tf_accuracy` under teacher forcing. The difference, the exposure bias,
-# is {glue:text}`ch9_sort_gap`: once a model is this accurate it rarely writes a wrong
-# prefix, so it rarely has to continue from one. A sequence counts as right under teacher
-# forcing if every position is right given the true prefix; generation must in addition
-# survive its own prefix, so it can never do better.
+# {glue:text}`ch9_sort_tf_accuracy` under teacher forcing. The two are equal, and they
+# would be for *any* model: the comparison cannot show exposure bias. A sequence counts as
+# right only if every token is. If teacher forcing gets every token right, greedy
+# generation writes the true prefix at every step and so writes the same tokens; if teacher
+# forcing first goes wrong at position $k$, generation reached $k$ with the true prefix too
+# and goes wrong there as well. Whatever happens after a first mistake, the sequence is
+# already lost both ways. Exposure bias lives in those positions after a first mistake, and
+# it takes a per-token measure to see it; the section on decoding below measures it.
 #
 # Now the cross-attention. We take test sequences of eight different digits (so that the
 # source position of each digit is unique), and for every head of every decoder block we
@@ -557,6 +634,221 @@ plt.show()
 #   book's model masks padded source keys in the encoder and in cross-attention, so padding
 #   changes nothing (`test_source_padding_does_not_change_the_output`).
 # ```
+
+# %% [markdown]
+# ## Decoding: exposure bias, beam search and label smoothing
+#
+# Three choices around a trained decoder: what it reads while it writes (exposure bias), how
+# it picks the tokens it writes (greedy decoding or beam search) and what it is trained
+# towards (hard targets or smoothed ones). The sorting model above is too good to show the
+# first two: in the {glue:text}`ch9_sort_num_test` test sequences, greedy generation leaves
+# {glue:text}`ch9_full_after` real target positions after a first mistake, its per-token
+# accuracy is {glue:text}`ch9_full_token_gap` below teacher forcing's, and beam search with
+# four hypotheses sorts {glue:text}`ch9_full_beam` of the sequences, as greedy decoding does.
+
+# %% tags=["nbval-ignore-output"]
+test_source, test_input, test_target = sort_test.tensors
+full = exposure_bias(sort_model, sort_test)
+full_beam = generated_accuracy(sort_model, sort_test, beam_size=4)
+with torch.no_grad():
+    full_ece, _ = calibration(sort_model(test_source, test_input), test_target)
+glue("ch9_full_after", full["num_after"])
+glue("ch9_full_token_gap", round(full["token_tf"] - full["token_generated"], 4))
+glue("ch9_full_beam", round(full_beam, 4))
+glue("ch9_full_ece", round(full_ece, 4))
+# the short budget below: above 0.05, and beam search 0.02 or more below greedy
+assert full["token_tf"] - full["token_generated"] < 0.005
+assert abs(full_beam - sort_generated) < 0.005
+print(f"positions after a first mistake: {full['num_after']}, beam-4: {full_beam:.4f}")
+
+# %% [markdown]
+# So we give the same model a short budget: one epoch ({glue:text}`ch9_short_steps` steps)
+# instead of four, three seeds, each trained with hard targets and with label smoothing. The
+# six runs are independent, so `run_in_processes` trains them side by side
+# (`train_and_measure` trains a model and returns every measure below), and we test them on
+# {glue:text}`ch9_study_num_test` new sequences:
+
+# %% tags=["nbval-ignore-output"]
+SEEDS = (0, 1, 2)
+short = [SortingConfig(epochs=1, seed=seed, label_smoothing=epsilon)
+         for seed in SEEDS for epsilon in (0.0, 0.1)]  # fmt: skip
+study_test = make_sorting_dataset(1000, config.max_len, seeded(4))
+glue("ch9_short_steps", config.num_train // config.batch_size)  # one epoch, drop_last
+glue("ch9_study_num_test", f"{len(study_test):,}")
+start = time.perf_counter()
+results = run_in_processes(train_and_measure, [{"config": c} for c in short],
+                           train_set=sort_train, test_set=study_test)  # fmt: skip
+study = pd.DataFrame(results).assign(
+    seed=[c.seed for c in short], smoothing=[c.label_smoothing for c in short]
+)
+print(f"6 runs in {time.perf_counter() - start:.0f} s")
+
+
+# %% [markdown]
+# ### Exposure bias, per token
+#
+# For every test sequence we find the first position where greedy generation writes a wrong
+# token. At the positions after it, the model reads a prefix with a mistake in it, a prefix
+# it never saw in training; teacher forcing, at the same positions, reads the true one. We
+# compare the accuracy and the loss (cross-entropy of the true token) at those positions,
+# and the accuracy over all positions (min / median / max over the three seeds, hard
+# targets):
+
+# %% tags=["nbval-ignore-output"]
+hard = study[study.smoothing == 0.0]
+measures = ["token_tf", "token_generated", "after_tf", "after_generated",
+            "after_loss_tf", "after_loss_generated", "sequence_tf", "sequence_generated"]  # fmt: skip
+print(hard[measures].agg(["min", "median", "max"]).T.round(3).to_string())
+for measure in measures:
+    glue(f"ch9_eb_{measure}", spread(hard[measure]))
+assert (hard.sequence_tf == hard.sequence_generated).all()  # greedy: always equal
+assert (hard.token_tf - hard.token_generated > 0.05).all()
+assert (hard.after_tf - hard.after_generated > 0.3).all()  # an untrained model: about 0
+assert (hard.after_loss_generated > 2 * hard.after_loss_tf).all()
+
+# %% [markdown]
+# On every seed the sequence accuracy is the same both ways
+# ({glue:text}`ch9_eb_sequence_tf`), and the per-token numbers are not. Over all positions,
+# teacher forcing gets {glue:text}`ch9_eb_token_tf` of the tokens right and generation
+# {glue:text}`ch9_eb_token_generated`. After the first mistake the difference is large:
+# teacher forcing still gets {glue:text}`ch9_eb_after_tf` right there, generation
+# {glue:text}`ch9_eb_after_generated`, and the loss of the true token goes from
+# {glue:text}`ch9_eb_after_loss_tf` to {glue:text}`ch9_eb_after_loss_generated` nats. A
+# sorted prefix with a wrong or missing digit is out of the training distribution, and the
+# model does not recover from it: that is exposure bias.
+#
+# When does it matter? When the model makes mistakes early enough that many tokens follow
+# them, and when what is measured gives credit for those tokens: a per-token accuracy, a
+# translation score such as BLEU, or a long text, where a slip at token 10 colours the next
+# hundred. It does not matter where a sequence counts only if it is perfect (the first
+# mistake loses it either way), nor for a model that rarely makes a first mistake, like the
+# fully trained one above, nor when later outputs do not depend on earlier ones, as on the
+# square. The remedies train the model on its own prefixes: scheduled sampling feeds it its
+# own predictions during training with a probability that grows
+# {cite}`bengio2015scheduled`, and sequence-level training optimizes the generated sequence
+# itself {cite}`ranzato2016sequence`.
+#
+# ### Beam search
+#
+# Greedy decoding takes the most likely next token. Beam search keeps the `beam_size`
+# prefixes of highest total log-probability at every step, extends each by every token and
+# keeps the best `beam_size` of the extensions; a prefix that has written the end token is
+# finished and keeps its score. It searches for the *most probable* sequence, which greedy
+# decoding does not (a first token that is a little less likely can lead to much likelier
+# ones). The unit tests check it against exhaustive search over every output of a tiny model
+# (`test_decoder.py::test_a_wide_beam_finds_the_most_likely_sequence`) and pin that a narrow
+# beam is not exact either (`test_a_narrow_beam_can_lose_the_greedy_sequence`):
+
+# %%
+show_source(EncoderDecoderTransformer._beam_search)
+
+# %% [markdown]
+# Here is what four hypotheses do on the six short-budget runs, against greedy decoding:
+
+# %% tags=["nbval-ignore-output"]
+beam_measures = ["greedy", "beam", "beam_normalized", "greedy_short", "beam_short",
+                 "beam_log_prob_gain", "beam_not_worse"]  # fmt: skip
+print(study[beam_measures].agg(["min", "median", "max"]).T.round(3).to_string())
+for measure in beam_measures:
+    glue(f"ch9_beam_{measure}", spread(study[measure]))
+glue("ch9_beam_loss", spread(study.greedy - study.beam))
+glue("ch9_beam_normalized_change", spread(study.beam_normalized - study.greedy))
+assert (study.beam_log_prob_gain > 0).all() and (study.beam_not_worse > 0.99).all()
+assert (study.beam < study.greedy - 0.01).all()  # the full budget: equal
+assert (study.beam_short > study.greedy_short).all()
+assert (study.beam_normalized > study.beam).all()
+assert ((study.beam_normalized - study.greedy).abs() < 0.06).all()
+
+# %% [markdown]
+# Beam search does what it is built for: its sequences are more probable than greedy's by
+# {glue:text}`ch9_beam_beam_log_prob_gain` nats on average (min / median / max over the six
+# runs), and at least as probable for {glue:text}`ch9_beam_beam_not_worse` of the sequences.
+# Yet on every run it sorts *fewer* sequences right: {glue:text}`ch9_beam_beam` against
+# {glue:text}`ch9_beam_greedy`, {glue:text}`ch9_beam_loss` fewer. The reason is in the
+# lengths: every token adds a negative log-probability, so a sequence that ends early has
+# fewer terms to pay, and beam search, which looks for the highest total, finds the early
+# end token that greedy decoding passed over. Its sequences stop before the target does in
+# {glue:text}`ch9_beam_beam_short` of the cases, greedy's in
+# {glue:text}`ch9_beam_greedy_short`. Beam search exposes where the model's probabilities
+# are wrong, a known effect in translation {cite}`koehn2017six`. Ranking the hypotheses by
+# log-probability per token (`length_penalty=1`) removes the damage (sequence accuracy
+# {glue:text}`ch9_beam_beam_normalized`) and no more: it lands within a few hundredths of
+# greedy decoding ({glue:text}`ch9_beam_normalized_change`, normalized beam minus greedy).
+# Where beam search beats greedy decoding on this task: at finding probable sequences, on
+# every run; at sorting, nowhere we measured. With a model this small and a task with one
+# right answer, the extra hypotheses have little to find. The fully trained model leaves no
+# room at all: both decoders sort the same sequences.
+#
+# ### Label smoothing
+#
+# Vaswani et al. trained with *label smoothing* of $\epsilon = 0.1$
+# {cite}`szegedy2016rethinking,vaswani2017attention`: the target puts $1 - \epsilon$ on the
+# right token and spreads $\epsilon$ over the vocabulary, so the model is never pushed to
+# certainty. It "hurts perplexity, as the model learns to be more unsure, but improves
+# accuracy and BLEU score", they report. Müller et al. showed that it also *calibrates*
+# networks that are overconfident {cite}`muller2019label`: their confidence (the arg-max
+# probability) comes closer to their accuracy. We measure both, with the expected
+# calibration error {cite}`guo2017calibration` (the tokens binned by confidence; the mean gap
+# between a bin's confidence and its accuracy, weighted by its size), per seed, teacher
+# forced:
+
+# %% tags=["nbval-ignore-output"]
+paired = study.pivot(index="seed", columns="smoothing",
+                     values=["token_tf", "greedy", "confidence", "ece"])  # fmt: skip
+print(paired.round(3).to_string())
+ece_rise = paired.ece[0.1] - paired.ece[0.0]
+accuracy_change = paired.token_tf[0.1] - paired.token_tf[0.0]
+for epsilon, name in ((0.0, "hard"), (0.1, "smooth")):
+    glue(f"ch9_ls_ece_{name}", spread(paired.ece[epsilon]))
+    glue(f"ch9_ls_confidence_{name}", spread(paired.confidence[epsilon]))
+    glue(f"ch9_ls_accuracy_{name}", spread(paired.token_tf[epsilon]))
+glue("ch9_ls_accuracy_change", spread(accuracy_change))
+glue("ch9_ls_cap", round(1 - 0.1 + 0.1 / VOCAB_SIZE, 3))
+full_hard, full_smooth = seeds["full: ece"], seeds["full ls=0.1: ece"]
+glue("ch9_ls_full_ece_hard", spread(full_hard))
+glue("ch9_ls_full_ece_smooth", spread(full_smooth))
+glue("ch9_ls_full_confidence", spread(seeds["full ls=0.1: confidence"]))
+assert (full_smooth - full_hard > 0.05).all()  # the full budget, five seeds
+assert full_hard.min() - 0.005 < full_ece < full_hard.max() + 0.005  # this run: inside
+assert (ece_rise > 0.02).all()  # on every seed smoothing worsens calibration here
+assert (paired.confidence[0.0] < paired.token_tf[0.0]).all()  # underconfident already
+assert (accuracy_change.abs() < 0.05).all()
+
+# %% tags=["hide-input", "nbval-ignore-output"]
+fig, ax = plt.subplots(figsize=(4.0, 3.4))
+labels = ("hard targets", "label smoothing 0.1")
+for result, label in zip(results[:2], labels, strict=True):
+    table = torch.tensor(result["reliability"])  # (bins, 3): confidence, accuracy, n
+    used = table[:, 2] > 0
+    ax.plot(table[used, 0], table[used, 1], "o-", label=label)
+ax.plot([0, 1], [0, 1], "k:", label="calibrated")
+ax.set(xlabel="confidence (bin mean)", ylabel="accuracy", xlim=(0, 1), ylim=(0, 1))
+ax.legend(fontsize=8)
+plt.show()
+
+# %% [markdown]
+# **Figure.** Reliability diagram of seed 0, both runs: the tokens binned by the model's
+# confidence, each bin's accuracy against its mean confidence. A calibrated model lies on the
+# dotted diagonal; points above it are underconfident (right more often than the model
+# says).
+#
+# Label smoothing makes this model *worse* calibrated, on every seed: the calibration error
+# goes from {glue:text}`ch9_ls_ece_hard` to {glue:text}`ch9_ls_ece_smooth` (min / median /
+# max). The reason is the one Müller et al.'s result turns on: smoothing helps a model that
+# is overconfident, and this one is not. Trained for {glue:text}`ch9_short_steps` steps, its
+# mean confidence ({glue:text}`ch9_ls_confidence_hard`) is already below its accuracy
+# ({glue:text}`ch9_ls_accuracy_hard`); smoothing lowers it further, to
+# {glue:text}`ch9_ls_confidence_smooth`. It could not be otherwise at the full budget either:
+# a model that matches the smoothed target puts at most $1 - \epsilon + \epsilon / V$ =
+# {glue:text}`ch9_ls_cap` on its arg-max, while the fully trained model is right on nearly
+# every token. The margins script trains the full budget with smoothing on five seeds: the
+# calibration error goes from {glue:text}`ch9_ls_full_ece_hard` (this chapter's run:
+# {glue:text}`ch9_full_ece`) to {glue:text}`ch9_ls_full_ece_smooth`, the mean confidence
+# sitting at {glue:text}`ch9_ls_full_confidence`, just under that cap. On
+# accuracy the effect is small and of no consistent sign: the change in per-token accuracy is
+# {glue:text}`ch9_ls_accuracy_change`. Label smoothing pays where a model is large enough to
+# become overconfident and the task ambiguous enough for certainty to be wrong, as in
+# translation; on a small model that sorts digits it buys nothing we could measure.
 #
 # ## The base model of Vaswani et al. (2017), counted
 #

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 import pandas as pd
 import torch
@@ -34,7 +35,7 @@ from helpers.analysis import peak_cpu_bytes
 from helpers.attention import scaled_dot_product_attention
 from helpers.efficient import median_seconds, tiled_attention
 from helpers.gpt import GPT
-from helpers.parallel import run_in_processes
+from helpers.parallel import machine_label, run_in_processes
 from helpers.tasks.retrieval import RetrievalConfig, train_retrieval
 from helpers.tasks.shapes import local_oracle, make_shapes_dataset, train_shapes_model
 
@@ -92,10 +93,12 @@ RETRIEVAL_RUNS = [(kind, None) for kind in KINDS] + [
 ]
 
 
-def retrieval(seeds: int, workers: int) -> pd.DataFrame:
+def retrieval(seeds: int, workers: int, only: list[str] | None = None) -> pd.DataFrame:
     config = RetrievalConfig()
+    runs = [(kind, scale) for kind, scale in RETRIEVAL_RUNS
+            if only is None or f"{kind}/{scale or '-'}" in only]  # fmt: skip
     jobs = [dict(positions=kind, scale=scale, seed=s)
-            for s in range(seeds) for kind, scale in RETRIEVAL_RUNS]  # fmt: skip
+            for s in range(seeds) for kind, scale in runs]  # fmt: skip
     trained = run_in_processes(train_retrieval, jobs, workers=workers, config=config)
     return pd.DataFrame([{**job, **accuracy}
                          for job, (_, accuracy) in zip(jobs, trained, strict=True)])  # fmt: skip
@@ -107,9 +110,11 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--workers", type=int, default=2, help="training processes at once")
     parser.add_argument("--csv", help="write the retrieval table (one row per run) here")
+    parser.add_argument("--runs", nargs="+", help="retrieval runs only, as kind/scale: alibi/-")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    numerics = os.environ.get("ATEN_CPU_CAPABILITY", "default numerics")
+    capability = os.environ.get("ATEN_CPU_CAPABILITY")  # "default" is the scalar code
+    numerics = {None: "machine default", "default": "scalar"}.get(capability, capability)
     pd.set_option("display.width", 200)
     if "cost" in args.parts:
         table = cost()
@@ -119,12 +124,16 @@ def main() -> None:
         print(f"shapes ({numerics}):\n{table.round(3)}")
         print(table.groupby("window")["mse / oracle"].agg(["min", "max"]).round(3))
     if "retrieval" in args.parts:
-        table = retrieval(args.seeds, args.workers)
+        table = retrieval(args.seeds, args.workers, args.runs)
         print(f"retrieval ({numerics}):\n{table.round(3)}")
         spread = table.drop(columns="seed").groupby(["positions", "scale"], dropna=False)
         print(spread.agg(["min", "median", "max"]).round(3))
         if args.csv:
-            table.fillna({"scale": "-"}).round(4).to_csv(args.csv, index=False)
+            table = table.fillna({"scale": "-"}).round(4).assign(
+                numerics=numerics, machine=machine_label("cpu", args.workers),
+                command="python scripts/margins_long.py " + " ".join(sys.argv[1:]),
+            )  # fmt: skip
+            table.to_csv(args.csv, index=False)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,13 @@
 ``--part chapter`` measures the chapter's main run, its bare loop and its ablations;
 ``--part schedules`` the schedule experiment (every run of ``SCHEDULE_EXPERIMENT``, cut after
 ``--max-steps`` steps as in the chapter): the steps to 99% training accuracy and the accuracy
-over the last ten steps, one row per run and seed.
+over the last ten steps, one row per run and seed. ``--part ablations`` trains the chapter's
+ablations (``ABLATIONS``: no positions, dropout 0.1 as in source 000, dropout 0.3) next to the
+plain recipe, one row per run and seed (with the trained model's best token accuracy at the
+lengths it never saw, 8, 12, 20 and 24) and the machine and the command; the chapter reads the
+shipped copy of that file (``helpers.tasks.reverse.ablation_results``):
+
+    python scripts/margins_reverse.py --part ablations --out helpers/tasks/reverse_ablations.csv
 
 Run it under each numerics configuration of `make test-portability` (for example
 `env ATEN_CPU_CAPABILITY=default python scripts/margins_reverse.py`) and take the worst value of
@@ -19,13 +25,16 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
+import sys
 
 import pandas as pd
 import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
+from helpers.parallel import machine_label
 from helpers.tasks.reverse import (
+    ABLATIONS,
     BOOK_CONFIG,
     SCHEDULE_EXPERIMENT,
     ReversePredictor,
@@ -153,11 +162,45 @@ def measure_schedules(seed, train_set, max_steps):
     return rows
 
 
+def measure_ablations(seed, train_set, test_set):
+    """The plain recipe and every ablation of ``ABLATIONS`` for one seed: one row per run."""
+    inputs, targets = test_set.tensors
+    test_loader = DataLoader(test_set, batch_size=2000)
+    rows = []
+    for name, changes in ABLATIONS.items():
+        config = BOOK_CONFIG.replace(seed=seed, **changes)
+        model, history, test = train_and_test(config, train_set, test_loader)
+        train_accuracy = history["train_accuracy"]
+        other_lengths = []  # the chapter's lengths never seen in training
+        for length in (8, 12, 20, 24):
+            x, y = make_reverse_dataset(
+                2000, length, config.num_classes, torch.Generator().manual_seed(3)
+            ).tensors
+            with torch.no_grad():
+                other_lengths.append(token_accuracy(model(x), y).item())
+        rows.append(
+            {
+                "run": name,
+                "seed": seed,
+                "train accuracy": train_accuracy.tail(5).mean(),  # dropout on, if any
+                "train accuracy std": train_accuracy.tail(10).std(),  # noise of the curve
+                "test accuracy": test["accuracy"],
+                "test sequence accuracy": sequence_accuracy(model, inputs, targets),
+                "bag oracle": bag_oracle_accuracy(inputs, config.num_classes),
+                "best other-length accuracy": max(other_lengths),
+            }
+        )
+        print(rows[-1], flush=True)
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--first-seed", type=int, default=0, help="seeds first-seed, ...")
-    parser.add_argument("--part", choices=["all", "chapter", "schedules"], default="all")
+    parser.add_argument(
+        "--part", choices=["all", "chapter", "schedules", "ablations"], default="all"
+    )
     parser.add_argument("--max-steps", type=int, default=250)
     parser.add_argument("--out", default=None, help="CSV path (schedules: a second CSV)")
     args = parser.parse_args()
@@ -194,6 +237,16 @@ def main() -> None:
         if args.out:
             stem, _, suffix = args.out.rpartition(".")
             runs.assign(**config_env).to_csv(f"{stem}_schedules.{suffix or 'csv'}", index=False)
+    if args.part == "ablations":
+        rows = []
+        for seed in range(args.first_seed, args.first_seed + args.seeds):
+            rows += measure_ablations(seed, train_set, test_set)
+        runs = pd.DataFrame(rows)
+        print(runs.groupby("run", sort=False).agg(["min", "max"]).round(4).T.to_string())
+        command = "python scripts/margins_reverse.py " + " ".join(sys.argv[1:])
+        label = dict(machine=machine_label("cpu", 1), command=command) | config_env
+        if args.out:
+            runs.round(6).assign(**label).to_csv(args.out, index=False)
 
 
 if __name__ == "__main__":

@@ -347,3 +347,149 @@ def test_torch_reads_the_book_mask_the_other_way_round():
     wrong = layer(target, memory, tgt_mask=causal_mask(4))
     (grad,) = torch.autograd.grad(wrong[:, 0] @ torch.randn(8), target)
     assert grad[:, 1:].abs().sum() > 0
+
+
+# --------------------------------------------------------------------------- decoding
+
+
+def _reference_greedy(model, source, start_id, num_steps):
+    """The greedy loop as it was before beam search and end tokens (release 0.3.1)."""
+    memory, source_mask = model.encode(source)
+    tokens = torch.full((source.shape[0], 1), start_id)
+    for _ in range(num_steps):
+        logits = model.decode(tokens, memory, source_mask)
+        tokens = torch.cat([tokens, logits[:, -1:].argmax(dim=-1)], dim=1)
+    return tokens
+
+
+def _log_prob(model, source, tokens, end_id=None):
+    """Total log-probability of each row of ``tokens`` (start token first), up to end_id."""
+    with torch.no_grad():
+        log_probs = model(source, tokens[:, :-1]).log_softmax(-1)
+    per_token = log_probs.gather(-1, tokens[:, 1:, None])[..., 0]
+    if end_id is not None:  # positions after the first end token count for nothing
+        ended = (tokens[:, 1:] == end_id).long().cumsum(-1) - (tokens[:, 1:] == end_id).long()
+        per_token = per_token.masked_fill(ended > 0, 0.0)
+    return per_token.sum(-1)
+
+
+def _sources(batch=6, length=5, vocab=12, seed=1):
+    source = torch.randint(1, vocab, (batch, length), generator=torch.Generator().manual_seed(seed))
+    source[0, 3:] = 0  # one padded source
+    return source
+
+
+@pytest.mark.parametrize("norm_first", [True, False])
+def test_beam_size_one_is_todays_greedy_decoding(norm_first):
+    model = _tiny_model(norm_first=norm_first)
+    source = _sources()
+    expected = _reference_greedy(model, source, 1, 6)
+    assert torch.equal(model.generate(source, 1, 6), expected)
+    assert torch.equal(model.generate(source, 1, 6, beam_size=1), expected)
+
+
+def test_a_sequence_stops_at_its_end_token_and_pads():
+    model = _tiny_model()
+    source = _sources(batch=20)
+    free = model.generate(source, 1, 8)
+    end_id = int(free[:, 1:].flatten().mode().values)  # a token the model writes often
+    for beam_size in (1, 3):
+        stopped = model.generate(source, 1, 8, end_id=end_id, beam_size=beam_size)
+        assert stopped.shape == free.shape
+        is_end = (stopped[:, 1:] == end_id).long()
+        after = (is_end.cumsum(-1) - is_end) > 0
+        assert after.any() and torch.all(stopped[:, 1:][after] == model.pad_id)
+        assert torch.all(is_end.sum(-1) <= 1)
+    greedy = model.generate(source, 1, 8, end_id=end_id)
+    before = ~after  # up to and with the end token greedy decoding writes what it wrote before
+    assert torch.equal(greedy[:, 1:][before], free[:, 1:][before])
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_beam_search_is_at_least_as_likely_as_greedy_on_average(seed):
+    """Over many sources, beam search's sequences are on average more likely than greedy
+    decoding's (it is not guaranteed per sequence: see the next test)."""
+    torch.manual_seed(seed)
+    model = EncoderDecoderTransformer(12, 12, 16, 2, 1, 1, 32, pad_id=0).eval()
+    source = _sources(batch=64, seed=seed)
+    greedy = _log_prob(model, source, model.generate(source, 1, 6, end_id=2), end_id=2)
+    for beam_size in (2, 4, 8):
+        beam = model.generate(source, 1, 6, end_id=2, beam_size=beam_size)
+        assert _log_prob(model, source, beam, end_id=2).mean() > greedy.mean()
+
+
+def test_a_narrow_beam_can_lose_the_greedy_sequence():
+    """Beam search is not exact: on an untrained model (near-uniform next-token
+    distributions), a beam of 2 drops greedy's prefix at step 4 for two prefixes that are
+    more likely there and less likely at the end. The chapter measures how often this happens
+    on its trained models."""
+    torch.manual_seed(0)
+    model = EncoderDecoderTransformer(12, 12, 16, 2, 1, 1, 32, pad_id=0).eval()
+    source = _sources(batch=16, seed=0)[1:2]
+    greedy = model.generate(source, 1, 6, end_id=2)
+    beam = model.generate(source, 1, 6, end_id=2, beam_size=2)
+    assert _log_prob(model, source, beam, 2) < _log_prob(model, source, greedy, 2)
+    wide = model.generate(source, 1, 6, end_id=2, beam_size=12)
+    assert _log_prob(model, source, wide, 2) >= _log_prob(model, source, greedy, 2)
+
+
+@pytest.mark.parametrize("end_id", [None, 3])
+def test_a_wide_beam_finds_the_most_likely_sequence(end_id):
+    """Exhaustive search over all 4**3 outputs of a tiny model: a beam of 4**2 keeps every
+    prefix, so it must return the best sequence; a narrow beam need not."""
+    torch.manual_seed(3)
+    model = EncoderDecoderTransformer(4, 4, 8, 2, 1, 1, 16, pad_id=0).eval()
+    source = torch.tensor([[1, 2, 3], [3, 3, 1], [2, 1, 1], [1, 3, 2]])
+    grid = torch.cartesian_prod(*[torch.arange(4)] * 3)  # (64, 3): every output
+    greedy_exact = []
+    for row in range(len(source)):
+        candidates = torch.cat([torch.ones(64, 1, dtype=torch.long), grid], dim=1)
+        if end_id is not None:  # after an end token only padding may follow
+            is_end = (candidates[:, 1:] == end_id).long()
+            candidates[:, 1:][(is_end.cumsum(-1) - is_end) > 0] = model.pad_id
+            candidates = candidates.unique(dim=0)
+        scores = _log_prob(model, source[row].expand(len(candidates), -1), candidates, end_id)
+        found = model.generate(source[row : row + 1], 1, 3, end_id=end_id, beam_size=16)
+        assert torch.equal(found[0], candidates[scores.argmax()])
+        greedy = model.generate(source[row : row + 1], 1, 3, end_id=end_id)
+        greedy_exact.append(torch.equal(greedy[0], candidates[scores.argmax()]))
+    assert not all(greedy_exact)  # the check can fail: greedy decoding misses the best
+
+
+def test_length_penalty_ranks_by_log_prob_per_token():
+    model = _tiny_model()
+    source = _sources(batch=12)
+    plain = model.generate(source, 1, 6, end_id=2, beam_size=4)
+    assert torch.equal(plain, model.generate(source, 1, 6, end_id=2, beam_size=4, length_penalty=0))
+    normalized = model.generate(source, 1, 6, end_id=2, beam_size=4, length_penalty=1.0)
+    length = lambda tokens: (tokens[:, 1:] != 0).sum(-1)  # noqa: E731
+    per_token = lambda tokens: _log_prob(model, source, tokens, 2) / length(tokens)  # noqa: E731
+    assert torch.all(per_token(normalized) >= per_token(plain) - 1e-5)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"beam_size": 0}, ValueError, "beam_size must be a positive int, got 0"),
+        ({"beam_size": 2.0}, TypeError, "beam_size must be a positive int"),
+        ({"end_id": 12}, ValueError, "end_id=12 is not a token of the target vocabulary"),
+        ({"end_id": 1.5}, TypeError, "end_id must be a non-negative int"),
+        ({"end_id": 0}, ValueError, "needs a padding token, different from it"),
+        ({"start_id": -1}, ValueError, "start_id must be >= 0"),
+        ({"num_steps": 0}, ValueError, "num_steps must be a positive int"),
+        ({"length_penalty": -1.0}, ValueError, "length_penalty must be >= 0"),
+        ({"length_penalty": "1"}, TypeError, "length_penalty must be a number"),
+    ],
+)
+def test_generate_refuses_bad_arguments(kwargs, error, message):
+    model = _tiny_model()
+    arguments = {"start_id": 1, "num_steps": 3} | kwargs
+    with pytest.raises(error, match=message):
+        model.generate(_sources(), **arguments)
+
+
+def test_an_end_token_needs_a_model_with_padding():
+    torch.manual_seed(0)
+    model = EncoderDecoderTransformer(12, 12, 16, 2, 1, 1, 32).eval()
+    with pytest.raises(ValueError, match="the model has pad_id=None"):
+        model.generate(_sources(), 1, 3, end_id=2)

@@ -24,6 +24,7 @@ from helpers.tasks.brackets import (
     is_balanced,
     make_rows,
     make_strings,
+    packed_generator_loss,
     per_token_loss,
     sample_strings,
     string_log_probability,
@@ -215,3 +216,24 @@ def test_generator_loss_is_the_per_token_loss_of_the_true_probabilities():
     counted = (make_rows(strings, 10).tensors[1] != IGNORE).sum().item()
     total = -sum(string_log_probability(s, 4) for s in strings)
     assert math.isclose(generator_loss(strings, 4), total / counted)
+
+
+def test_packed_generator_loss_conditions_on_the_packing():
+    # context 6: a row is "\n" + strings; after a first "()" there is room for 2 more
+    # characters, so the next string is "()"-long: log 2 saved; after "(())", no room
+    strings = ["()", "()", "(())", "[]", "{}"]  # rows: "()()", "(())", "[]{}"
+    assert len(make_rows(strings, 6)) == 3
+    base = -sum(string_log_probability(s, max_pairs=2) for s in strings)
+    first = {2: 2 / 3, 4: 1 / 3}  # lengths of the first strings of the three rows
+    gain = math.log(first[2] * 2) * 2 + math.log(first[4] * 2) + 2 * math.log(2)
+    expected = (base - gain) / sum(len(s) + 1 for s in strings)
+    got = packed_generator_loss(strings, strings, 6, max_pairs=2)
+    assert math.isclose(got, expected)
+    # one pair only: nothing to learn from the packing
+    ones = make_strings(200, _generator(12), max_pairs=1)
+    assert math.isclose(packed_generator_loss(ones, ones, 16, 1), generator_loss(ones, 1))
+    # the chapter's setting: the packing is worth about 0.01 nats per token
+    train, val = make_strings(5_000, _generator(13)), make_strings(1_000, _generator(14))
+    assert 0.005 < generator_loss(val) - packed_generator_loss(val, train, 64) < 0.02
+    with pytest.raises(ValueError, match="starts with a string of length"):
+        packed_generator_loss(["()" * 3], ["()"], 64, max_pairs=3)

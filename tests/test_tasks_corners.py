@@ -10,8 +10,10 @@ from helpers.tasks.corners import (
     CORNERS,
     CornerConfig,
     CornerTransformer,
+    follows_the_rule,
     free_running_mse,
     make_corner_sequences,
+    reflection_rule,
     teacher_forcing_split,
     train_corners,
 )
@@ -91,6 +93,32 @@ def test_a_short_run_learns_and_free_running_is_reported():
     assert history["train_loss"].iloc[-1] < 0.5 * history["train_loss"].iloc[0]
     teacher_forced, free_running = free_running_mse(model, train)
     assert 0 < teacher_forced < 1 and 0 < free_running < 1
+
+
+def test_the_reflection_rule_reaches_the_noise_floor():
+    clean, _ = make_corner_sequences(100, _generator(2), noise=0.0)
+    source, _, target = teacher_forcing_split(clean).tensors
+    assert torch.equal(reflection_rule(source), target)
+    noisy, _ = make_corner_sequences(4000, _generator(3), noise=0.1)
+    source, _, target = teacher_forcing_split(noisy).tensors
+    mse = nn.functional.mse_loss(reflection_rule(source), target).item()
+    assert mse == pytest.approx(0.01, rel=0.1)
+    assert nn.functional.mse_loss(-source, target).item() == pytest.approx(0.02, rel=0.1)
+
+
+class _RuleModel:
+    """A stand-in that predicts with the reflection rule."""
+
+    def generate(self, source, num_points):
+        return reflection_rule(source)[:, :num_points]
+
+
+def test_follows_the_rule_tells_the_rule_from_a_guess():
+    points, _ = make_corner_sequences(400, _generator(4))
+    assert follows_the_rule(_RuleModel(), points, _generator(5)) == 1.0
+    torch.manual_seed(0)
+    untrained = CornerTransformer().eval()
+    assert follows_the_rule(untrained, points, _generator(5)) < 0.6
 
 
 @pytest.mark.parametrize(

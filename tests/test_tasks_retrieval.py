@@ -11,6 +11,7 @@ from helpers.tasks.retrieval import (
     make_retrieval_data,
     retrieval_accuracy,
     retrieval_targets,
+    seed_results,
     train_retrieval,
 )
 
@@ -78,6 +79,35 @@ def test_training_returns_a_model_and_an_accuracy_per_length():
     model, accuracy = train_retrieval("alibi", 0, config)
     assert set(accuracy) == {8, 16} and all(0 <= a <= 1 for a in accuracy.values())
     assert model.context_length == 16 and not model.training
+
+
+def test_scale_brings_the_embeddings_to_one_size():
+    config = RetrievalConfig(steps=1, batch_size=2, train_len=8, test_lengths=(8,), num_test=2)
+    tokens = torch.arange(8)[None]
+
+    def sizes(scale):  # root-mean-square of the tokens and of the positions, as the model adds them
+        model, _ = train_retrieval("sinusoidal", 0, config, scale=scale)
+        token_rms = model.token_embedding(tokens).pow(2).mean().sqrt().item()
+        return token_rms, model.position_embedding.pe.pow(2).mean().sqrt().item()
+
+    token_rms, position_rms = sizes(None)
+    assert position_rms / token_rms > 20  # the mismatch chapter 11 shows
+    token_rms, position_rms = sizes("encoding")
+    assert 0.5 < position_rms / token_rms < 2
+    token_rms, position_rms = sizes("tokens")
+    assert 2 < position_rms / token_rms < 8  # x sqrt(64) = 8 narrows the gap
+    with pytest.raises(ValueError, match="scale must be one of"):
+        train_retrieval("sinusoidal", 0, config, scale="both")
+    with pytest.raises(ValueError, match="needs positions='sinusoidal'"):
+        train_retrieval("rope", 0, config, scale="encoding")
+
+
+def test_shipped_seed_results_cover_every_run_on_five_seeds():
+    table = seed_results()
+    assert {"positions", "scale", "seed", "32", "64", "128", "machine", "command"} <= set(table)
+    runs = table.groupby(["numerics", "positions", "scale"])["seed"].nunique()
+    assert runs.loc["machine default"].min() >= 5 and len(runs.loc["machine default"]) == 7
+    assert table[["32", "64", "128"]].stack().between(0, 1).all()
 
 
 def test_misuse_is_refused():

@@ -15,11 +15,13 @@ from hypothesis import strategies as st
 from torch.utils.data import TensorDataset
 
 from helpers.tasks.reverse import (
+    ABLATIONS,
     BOOK_CONFIG,
     SCHEDULE_EXPERIMENT,
     SOURCE_000_CONFIG,
     ReverseConfig,
     ReversePredictor,
+    ablation_results,
     bag_oracle_accuracy,
     build_reverse_training,
     make_reverse_dataset,
@@ -321,3 +323,16 @@ def test_steps_to_accuracy():
     assert steps_to_accuracy(history) == 30
     assert steps_to_accuracy(history, target=0.5) == 20
     assert steps_to_accuracy(history.iloc[:2]) is None
+
+
+def test_the_shipped_ablation_results_cover_every_ablation_on_three_seeds_or_more():
+    """Chapter 7 asserts its ablations on this file: every run, >= 3 seeds, labelled."""
+    table = ablation_results()
+    assert list(table["run"].unique()) == list(ABLATIONS)
+    seeds = table.groupby("run")["seed"].nunique()
+    assert (seeds >= 3).all() and seeds.nunique() == 1
+    assert table["command"].str.startswith("python scripts/margins_reverse.py").all()
+    assert table["machine"].nunique() == 1 and table["machine"].iloc[0]
+    measured = ["train accuracy", "test accuracy", "test sequence accuracy"]
+    measured += ["bag oracle", "best other-length accuracy"]
+    assert not table[measured].isna().any().any()

@@ -11,9 +11,13 @@ from helpers.tasks.sorting import (
     EOS,
     PAD,
     VOCAB_SIZE,
+    calibration,
+    exposure_bias,
     generated_accuracy,
     make_sorting_dataset,
+    seed_results,
     sequence_accuracy,
+    sequence_log_probs,
     sequence_loss,
 )
 from helpers.transformer import EncoderDecoderTransformer
@@ -65,6 +69,69 @@ def test_generated_accuracy_of_an_untrained_model_is_low():
     assert generated_accuracy(model, make_sorting_dataset(50, 5, _generator())) < 0.2
 
 
+def _untrained(seed=0):
+    torch.manual_seed(seed)
+    return EncoderDecoderTransformer(VOCAB_SIZE, VOCAB_SIZE, 16, 2, 1, 1, pad_id=PAD).eval()
+
+
+def test_label_smoothing_is_the_mixture_of_two_cross_entropies():
+    _, _, target = make_sorting_dataset(10, 5, _generator()).tensors
+    logits = torch.randn(*target.shape, VOCAB_SIZE, generator=_generator(1))
+    real = target != PAD
+    log_probs = logits[real].log_softmax(-1)
+    hard = -log_probs.gather(-1, target[real][:, None]).mean()
+    uniform = -log_probs.mean()
+    expected = 0.9 * hard + 0.1 * uniform
+    assert sequence_loss(logits, target, label_smoothing=0.1).item() == pytest.approx(
+        expected.item(), rel=1e-5
+    )
+    with pytest.raises(ValueError, match="label_smoothing must be in"):
+        sequence_loss(logits, target, label_smoothing=1.0)
+
+
+def test_exposure_bias_of_an_untrained_model():
+    """Greedy decoding makes the sequence accuracies equal; an untrained model is as lost
+    after its first mistake with the true prefix as with its own (the chapter's failing case
+    for its exposure-bias threshold of 0.3)."""
+    data = make_sorting_dataset(200, 6, _generator())
+    result = exposure_bias(_untrained(), data)
+    assert result["sequence_tf"] == result["sequence_generated"]
+    assert result["num_after"] > 0
+    assert abs(result["after_tf"] - result["after_generated"]) < 0.3
+
+
+def test_calibration_of_hand_built_predictions():
+    _, _, target = make_sorting_dataset(50, 5, _generator()).tensors
+    # probability 0.9 on the right token for every real token: confidence 0.9, accuracy 1
+    logits = torch.full((*target.shape, VOCAB_SIZE), -10.0)
+    logits.scatter_(-1, target[..., None], 0.0)
+    logits[..., PAD] = 0.0  # pad ties at the padded positions, ignored
+    logits += torch.nn.functional.one_hot(target, VOCAB_SIZE) * torch.log(torch.tensor(9.0))
+    ece, table = calibration(logits, target)
+    confidence = (9 / (10 + (VOCAB_SIZE - 2) * torch.exp(torch.tensor(-10.0)))).item()
+    assert ece == pytest.approx(1 - confidence, abs=1e-6)
+    assert table[:, 2].sum() == (target != PAD).sum() and table[8, 1] == 1.0
+    with pytest.raises(TypeError, match="num_bins"):
+        calibration(logits, target, num_bins=2.5)
+
+
+def test_sequence_log_probs_stop_at_the_end_token():
+    data = make_sorting_dataset(20, 5, _generator())
+    source, decoder_input, target = data.tensors
+    model = _untrained()
+    written = torch.cat([decoder_input[:, :1], target], dim=1)
+    with torch.no_grad():
+        log_probs = model(source, decoder_input).log_softmax(-1)
+    per_token = log_probs.gather(-1, target[..., None])[..., 0]
+    expected = per_token.masked_fill(target == PAD, 0.0).sum(-1)
+    torch.testing.assert_close(sequence_log_probs(model, source, written), expected)
+
+
+def test_beam_accuracy_of_an_untrained_model_is_low_too():
+    data = make_sorting_dataset(50, 5, _generator())
+    assert generated_accuracy(_untrained(), data, beam_size=3) < 0.2
+
+
 @pytest.mark.parametrize(
     ("kwargs", "error"),
     [
@@ -97,3 +164,17 @@ def test_check_decoder_input():
         checks.check_decoder_input(lambda t, s: t)
     with pytest.raises(AssertionError, match="return a tensor"):
         checks.check_decoder_input(lambda t, s: t.tolist())
+
+
+def test_the_shipped_seed_results_hold_what_chapter_9_reads():
+    table = seed_results()
+    assert list(table["seed"]) == [0, 1, 2, 3, 4]
+    for column in [
+        "model - rule mse",
+        "follows the rule",
+        "full: ece",
+        "full ls=0.1: ece",
+        "full ls=0.1: confidence",
+    ]:
+        assert table[column].notna().all(), column
+    assert table["machine"].nunique() == 1 and table["command"].str.contains("margins").all()

@@ -45,6 +45,7 @@ __all__ = [
     "string_log_probability",
     "entropy_rate",
     "generator_loss",
+    "packed_generator_loss",
     "make_rows",
     "NGramModel",
     "validity_rate",
@@ -198,6 +199,56 @@ def generator_loss(strings: Sequence[str], max_pairs: int = 16, max_depth: int =
     probabilities, on the rows of ``strings``: ``sum(-log P(s)) / sum(len(s) + 1)``.
     """
     total = -sum(string_log_probability(text, max_pairs, max_depth) for text in strings)
+    return total / sum(len(text) + 1 for text in strings)
+
+
+def _row_places(strings: Sequence[str], context_length: int) -> list[int | None]:
+    """Where :func:`make_rows` puts each string: None if it starts a row, else the room left.
+
+    The room is the length of the longest string that fits there.
+    """
+    places, used = [], context_length + 1  # a full row: the first string starts a new one
+    for text in strings:
+        room = context_length - used
+        if len(text) > room:
+            places.append(None)
+            used = 1
+        else:
+            places.append(room)
+        used += len(text) + 1
+    return places
+
+
+def packed_generator_loss(
+    strings: Sequence[str], reference: Sequence[str], context_length: int, max_pairs: int = 16
+) -> float:
+    """The generator's loss on the rows of ``strings`` when it also knows how rows are packed.
+
+    :func:`make_rows` leaks a little about the next string: one that follows another in a
+    row fits in the room left, so its length is drawn from the lengths that fit
+    (probability ``P(s) / P(length <= room)``), and the first string of a row is the one
+    that did not fit in the last row, so long ones are over-represented there (its length
+    distribution is counted on the rows of ``reference``, the training strings). Lower than
+    :func:`generator_loss` on the same strings by what a model that knows its place in the
+    row can learn from the packing.
+    """
+    lengths = [2 * pairs for pairs in range(1, max_pairs + 1)]  # equally likely
+    places = _row_places(reference, context_length)
+    firsts = [len(text) for text, room in zip(reference, places, strict=True) if room is None]
+    first_share = {n: firsts.count(n) / len(firsts) for n in lengths}
+    missing = sorted({len(t) for t in strings} - {n for n in lengths if first_share[n] > 0})
+    if missing:
+        raise ValueError(
+            f"no row of the reference strings starts with a string of length {missing}; "
+            "pass more reference strings"
+        )
+    total = 0.0
+    for text, room in zip(strings, _row_places(strings, context_length), strict=True):
+        total -= string_log_probability(text, max_pairs)
+        if room is None:  # P(length) = 1 / max_pairs becomes the share among first strings
+            total -= math.log(first_share[len(text)] * max_pairs)
+        else:
+            total += math.log(sum(n <= room for n in lengths) / max_pairs)
     return total / sum(len(text) + 1 for text in strings)
 
 

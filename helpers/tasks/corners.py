@@ -34,6 +34,8 @@ __all__ = [
     "CornerConfig",
     "train_corners",
     "free_running_mse",
+    "reflection_rule",
+    "follows_the_rule",
 ]
 
 CORNERS = torch.tensor([[-1.0, -1.0], [-1.0, 1.0], [1.0, 1.0], [1.0, -1.0]])
@@ -232,3 +234,31 @@ def free_running_mse(model: CornerTransformer, points: torch.Tensor) -> tuple[fl
     teacher_forced = F.mse_loss(model(source, decoder_input), target).item()
     free_running = F.mse_loss(model.generate(source, 2), target).item()
     return teacher_forced, free_running
+
+
+def reflection_rule(source: torch.Tensor) -> torch.Tensor:
+    """The fixed rule with no parameters: point ``t + 2`` is the corner opposite point ``t``.
+
+    ``source (B, 2, 2)`` holds points 1-2; the result ``(B, 2, 2)`` is ``-sign(source)``,
+    points 3-4 without noise: its mean squared error is the noise's variance, the floor.
+    """
+    check.tensor("source", source, floating=True, min_ndim=3)
+    return -source.sign()
+
+
+@torch.no_grad()
+def follows_the_rule(
+    model: CornerTransformer, points: torch.Tensor, generator: torch.Generator
+) -> float:
+    """How often the model still predicts the corner opposite point 1 when point 2 is a
+    random corner (so that the two given points no longer fix a direction).
+
+    A model that reads point 1 for point 3, as :func:`reflection_rule` does, scores 1; one
+    that guesses scores about 1/4.
+    """
+    source = teacher_forcing_split(points).tensors[0].clone()
+    source[:, 1] = CORNERS[torch.randint(4, (len(source),), generator=check.generator(generator))]
+    predicted = model.generate(source, 1)[:, 0]  # (B, 2): point 3
+    nearest = torch.cdist(predicted, CORNERS).argmin(dim=-1)
+    opposite = torch.cdist(-source[:, 0], CORNERS).argmin(dim=-1)
+    return (nearest == opposite).float().mean().item()

@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from importlib import resources
 
+import pandas as pd
 import torch
 from torch import Tensor
 
@@ -38,6 +40,8 @@ __all__ = [
     "retrieval_accuracy",
     "SCALES",
     "train_retrieval",
+    "SEEDS_FILE",
+    "seed_results",
 ]
 
 IGNORE = -100
@@ -210,3 +214,25 @@ def train_retrieval(
         for length in config.test_lengths
     }
     return model.eval(), accuracy
+
+
+SEEDS_FILE = "retrieval_seeds.csv"
+
+
+def seed_results() -> pd.DataFrame:
+    """Chapter 11's runs on five seeds, as measured by ``scripts/margins_long.py``.
+
+    One row per run: ``positions``, ``scale`` (``"-"``, ``"tokens"`` or ``"encoding"``, see
+    :func:`train_retrieval`), ``seed``, the accuracy at each test length (columns ``"32"``,
+    ``"64"``, ``"128"``), and the ``numerics``, ``machine`` and ``command`` that produced it.
+    The file ships with the package (``helpers/tasks/retrieval_seeds.csv``), so that the
+    chapter states the spread over seeds without training them all.
+    """
+    path = resources.files("helpers.tasks") / SEEDS_FILE
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{SEEDS_FILE} is not in helpers/tasks: run `python scripts/margins_long.py --parts "
+            f"retrieval --seeds 5 --csv helpers/tasks/{SEEDS_FILE}`, or reinstall the package"
+        )
+    with resources.as_file(path) as file:
+        return pd.read_csv(file)

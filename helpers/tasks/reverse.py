@@ -16,7 +16,9 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from dataclasses import dataclass
+from importlib import resources
 
+import pandas as pd
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -37,6 +39,8 @@ __all__ = [
     "SOURCE_000_CONFIG",
     "BOOK_CONFIG",
     "SCHEDULE_EXPERIMENT",
+    "ABLATIONS",
+    "ablation_results",
     "build_reverse_training",
     "steps_to_accuracy",
     "train_reverse",
@@ -198,6 +202,38 @@ multiplies the warm-up by ``0.5 * (1 + cos(pi * step / max_iter))`` (the book's
 """
 
 BOOK_CONFIG = ReverseConfig(batch_size=128, lr=2e-2, warmup_steps=10, epochs=1)
+
+ABLATIONS = {
+    "plain": {},
+    "no positions": {"positional": False},
+    "dropout 0.1": {"dropout": 0.1},
+    "dropout 0.3": {"dropout": 0.3},
+}
+"""Chapter 7's ablations of ``BOOK_CONFIG``, each a change of one setting: the positional
+encoding left out, and dropout everywhere at source 000's 0.1 and at 0.3."""
+
+ABLATIONS_FILE = "reverse_ablations.csv"
+
+
+def ablation_results() -> pd.DataFrame:
+    """Chapter 7's ablations on several seeds, as measured by ``scripts/margins_reverse.py``.
+
+    One row per run of :data:`ABLATIONS` and seed: the training accuracy at the end (mean of
+    the last five logged rows, dropout active) and its standard deviation over the last ten,
+    the test token and sequence accuracies, the bag oracle, and the machine and command that
+    produced the file. It ships with the package (``helpers/tasks/reverse_ablations.csv``), so
+    the chapter shows the spread over seeds without training them.
+    """
+    path = resources.files("helpers.tasks") / ABLATIONS_FILE
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{ABLATIONS_FILE} is not in helpers/tasks: run `python scripts/margins_reverse.py "
+            f"--part ablations --out helpers/tasks/{ABLATIONS_FILE}`, or reinstall the package "
+            "from the book's repository"
+        )
+    with resources.as_file(path) as file:
+        return pd.read_csv(file)
+
 
 SCHEDULE_EXPERIMENT = {
     "book: lr 0.02, warm-up, cosine": {},

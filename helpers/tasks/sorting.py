@@ -15,7 +15,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial
+from importlib import resources
 
+import pandas as pd
 import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
@@ -39,6 +41,7 @@ __all__ = [
     "SortingConfig",
     "train_sorting",
     "train_and_measure",
+    "seed_results",
 ]
 
 PAD, BOS, EOS = 0, 1, 2
@@ -260,36 +263,65 @@ def train_and_measure(
 
     The keys of :func:`exposure_bias`, then: ``greedy`` and ``beam`` (sequence accuracy of
     greedy decoding and of beam search with ``beam_size``), ``beam_normalized`` (beam search
-    ranked by log-prob per token, ``length_penalty=1``), ``beam_log_prob_gain`` (mean total
-    log-prob of beam search's sequences minus greedy's), ``beam_not_worse`` (fraction of
-    sequences where beam search's log-prob is at least greedy's, to 1e-4), ``ece`` and
-    ``confidence`` (teacher-forced, :func:`calibration`; mean arg-max probability). One
-    thread: the function is meant for :func:`helpers.parallel.run_in_processes`.
+    ranked by log-prob per token, ``length_penalty=1``), ``greedy_short`` and ``beam_short``
+    (fraction of sequences that end before the target does), ``beam_log_prob_gain`` (mean
+    total log-prob of beam search's sequences minus greedy's), ``beam_not_worse`` (fraction
+    of sequences where beam search's log-prob is at least greedy's, to 1e-4), and, teacher
+    forced, ``ece`` and ``reliability`` (:func:`calibration`, the table as nested lists) and
+    ``confidence`` (mean arg-max probability).
     """
     model, _ = train_sorting(config, train_set)
     source, decoder_input, target = test_set.tensors
+    steps, length = target.shape[1], (target != PAD).sum(dim=-1)  # length: EOS included
+    written = {
+        "greedy": model.generate(source, BOS, steps, end_id=EOS),
+        "beam": model.generate(source, BOS, steps, end_id=EOS, beam_size=beam_size),
+        "beam_normalized": model.generate(
+            source, BOS, steps, end_id=EOS, beam_size=beam_size, length_penalty=1.0
+        ),
+    }
     result = exposure_bias(model, test_set)
-    steps = target.shape[1]
-    greedy = model.generate(source, BOS, steps, end_id=EOS)
-    beam = model.generate(source, BOS, steps, end_id=EOS, beam_size=beam_size)
-    gain = sequence_log_probs(model, source, beam) - sequence_log_probs(model, source, greedy)
+    for name, tokens in written.items():
+        result[name] = _accuracy(tokens, target)
+        result[f"{name}_short"] = ((tokens[:, 1:] != PAD).sum(-1) < length).float().mean().item()
+    gain = sequence_log_probs(model, source, written["beam"]) - sequence_log_probs(
+        model, source, written["greedy"]
+    )
     with torch.no_grad():
         logits = model(source, decoder_input)
-    ece, _ = calibration(logits, target)
-    real = target != PAD
+    ece, reliability = calibration(logits, target)
     return result | {
-        "greedy": generated_accuracy(model, test_set),
-        "beam": generated_accuracy(model, test_set, beam_size),
-        "beam_normalized": _accuracy(
-            model.generate(source, BOS, steps, end_id=EOS, beam_size=beam_size, length_penalty=1.0),
-            target,
-        ),
         "beam_log_prob_gain": gain.mean().item(),
         "beam_not_worse": (gain > -1e-4).float().mean().item(),
         "ece": ece,
-        "confidence": logits.softmax(-1).amax(-1)[real].mean().item(),
+        "reliability": reliability.tolist(),
+        "confidence": logits.softmax(-1).amax(-1)[target != PAD].mean().item(),
     }
 
 
 def _accuracy(written: torch.Tensor, target: torch.Tensor) -> float:
     return ((written[:, 1:] == target) | (target == PAD)).all(dim=-1).float().mean().item()
+
+
+SEEDS_FILE = "encoder_decoder_seeds.csv"
+
+
+def seed_results() -> pd.DataFrame:
+    """Chapter 9's measures on five seeds, as written by ``scripts/margins_encoder_decoder.py``.
+
+    One row per seed (initialization and batch order; the data are the chapter's): both
+    tasks at the chapter's budget, the sorting model at the short budget with and without
+    label smoothing, and at the full budget with it (the keys of :func:`train_and_measure`,
+    prefixed), with the machine and the command. The file ships with the package
+    (``helpers/tasks/encoder_decoder_seeds.csv``), so the chapter shows the five-seed spread
+    without training twenty models.
+    """
+    path = resources.files("helpers.tasks") / SEEDS_FILE
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{SEEDS_FILE} is not in helpers/tasks: run `python scripts/margins_encoder_decoder.py"
+            f" --out helpers/tasks/{SEEDS_FILE}`, or reinstall the package from the book's "
+            "repository"
+        )
+    with resources.as_file(path) as file:
+        return pd.read_csv(file)

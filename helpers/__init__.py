@@ -51,7 +51,7 @@ __all__ = [
     "glue",
     "expect_error",
 ]
-__version__ = "0.3.1"
+__version__ = "0.4.0"
 
 
 def seed_everything(seed: int = 0) -> torch.Generator:

@@ -114,7 +114,8 @@ class LearnedPositionalEmbedding(nn.Module):
     """Add one trained vector per position: ``x + W[:T]``, with W of shape (max_len, D).
 
     ``forward(x)``: x of shape (B, T, D) with T <= ``max_len``; returns the same shape. ``W``
-    is an ``nn.Parameter`` (trained with the model, initialised from N(0, 0.02^2) as in GPT-2),
+    is an ``nn.Parameter`` (trained with the model, initialised from N(0, 0.02^2), the scale of
+    GPT-2's token embeddings; GPT-2's own position table starts from N(0, 0.01^2)),
     so a position the model never saw in training has an untrained vector, and positions past
     ``max_len`` have none at all.
     """
@@ -123,7 +124,7 @@ class LearnedPositionalEmbedding(nn.Module):
         super().__init__()
         check.positive_int("d_model", d_model)
         check.positive_int("max_len", max_len)
-        init_std = check.positive_number("init_std", init_std, "GPT-2 uses 0.02")
+        init_std = check.positive_number("init_std", init_std, "GPT-2 uses 0.01")
         self.d_model = d_model
         self.max_len = max_len
         self.weight = nn.Parameter(torch.randn(max_len, d_model) * init_std)

@@ -1156,10 +1156,10 @@ plt.show()
 # %% [markdown]
 # **Figure.** Test MSE after every epoch of fifty at the blog post's scale (thin lines: one per
 # seed; thick lines: the median over the seeds), with the local oracle's floor (dashed). Look
-# at the order in which the curves cross 0.01 and at where they end: the CNN never leaves the
-# floor, every attention seed falls first, and the LSTM's seeds follow and end among the
-# attention model's. The command and the machine that produced the file are printed under the
-# figure.
+# at the order in which the curves cross {glue:text}`ch8_full_level` and at where they end:
+# the CNN never leaves the floor, every attention seed falls first, and the LSTM's seeds
+# follow and end among the attention model's. The command and the machine that produced the
+# file are printed under the figure.
 
 # %%
 milestones = [5, 20, full_epochs]

@@ -27,6 +27,7 @@ Later chapters import what earlier ones built; nothing is copied.
 | 8 runs side by side | ``parallel`` (``run_in_processes``) |
 | 9 encoder-decoder | ``transformer`` (decoder side), ``tasks.corners``, ``tasks.sorting`` |
 | 10 decoder-only model | ``gpt`` (GPT, key/value cache, sampling), ``tasks.brackets`` |
+| 10 GPT-2's weights | ``interop`` (``load_gpt2``) |
 | 11 long sequences | ``efficient`` (tiled attention, windows, costs), ``tasks.retrieval`` |
 | figures, every chapter | ``plotting`` |
 | diagrams, every chapter | ``diagrams`` (drawn by ``scripts/make_diagrams.py``) |

@@ -807,6 +807,29 @@ def self_attention_input(layer: nn.Module, x, cache) -> None:
         )
 
 
+def activation(kind, choices: tuple) -> str:
+    """A feed-forward activation's name: one of ``choices``."""
+    if kind not in choices:
+        raise ValueError(
+            f"activation must be one of {choices}, got {kind!r}: 'relu' is the 2017 "
+            "Transformer's (and the book's default), 'gelu' BERT's, 'gelu_tanh' GPT-2's"
+        )
+    return kind
+
+
+RESIDUAL_INITS = (None, "gpt2")
+
+
+def residual_init(value) -> str | None:
+    """How a GPT initializes the projections that write into the residual stream."""
+    if value not in RESIDUAL_INITS:
+        raise ValueError(
+            f"residual_init must be None (every weight from N(0, 0.02^2)) or 'gpt2' (the "
+            f"residual projections at std 0.02 / sqrt(2 * num_layers)), got {value!r}"
+        )
+    return value
+
+
 def gpt_arguments(vocab_size, context_length, num_layers, positions, tie_weights) -> None:
     """A decoder-only model's sizes and choices (its layers check widths and heads)."""
     positive_int("vocab_size", vocab_size)

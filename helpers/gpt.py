@@ -178,11 +178,13 @@ class CausalSelfAttention(nn.Module):
         if cache is not None:
             k, v = cache.append(k, v)  # (B, H_kv, held + T, dh): all of it, or a window's
         group = self.num_heads // self.num_kv_heads  # query heads per key/value head
-        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-        bias = self._score_bias(length, offset, x, first_key)  # (H or 1, T, held + T)
+        if group > 1:  # (repeat_interleave(1) would copy the whole cache at every step)
+            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        bias = self._score_bias(length, offset, x, first_key)  # (H or 1, T, held + T) or None
         dropout_p = self.dropout if self.training else 0.0
         if return_attention:  # written out, to return the weights
-            scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_head) + bias
+            scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_head)
+            scores = scores if bias is None else scores + bias
             weights = F.dropout(scores.softmax(dim=-1), dropout_p)
             heads = weights @ v
         else:  # PyTorch's fused kernel
@@ -190,8 +192,15 @@ class CausalSelfAttention(nn.Module):
         output = self.out_proj(heads.transpose(1, 2).reshape(batch, length, self.d_model))
         return (output, weights) if return_attention else output
 
-    def _score_bias(self, length: int, offset: int, x: Tensor, first_key: int = 0) -> Tensor:
-        """What is added to the scores: -inf where a key is masked, ALiBi's -m_h * (i - j)."""
+    def _score_bias(self, length: int, offset: int, x: Tensor, first_key: int = 0):
+        """What is added to the scores: -inf where a key is masked, ALiBi's -m_h * (i - j).
+
+        None when nothing is: a decoding step's single query that may read every key held
+        (no window, or all of them inside it), so that step builds no mask at all.
+        """
+        sees_all = self.window is None or offset - first_key < self.window
+        if length == 1 and self.positions != "alibi" and sees_all:
+            return None
         # the new queries sit at positions offset .. offset + T - 1, the keys at
         # first_key .. offset + T - 1 (first_key = 0 unless a rolling cache dropped the oldest)
         query_positions = torch.arange(offset, offset + length, device=x.device)
@@ -207,7 +216,8 @@ class CausalSelfAttention(nn.Module):
 class GPTBlock(nn.Module):
     """One pre-norm decoder-only block: ``x + attn(norm1(x))``, then ``x + ffn(norm2(x))``.
 
-    Two norms, one per sublayer (each with its own gain). The submodules carry the names of
+    Two norms, one per sublayer (each with its own gain); ``activation`` is the feed-forward
+    network's (``"relu"``, ``"gelu"`` or ``"gelu_tanh"``). The submodules carry the names of
     :class:`helpers.transformer.EncoderBlock`'s (``self_attn``, ``ffn``, ``norm1``, ``norm2``),
     so with ``H_kv = H`` an encoder block's ``state_dict`` loads into it unchanged.
     ``forward(x (B, T, D), cache=None) -> (B, T, D)``.
@@ -224,12 +234,13 @@ class GPTBlock(nn.Module):
         positions: str = "none",
         window: int | None = None,
         norm: str = "rms",
+        activation: str = "relu",
     ) -> None:
         super().__init__()
         self.self_attn = CausalSelfAttention(
             d_model, num_heads, num_kv_heads, dropout, bias, positions, window
         )
-        self.ffn = FeedForward(d_model, ffn_width, dropout=dropout, bias=bias)
+        self.ffn = FeedForward(d_model, ffn_width, dropout, bias, activation=activation)
         self.norm1 = make_norm(norm, d_model, bias=bias)
         self.norm2 = make_norm(norm, d_model, bias=bias)
         self.dropout1, self.dropout2 = nn.Dropout(dropout), nn.Dropout(dropout)
@@ -246,8 +257,18 @@ class GPT(nn.Module):
     plus the new ones). ``ffn_width`` defaults to ``4 * d_model``. ``positions`` is one of
     :data:`POSITIONS`. ``tie_weights`` makes the output head reuse the token embedding
     matrix. ``norm`` is ``"rms"`` (RMSNorm, the default) or ``"layer"`` (LayerNorm, as GPT-2;
-    with ``bias=True`` it has a bias too). Weights start from ``N(0, 0.02^2)``, biases at 0,
-    as in GPT-2.
+    with ``bias=True`` it has a bias too). ``activation`` is the feed-forward network's:
+    ``"relu"`` (the default), ``"gelu"`` or ``"gelu_tanh"`` (GPT-2's tanh approximation).
+
+    Weights start from ``N(0, 0.02^2)``, biases at 0, as in GPT-2. ``residual_init="gpt2"``
+    also follows GPT-2 for the two projections per block that write into the residual stream
+    (attention's ``out_proj``, the feed-forward network's ``linear2``): standard deviation
+    ``0.02 / sqrt(2 * num_layers)``. The residual stream is a sum of ``2 * num_layers`` such
+    writes; independent terms add their variances, so scaling each by ``1/sqrt(2L)`` keeps the
+    stream's scale at initialization the same however deep the model is. The default
+    (``None``) draws them at 0.02 like every other weight. GPT-2, for
+    :func:`helpers.interop.load_gpt2`: ``norm="layer", bias=True, activation="gelu_tanh"``
+    with learned positions and a tied head (the defaults).
     """
 
     def __init__(
@@ -266,11 +287,14 @@ class GPT(nn.Module):
         window: int | None = None,
         *,
         norm: str = "rms",
+        activation: str = "relu",
+        residual_init: str | None = None,
     ) -> None:
         super().__init__()
         check.gpt_arguments(vocab_size, context_length, num_layers, positions, tie_weights)
         self.vocab_size, self.context_length = vocab_size, context_length
-        self.positions = positions
+        self.positions, self.activation = positions, activation
+        self.residual_init = check.residual_init(residual_init)
         ffn_width = 4 * d_model if ffn_width is None else ffn_width
         self.token_embedding = nn.Embedding(vocab_size, d_model)
         self.position_embedding: nn.Module | None = None  # "rope", "alibi": inside attention
@@ -280,15 +304,15 @@ class GPT(nn.Module):
             self.position_embedding = SinusoidalPositionalEncoding(d_model, context_length)
         inside = positions if positions in ("rope", "alibi") else "none"
         self.dropout = nn.Dropout(dropout)
-        self.blocks = nn.ModuleList(
-            GPTBlock(
-                d_model, num_heads, ffn_width, num_kv_heads, dropout, bias, inside, window, norm
-            )
-            for _ in range(num_layers)
-        )
+        sizes = (d_model, num_heads, ffn_width, num_kv_heads, dropout, bias, inside, window)
+        self.blocks = nn.ModuleList(GPTBlock(*sizes, norm, activation) for _ in range(num_layers))
         self.final_norm = make_norm(norm, d_model, bias=bias)
         self.head = nn.Linear(d_model, vocab_size, bias=False)
         self.apply(self._init_weights)
+        if residual_init == "gpt2":  # the 2L writes into the residual stream, scaled down
+            for block in self.blocks:
+                for layer in (block.self_attn.out_proj, block.ffn.linear2):
+                    nn.init.normal_(layer.weight, std=0.02 / math.sqrt(2 * num_layers))
         if tie_weights:  # one (V, D) matrix reads tokens in and writes logits out
             self.head.weight = self.token_embedding.weight
 

@@ -1,10 +1,11 @@
 """Moving weights between the book's modules and PyTorch's own.
 
 The classes of :mod:`helpers.attention` and :mod:`helpers.transformer` compute the same
-functions as ``torch.nn.MultiheadAttention`` and ``torch.nn.TransformerEncoderLayer``. The
-functions here copy weights across, after checking that the two modules are built alike, so
-that chapters and tests can compare them output for output. The classes' ``load_from_torch``
-and ``fused`` methods call these.
+functions as ``torch.nn.MultiheadAttention`` and ``torch.nn.TransformerEncoderLayer``, and
+:class:`helpers.gpt.GPT`, configured as GPT-2, the same function as ``transformers``'
+``GPT2LMHeadModel``. The functions here copy weights across, after checking that the two
+models are built alike, so that chapters and tests can compare them output for output. The
+classes' ``load_from_torch`` and ``fused`` methods call these.
 
 Remember the mask conventions when you compare outputs: PyTorch's boolean masks mean
 True = *ignore*, the book's True = may attend, so pass ``~mask`` to PyTorch's modules.
@@ -12,6 +13,7 @@ True = *ignore*, the book's True = may attend, so pass ``~mask`` to PyTorch's mo
 
 from __future__ import annotations
 
+import re
 import warnings
 
 import torch
@@ -23,6 +25,7 @@ __all__ = [
     "fuse_heads",
     "load_encoder_block",
     "load_decoder_block",
+    "load_gpt2",
 ]
 
 
@@ -144,3 +147,125 @@ def load_decoder_block(block, layer: nn.TransformerDecoderLayer):
     for name in ("norm1", "norm2", "norm3"):
         getattr(block, name).load_state_dict(getattr(layer, name).state_dict())
     return block
+
+
+def _gpt2_plan(model, state_dict, num_heads) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
+    """Pair each of ``model``'s tensors with its GPT-2 tensor, as ``(name, ours, theirs)``
+    with ``theirs`` already in our layout; refuse what differs (shapes checked too)."""
+    if type(model).__name__ != "GPT" or not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a helpers.gpt.GPT, got {type(model).__name__}")
+    if not hasattr(state_dict, "keys"):
+        raise TypeError(
+            f"state_dict must be a mapping of names to tensors (GPT2LMHeadModel(...)."
+            f"state_dict()), got {type(state_dict).__name__}"
+        )
+    if "transformer.wte.weight" not in state_dict:
+        raise ValueError(
+            "the state dict has no 'transformer.wte.weight': load_gpt2 reads the layout of "
+            "transformers' GPT2LMHeadModel (keys 'transformer.wte.weight', 'transformer.h.0."
+            "attn.c_attn.weight', ...); pass GPT2LMHeadModel.state_dict(), not GPT2Model's"
+        )
+    layers = {int(m.group(1)) for k in state_dict if (m := re.match(r"transformer\.h\.(\d+)\.", k))}
+    vocab, width = state_dict["transformer.wte.weight"].shape
+    context = state_dict["transformer.wpe.weight"].shape[0]
+    block = model.blocks[0]
+    if num_heads is not None and num_heads != block.self_attn.num_heads:
+        raise ValueError(
+            f"num_heads mismatch: the checkpoint has {num_heads} heads, the model "
+            f"{block.self_attn.num_heads}; build it with num_heads={num_heads}"
+        )
+    ours = {
+        "layers": (len(model.blocks), len(layers)),
+        "d_model (width)": (block.self_attn.d_model, width),
+        "vocab_size": (model.vocab_size, vocab),
+        "context_length (positions)": (model.context_length, context),
+    }
+    for name, (mine, theirs) in ours.items():
+        if mine != theirs:
+            raise ValueError(
+                f"{name} mismatch: the state dict has {theirs}, the model {mine}; build the "
+                "GPT with the checkpoint's configuration (GPT-2 small: GPT(50_257, 1024, 768, "
+                "num_layers=12, num_heads=12, ...))"
+            )
+    gpt2_like = "build it as GPT(..., bias=True, norm='layer', activation='gelu_tanh')"
+    if model.positions != "learned":
+        raise ValueError(
+            f"positions mismatch: GPT-2 learns its positions, the model uses "
+            f"positions={model.positions!r}; build it with positions='learned'"
+        )
+    if block.self_attn.num_kv_heads != block.self_attn.num_heads or block.self_attn.window:
+        raise ValueError(
+            "attention mismatch: GPT-2 has as many key/value heads as query heads "
+            "and no window; build the model with num_kv_heads=None, window=None"
+        )
+    if block.self_attn.qkv_proj.bias is None:
+        raise ValueError(
+            f"bias mismatch: GPT-2's linear layers and LayerNorms have biases, "
+            f"the model was built with bias=False; {gpt2_like}"
+        )
+    if not isinstance(model.final_norm, nn.LayerNorm) or model.final_norm.eps != 1e-5:
+        raise ValueError(
+            f"norm mismatch: GPT-2 uses LayerNorm(eps=1e-5), the model "
+            f"{model.final_norm}; {gpt2_like}"
+        )
+    if model.activation != "gelu_tanh":
+        raise ValueError(
+            f"activation mismatch: GPT-2's feed-forward network applies GELU's "
+            f"tanh approximation, the model {model.activation!r}; {gpt2_like}"
+        )
+    if model.head.weight is not model.token_embedding.weight:
+        raise ValueError(
+            "head mismatch: GPT-2's output head is tied to its token embedding, "
+            "the model's is not; build it with tie_weights=True"
+        )
+    head = state_dict.get("lm_head.weight")
+    if head is not None and not torch.equal(head, state_dict["transformer.wte.weight"]):
+        raise ValueError(
+            "the state dict's lm_head.weight differs from transformer.wte.weight: "
+            "an untied head, which the book's GPT-2 configuration cannot hold"
+        )
+    plan = [("token_embedding.weight", model.token_embedding.weight, "wte.weight"),
+            ("position_embedding.weight", model.position_embedding.weight, "wpe.weight"),
+            ("final_norm.weight", model.final_norm.weight, "ln_f.weight"),
+            ("final_norm.bias", model.final_norm.bias, "ln_f.bias")]  # fmt: skip
+    names = {"norm1": "ln_1", "norm2": "ln_2", "self_attn.qkv_proj": "attn.c_attn",
+             "self_attn.out_proj": "attn.c_proj", "ffn.linear1": "mlp.c_fc",
+             "ffn.linear2": "mlp.c_proj"}  # fmt: skip
+    for index, layer in enumerate(model.blocks):
+        for mine, theirs in names.items():
+            for kind in ("weight", "bias"):
+                param = layer.get_parameter(f"{mine}.{kind}")
+                plan.append((f"blocks.{index}.{mine}.{kind}", param, f"h.{index}.{theirs}.{kind}"))
+    pairs = []
+    for name, param, key in plan:
+        key = f"transformer.{key}"
+        if key not in state_dict:
+            raise ValueError(f"the state dict has no {key!r} (for the model's {name})")
+        tensor = state_dict[key]
+        if name.endswith("weight") and ".h." in key and "ln_" not in key:
+            tensor = tensor.t()  # GPT-2's Conv1D stores (in, out); nn.Linear holds (out, in)
+        if tensor.shape != param.shape:
+            raise ValueError(
+                f"shape mismatch at {key}: {tuple(state_dict[key].shape)} (as Conv1D's (in, "
+                f"out)) does not fit the model's {name} {tuple(param.shape)}: check ffn_width"
+                " and num_heads"
+            )
+        pairs.append((name, param, tensor))
+    return pairs
+
+
+@torch.no_grad()
+def load_gpt2(model, state_dict, *, num_heads: int | None = None):
+    """Copy a ``transformers`` ``GPT2LMHeadModel``'s state dict into a :class:`GPT`; return it.
+
+    The model must be configured as GPT-2: learned positions, LayerNorm (eps 1e-5) with
+    biases, ``activation="gelu_tanh"``, a tied head, the checkpoint's layers, width,
+    vocabulary and context length. GPT-2's ``Conv1D`` layers store ``(in, out)`` matrices,
+    the transpose of ``nn.Linear``'s, so those are transposed; ``c_attn`` stacks the query,
+    key and value projections as ``qkv_proj`` does. A state dict does not record the number
+    of heads: pass ``num_heads=config.n_head`` to have it checked. Every check runs before
+    any weight is copied, so a refused model is left as it was.
+    """
+    for _, param, tensor in _gpt2_plan(model, state_dict, num_heads):
+        param.copy_(tensor)
+    return model

@@ -35,9 +35,11 @@ __all__ = [
     "TransformerDecoder",
     "EncoderDecoderTransformer",
     "make_norm",
+    "make_activation",
 ]
 
 NORMS = ("layer", "rms")
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh")
 
 
 class RMSNorm(nn.Module):
@@ -77,21 +79,44 @@ def make_norm(kind: str, d_model: int, eps: float = 1e-5, bias: bool = True) -> 
     raise ValueError(f"norm must be one of {NORMS}, got {kind!r}")
 
 
+def make_activation(kind: str) -> nn.Module:
+    """The feed-forward network's nonlinearity, one of :data:`ACTIVATIONS`.
+
+    ``"relu"``: ``max(0, x)`` (the 2017 Transformer); ``"gelu"``: ``x * Phi(x)``, ``Phi`` the
+    standard normal's distribution function (BERT); ``"gelu_tanh"``: GELU's tanh approximation
+    ``x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))`` (GPT-2, ``gelu_new`` in
+    ``transformers``).
+    """
+    check.activation(kind, ACTIVATIONS)
+    if kind == "relu":
+        return nn.ReLU()
+    return nn.GELU(approximate="tanh" if kind == "gelu_tanh" else "none")
+
+
 class FeedForward(nn.Module):
-    """The position-wise feed-forward network ``linear2(dropout(relu(linear1(x))))``.
+    """The position-wise feed-forward network ``linear2(dropout(act(linear1(x))))``.
 
     Applied to every position independently: ``(B, T, D) -> (B, T, F) -> (B, T, D)``.
     ``F = ffn_width`` is usually 2 to 4 times ``D``: the wide hidden layer is where most of a
-    block's parameters and per-token computation live.
+    block's parameters and per-token computation live. ``activation`` is ReLU unless given
+    (one of :data:`ACTIVATIONS`, see :func:`make_activation`).
     """
 
-    def __init__(self, d_model: int, ffn_width: int, dropout: float = 0.0, bias: bool = True):
+    def __init__(
+        self,
+        d_model: int,
+        ffn_width: int,
+        dropout: float = 0.0,
+        bias: bool = True,
+        *,
+        activation: str = "relu",
+    ):
         super().__init__()
         check.positive_int("d_model", d_model)
         check.positive_int("ffn_width", ffn_width)
         self.d_model = d_model
         self.linear1 = nn.Linear(d_model, ffn_width, bias=bias)
-        self.activation = nn.ReLU()
+        self.activation = make_activation(activation)
         self.dropout = nn.Dropout(check.probability("dropout", dropout))
         self.linear2 = nn.Linear(ffn_width, d_model, bias=bias)
 

@@ -59,6 +59,7 @@ import inspect
 import math
 import re
 import time
+import warnings
 from collections import Counter
 
 import matplotlib.pyplot as plt
@@ -79,6 +80,7 @@ from helpers.gpt import (
     GPTBlock,
     next_token_probabilities,
 )
+from helpers.interop import load_gpt2
 from helpers.tasks.brackets import (
     ALPHABET,
     BracketConfig,
@@ -506,15 +508,19 @@ assert ffn_share > 0.6
 # ### GPT-2 small, counted
 #
 # The same class, configured as GPT-2 small, must have GPT-2's parameter count. GPT-2 uses
-# LayerNorm (with a bias) rather than RMSNorm and biases in every linear layer, so the class
-# takes `norm="layer", bias=True` for it; the rest is GPT-2's published configuration: 50,257
+# LayerNorm (with a bias) rather than RMSNorm, biases in every linear layer and GELU rather
+# than ReLU, so the class takes `norm="layer", bias=True, activation="gelu_tanh"` for it
+# (the activation has no parameters; the count would be the same without it), and
+# `residual_init="gpt2"` for GPT-2's initialization (below); the rest is GPT-2's published
+# configuration: 50,257
 # tokens, 1,024 learned positions, width 768, 12 layers of 12 heads, a feed-forward width of
 # $4D$, the head tied to the token embedding. On the `meta` device the model has shapes and
 # no memory, so building it costs nothing:
 
 # %%
+GPT2_LIKE = dict(bias=True, norm="layer", activation="gelu_tanh", residual_init="gpt2")
 with torch.device("meta"):
-    gpt2 = GPT(50_257, 1024, 768, num_layers=12, num_heads=12, bias=True, norm="layer")
+    gpt2 = GPT(50_257, 1024, 768, num_layers=12, num_heads=12, **GPT2_LIKE)
 gpt2_count = count_parameters(gpt2)
 token_table = gpt2.token_embedding.weight.numel()
 position_table = gpt2.position_embedding.weight.numel()
@@ -535,44 +541,55 @@ glue("ch10_gpt2_untied", f"{(gpt2_count + token_table) / 1e6:.1f}")
 # and the final LayerNorm. Padding the vocabulary to 50,304, as nanoGPT does, would add
 # 36,096 parameters that no token uses.
 #
-# The count is GPT-2's; the model is not. What matches: pre-norm blocks with a final
-# LayerNorm (eps $10^{-5}$), biases, one fused query/key/value projection, scores scaled by
+# With these options the model is GPT-2's: pre-norm blocks with a final LayerNorm (eps
+# $10^{-5}$), biases, one fused query/key/value projection, scores scaled by
 # $1/\sqrt{d_\text{head}}$, learned positions, a head tied to the token table, without a
-# bias. What differs, read off `helpers.gpt` and GPT-2's released code:
+# bias, and a feed-forward network that applies GELU in its tanh approximation,
+# $\tfrac12 x (1 + \tanh(\sqrt{2/\pi}\,(x + 0.044715 x^3)))$ (`activation="gelu_tanh"`;
+# BERT uses the exact GELU, `"gelu"`; the 2017 Transformer and this chapter's own model use
+# ReLU, the default, which keeps every chapter's results as they were). The section
+# {ref}`ch10-same-as-gpt2` below loads weights in GPT-2's layout into it and gets the logits
+# of the reference implementation.
 #
-# - **activation**: the feed-forward network applies ReLU, hard-wired in chapter 6's
-#   `FeedForward`; GPT-2 applies GELU in its tanh approximation,
-#   $\tfrac12 x (1 + \tanh(\sqrt{2/\pi}\,(x + 0.044715 x^3)))$;
-# - **initialization**: ours draws every weight from $\mathcal{N}(0, 0.02^2)$. GPT-2 scales
-#   the weights of the layers that write into the residual stream by $1/\sqrt{N}$ for $N$
-#   residual layers {cite}`radford2019language` (nanoGPT: standard deviation
-#   $0.02/\sqrt{2L}$ for the attention's and the feed-forward network's output projections,
-#   {glue:text}`ch10_gpt2_residual_std` for $L = 12$), and its released code draws the
-#   position table with standard deviation 0.01, where ours uses 0.02;
-# - **weights**: GPT-2's checkpoints store each linear layer as an (in, out) matrix, the
-#   transpose of `nn.Linear`'s (out, in), under other names; the class has no loader for
-#   them.
-#
-# So with the same weights the two compute different functions, and trained from scratch
-# they start from different points. The cell checks the first two differences on the
-# classes themselves:
+# GPT-2 also starts its training differently. It scales the weights of the layers that write
+# into the residual stream by $1/\sqrt{N}$ for $N$ residual layers
+# {cite}`radford2019language`: nanoGPT draws the attention's and the feed-forward network's
+# output projections with standard deviation $0.02/\sqrt{2L}$,
+# {glue:text}`ch10_gpt2_residual_std` for $L = 12$. The stream is a sum of $2L$ such
+# writes, and independent terms add their variances, so the scaling keeps its size at
+# initialization the same however deep the model is. `residual_init="gpt2"` does that; the
+# default draws them at 0.02, like every other weight. One difference remains: GPT-2's
+# released code draws the position table with standard deviation 0.01, where ours uses
+# 0.02 (a difference at initialization only; loaded weights replace both). The cell checks
+# the activations and the initializations on the classes themselves:
 
 # %%
 torch.manual_seed(0)
-deep = GPT(7, 16, num_layers=12)  # 12 blocks, our initialization
-out_proj_std = (
-    torch.stack([b.self_attn.out_proj.weight for b in deep.blocks]).std().item()
-)
+deep_default = GPT(7, 1024, num_layers=12)  # 12 blocks of width 64, our defaults
+deep_gpt2 = GPT(7, 1024, num_layers=12, **GPT2_LIKE)  # and GPT-2's options
+
+
+def residual_std(model):
+    return torch.stack([b.self_attn.out_proj.weight for b in model.blocks]).std().item()
+
+
 gpt2_residual_std = 0.02 / math.sqrt(2 * 12)
 glue("ch10_gpt2_residual_std", round(gpt2_residual_std, 4))
-print(
-    "feed-forward activation is ReLU:",
-    isinstance(gpt2.blocks[0].ffn.activation, nn.ReLU),
-)
-print("residual projections start at std 0.02, not 0.02 / sqrt(2L):",
-      abs(out_proj_std - 0.02) < 0.001)  # fmt: skip
-assert isinstance(gpt2.blocks[0].ffn.activation, nn.ReLU)
-assert abs(out_proj_std - 0.02) < 0.001 and abs(out_proj_std - gpt2_residual_std) > 0.01
+position_std = deep_gpt2.position_embedding.weight.std().item()
+print("default activation ReLU, GPT-2's the tanh GELU:",
+      isinstance(deep_default.blocks[0].ffn.activation, nn.ReLU),
+      deep_gpt2.blocks[0].ffn.activation.approximate == "tanh")  # fmt: skip
+print("residual projections at std 0.02 by default:",
+      abs(residual_std(deep_default) - 0.02) < 0.001)  # fmt: skip
+print("at std 0.02 / sqrt(2L) with residual_init='gpt2':",
+      abs(residual_std(deep_gpt2) - gpt2_residual_std) < 0.0005)  # fmt: skip
+print("position table at std 0.02, not GPT-2's 0.01:", abs(position_std - 0.02) < 0.001)
+assert isinstance(deep_default.blocks[0].ffn.activation, nn.ReLU)
+assert isinstance(gpt2.blocks[0].ffn.activation, nn.GELU)
+assert deep_gpt2.blocks[0].ffn.activation.approximate == "tanh"
+assert abs(residual_std(deep_default) - 0.02) < 0.001
+assert abs(residual_std(deep_gpt2) - gpt2_residual_std) < 0.0005
+assert abs(position_std - 0.02) < 0.001 and abs(position_std - 0.01) > 0.005
 
 # %% [markdown]
 # ## Training
@@ -1085,6 +1102,14 @@ plt.show()
 # does not remove (it even adds two concatenations per layer). The larger the model and the
 # longer the sequence, the more of the work is the recomputation the cache avoids.
 #
+# That fixed overhead is why a decoding step is kept lean: its single new query may read
+# every cached key, so it builds no mask at all (`_score_bias` returns None,
+# `test_gpt.py::test_a_decoding_step_that_sees_every_key_builds_no_mask`), and with as many
+# key/value heads as query heads it does not copy the cache to repeat them. On a GPU, where a
+# model this small spends its time launching kernels rather than computing, the overhead
+# weighs more still; the book's build machine has no GPU, so how much the cache gains there
+# is unmeasured, and the speed-up above is the CPU's.
+#
 # The price is memory. For each layer, the cache holds a key and a value of $d_\text{head}$
 # numbers per key/value head, per position, per sequence:
 #
@@ -1141,7 +1166,134 @@ print(f"chapter's model, 8 x 64 tokens: {counted:,} bytes; "
 # {glue:text}`ch10_gpt2_batch_equal` full sequences on, the cache outweighs the model. The
 # cache's size is linear in $H_{kv}$, which is why chapter 11's grouped-query attention,
 # with fewer key/value heads than query heads, shrinks it.
+
+# %% [markdown]
+# (ch10-same-as-gpt2)=
+# ## The same model as GPT-2
 #
+# Configured as GPT-2, the class is GPT-2: the same function of the same weights.
+# `helpers.interop.load_gpt2` copies a checkpoint in the layout of the `transformers`
+# library's `GPT2LMHeadModel` into it. Two things change on the way: the names
+# (`transformer.h.0.attn.c_attn` is `blocks[0].self_attn.qkv_proj`), and the matrices, which
+# GPT-2 stores in (in, out) `Conv1D` layers, the transpose of `nn.Linear`'s (out, in). Its
+# `c_attn` stacks the query, key and value projections in the order `qkv_proj` does, so the
+# transpose is all it needs. The loader checks the model's configuration against the
+# checkpoint first (layers, width, heads, vocabulary, context, biases, norm, activation, tied
+# head) and refuses a mismatch before it copies anything.
+#
+# The book's build has no network, so the reference here is a `GPT2LMHeadModel` with random
+# weights, built from a small configuration in code: the loader and the comparison are the
+# same for the released weights. (`transformers` is not one of the book's helpers'
+# dependencies; the cell says how to install it if it is missing.) The reference draws its
+# weights with standard deviation {glue:text}`ch10_reference_std` rather than GPT-2's 0.02,
+# so that the activations are large enough for GELU and its tanh approximation to differ
+# visibly in the logits:
+
+# %%
+REFERENCE_STD = 0.2  # GPT2Config's initializer_range; GPT-2's own is 0.02
+try:
+    with (
+        warnings.catch_warnings()
+    ):  # tqdm's, about Jupyter widgets the book does not use
+        warnings.filterwarnings("ignore", message="IProgress not found")
+        from transformers import GPT2Config, GPT2LMHeadModel
+except ModuleNotFoundError:  # the book's tests install it; Colab ships it
+    GPT2LMHeadModel = None
+    print("This section needs the transformers package: pip install transformers")
+if GPT2LMHeadModel is not None:
+    torch.manual_seed(0)
+    sizes = dict(n_layer=2, n_embd=32, n_head=4, vocab_size=64, n_positions=16)
+    config = GPT2Config(
+        **sizes, initializer_range=REFERENCE_STD, bos_token_id=0, eos_token_id=None
+    )
+    reference = GPT2LMHeadModel(config).eval()
+    ours = GPT(64, 16, 32, num_layers=2, num_heads=4, **GPT2_LIKE)
+    load_gpt2(ours, reference.state_dict(), num_heads=config.n_head).eval()
+    tokens = torch.randint(64, (4, 16), generator=seeded(0))
+    with torch.no_grad():
+        gpt2_error = (ours(tokens) - reference(tokens).logits).abs().max().item()
+    print("logits agree within 1e-4:", gpt2_error < 1e-4)
+    assert gpt2_error < 1e-4
+glue("ch10_gpt2_atol", "1e-4")
+glue("ch10_reference_std", REFERENCE_STD)
+
+# %% [markdown]
+# The logits agree within {glue:text}`ch10_gpt2_atol`, and greedy generation gives
+# `generate`'s tokens, with the book's cache and without it. Each agreement has a failing
+# case beside it: the untransposed `Conv1D` matrices (the attention's square output
+# projection fits either way, so nothing but the logits can tell), or the exact GELU in place
+# of its approximation, and the logits differ by more than the tolerance:
+
+# %%
+if GPT2LMHeadModel is not None:
+    prompt = tokens[:, :4]
+    # an explicit mask: else generate() masks prompt tokens equal to pad_token_id
+    everything = torch.ones_like(prompt)
+    expected = reference.generate(
+        prompt,
+        attention_mask=everything,
+        max_new_tokens=12,
+        do_sample=False,
+        pad_token_id=0,
+    )
+    for use_cache in (True, False):
+        ours_tokens = ours.generate(prompt, 12, greedy=True, use_cache=use_cache)
+        same = torch.equal(ours_tokens, expected)
+        print(f"greedy tokens equal generate()'s, use_cache={use_cache}:", same)
+        assert same
+
+# %%
+if GPT2LMHeadModel is not None:
+    flipped = GPT(64, 16, 32, num_layers=2, num_heads=4, **GPT2_LIKE).eval()
+    load_gpt2(flipped, reference.state_dict())
+    with torch.no_grad():
+        for index, block in enumerate(flipped.blocks):  # GPT-2's (in, out), as it is
+            conv1d = reference.state_dict()[f"transformer.h.{index}.attn.c_proj.weight"]
+            block.self_attn.out_proj.weight.copy_(conv1d)
+        untransposed = (flipped(tokens) - reference(tokens).logits).abs().max().item()
+        for block in ours.blocks:
+            block.ffn.activation = nn.GELU()  # exact GELU, not its tanh approximation
+        exact_gelu = (ours(tokens) - reference(tokens).logits).abs().max().item()
+        for block in ours.blocks:
+            block.ffn.activation = nn.GELU(approximate="tanh")  # back
+    print("untransposed Conv1D: logits differ by more than 1e-4:", untransposed > 1e-4)
+    print("exact GELU: logits differ by more than 1e-4:", exact_gelu > 1e-4)
+    assert untransposed > 1e-4 and exact_gelu > 1e-4
+
+# %% [markdown]
+# A model built otherwise is refused, with the mismatch named; here, the chapter's own
+# default, ReLU:
+
+# %%
+if GPT2LMHeadModel is not None:
+    relu_model = GPT(64, 16, 32, num_layers=2, num_heads=4, bias=True, norm="layer")
+    with expect_error(ValueError):
+        load_gpt2(relu_model, reference.state_dict())
+
+# %% [markdown]
+# The tests in `test_gpt2_parity.py` check the same against several random references, with
+# both of `transformers`' attention implementations, and check that every kind of mismatch
+# (layers, width, heads, vocabulary, context length, bias, norm, activation, an untied head,
+# positions, grouped-query heads, the feed-forward width) is refused before any weight is
+# copied.
+#
+# With an internet connection, the same lines load the released GPT-2 small and sample from
+# it. The book does not run them (its build has no network, and the download is about half
+# a gigabyte); the tokenizer is GPT-2's byte-pair encoding, from the same library:
+#
+# ```python
+# from transformers import GPT2LMHeadModel, GPT2TokenizerFast
+#
+# released = GPT2LMHeadModel.from_pretrained("gpt2")  # downloads the weights
+# tokenizer = GPT2TokenizerFast.from_pretrained("gpt2")
+# model = GPT(50_257, 1024, 768, num_layers=12, num_heads=12, **GPT2_LIKE)
+# load_gpt2(model, released.state_dict(), num_heads=12).eval()
+# prompt = torch.tensor([tokenizer.encode("The attention mechanism")])
+# text = model.generate(prompt, 40, temperature=0.8, top_k=40, generator=seeded(0))
+# print(tokenizer.decode(text[0]))
+# ```
+
+# %% [markdown]
 # ## What the source gets wrong
 #
 # {ref}`The blog post "Learning the Transformer" <source-002>` builds a decoder-only model

@@ -119,6 +119,53 @@ def test_gpt2_small_has_the_published_parameter_count():
     assert count_parameters(model) == 50_257 * 768 + 1024 * 768 + 12 * per_block + 2 * 768
 
 
+@pytest.mark.parametrize(
+    "activation, expected",
+    [
+        ("relu", nn.ReLU()),
+        ("gelu", nn.GELU()),
+        ("gelu_tanh", nn.GELU(approximate="tanh")),
+    ],
+)
+def test_activation_option_builds_the_named_function(activation, expected):
+    model = GPT(VOCAB, 8, 16, num_heads=2, activation=activation)
+    x = torch.linspace(-3, 3, 61)
+    for block in model.blocks:
+        assert type(block.ffn.activation) is type(expected)
+        torch.testing.assert_close(block.ffn.activation(x), expected(x), atol=0, rtol=0)
+    # the default stays ReLU, so every chapter's stored results stay what they were
+    assert isinstance(_model().blocks[0].ffn.activation, nn.ReLU)
+    # the tanh approximation is not exact GELU (the difference the loader refuses)
+    gap = (nn.GELU(approximate="tanh")(x) - nn.GELU()(x)).abs().max().item()
+    assert 1e-4 < gap < 1e-3
+
+
+def test_gpt2_residual_init_scales_the_residual_projections():
+    layers = 12
+    torch.manual_seed(0)
+    flat = GPT(VOCAB, 8, 64, num_layers=layers)
+    torch.manual_seed(0)
+    gpt2 = GPT(VOCAB, 8, 64, num_layers=layers, residual_init="gpt2")
+    scaled = 0.02 / math.sqrt(2 * layers)
+
+    def std(model, pick):
+        return torch.cat([pick(b).weight.flatten() for b in model.blocks]).std().item()
+
+    for pick in (lambda b: b.self_attn.out_proj, lambda b: b.ffn.linear2):
+        assert abs(std(flat, pick) - 0.02) < 0.001
+        assert abs(std(gpt2, pick) - scaled) < 0.0005
+    # the other weights are drawn as before
+    assert abs(std(gpt2, lambda b: b.self_attn.qkv_proj) - 0.02) < 0.001
+    assert abs(std(gpt2, lambda b: b.ffn.linear1) - 0.02) < 0.001
+
+
+def test_bad_activation_and_residual_init_are_refused():
+    with pytest.raises(ValueError, match=r"activation must be one of .*got 'swish'"):
+        GPT(VOCAB, 8, 16, num_heads=2, activation="swish")
+    with pytest.raises(ValueError, match=r"residual_init must be None .* or 'gpt2'.*got 'GPT2'"):
+        GPT(VOCAB, 8, 16, num_heads=2, residual_init="GPT2")
+
+
 # --------------------------------------------------------------------------- equivalences
 
 
@@ -243,6 +290,17 @@ def test_rolling_cache_scores_never_exceed_window_plus_chunk(window, chunk):
     for start in range(0, 40, chunk):
         layer(x[:, start : start + chunk], everything)
     assert everything.held == 40 > window
+
+
+def test_a_decoding_step_that_sees_every_key_builds_no_mask():
+    x = torch.zeros(1, 1, 16)
+    plain = CausalSelfAttention(16, 2)
+    assert plain._score_bias(1, 9, x) is None  # one query, every key visible
+    assert plain._score_bias(2, 9, x) is not None  # two queries: the first must not see the second
+    windowed = CausalSelfAttention(16, 2, window=4)
+    assert windowed._score_bias(1, 9, x, first_key=6) is None  # keys 6..9: all in the window
+    assert windowed._score_bias(1, 9, x, first_key=5) is not None  # key 5 is out of it
+    assert CausalSelfAttention(16, 2, positions="alibi")._score_bias(1, 9, x) is not None
 
 
 def test_a_rolled_cache_is_a_copy_not_a_view():

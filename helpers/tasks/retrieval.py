@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from importlib import resources
 
 import pandas as pd
 import torch
@@ -30,6 +29,7 @@ from torch import Tensor
 
 from helpers import _validate as check
 from helpers.gpt import GPT, POSITIONS, language_model_loss
+from helpers.tasks import shipped_table
 from helpers.training import cosine_warmup_schedule, fit
 
 __all__ = [
@@ -228,11 +228,8 @@ def seed_results() -> pd.DataFrame:
     The file ships with the package (``helpers/tasks/retrieval_seeds.csv``), so that the
     chapter states the spread over seeds without training them all.
     """
-    path = resources.files("helpers.tasks") / SEEDS_FILE
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"{SEEDS_FILE} is not in helpers/tasks: run `python scripts/margins_long.py --parts "
-            f"retrieval --seeds 5 --csv helpers/tasks/{SEEDS_FILE}`, or reinstall the package"
-        )
-    with resources.as_file(path) as file:
-        return pd.read_csv(file)
+    return shipped_table(
+        SEEDS_FILE,
+        "python scripts/margins_long.py --parts retrieval --seeds 5 "
+        f"--csv helpers/tasks/{SEEDS_FILE}",
+    )

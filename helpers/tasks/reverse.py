@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from dataclasses import dataclass
-from importlib import resources
 
 import pandas as pd
 import torch
@@ -26,6 +25,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from helpers import _validate as check
 from helpers.positional import SinusoidalPositionalEncoding
+from helpers.tasks import shipped_table
 from helpers.training import cosine_warmup_schedule, fit
 from helpers.transformer import TransformerEncoder
 
@@ -224,15 +224,10 @@ def ablation_results() -> pd.DataFrame:
     produced the file. It ships with the package (``helpers/tasks/reverse_ablations.csv``), so
     the chapter shows the spread over seeds without training them.
     """
-    path = resources.files("helpers.tasks") / ABLATIONS_FILE
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"{ABLATIONS_FILE} is not in helpers/tasks: run `python scripts/margins_reverse.py "
-            f"--part ablations --out helpers/tasks/{ABLATIONS_FILE}`, or reinstall the package "
-            "from the book's repository"
-        )
-    with resources.as_file(path) as file:
-        return pd.read_csv(file)
+    return shipped_table(
+        ABLATIONS_FILE,
+        f"python scripts/margins_reverse.py --part ablations --out helpers/tasks/{ABLATIONS_FILE}",
+    )
 
 
 SCHEDULE_EXPERIMENT = {

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from importlib import resources
 
 import pandas as pd
 import torch
@@ -32,6 +31,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from helpers import _validate as check
 from helpers.efficient import sliding_window_mask
+from helpers.tasks import shipped_table
 from helpers.training import cosine_warmup_schedule, evaluate, fit
 
 __all__ = [
@@ -529,17 +529,6 @@ FULL_SCALE_FILE = "shapes_full.csv"
 SEEDS_FILE = "shapes_seeds.csv"
 
 
-def _shipped_table(name: str, command: str) -> pd.DataFrame:
-    path = resources.files("helpers.tasks") / name
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"{name} is not in helpers/tasks: run `{command} --out helpers/tasks/{name}`, or "
-            "reinstall the package from the book's repository"
-        )
-    with resources.as_file(path) as file:
-        return pd.read_csv(file)
-
-
 def full_scale_results() -> pd.DataFrame:
     """Fifty epochs at the blog post's scale, as measured by ``scripts/reproduce_shapes.py``.
 
@@ -549,7 +538,9 @@ def full_scale_results() -> pd.DataFrame:
     package (``helpers/tasks/shapes_full.csv``), so that chapter 8 draws its figure of hours of
     training anywhere, Colab included, without training anything.
     """
-    return _shipped_table(FULL_SCALE_FILE, "python scripts/reproduce_shapes.py (hours on a CPU)")
+    return shipped_table(
+        FULL_SCALE_FILE, f"python scripts/reproduce_shapes.py --out helpers/tasks/{FULL_SCALE_FILE}"
+    )
 
 
 def seed_results() -> pd.DataFrame:
@@ -557,4 +548,6 @@ def seed_results() -> pd.DataFrame:
     ``scripts/margins_shapes.py``: one row per seed with each model's test MSE, the ratios
     and attention enrichments the chapter asserts, the machine and the command.
     """
-    return _shipped_table(SEEDS_FILE, "python scripts/margins_shapes.py --lstm-seeds 5")
+    return shipped_table(
+        SEEDS_FILE, f"python scripts/margins_shapes.py --out helpers/tasks/{SEEDS_FILE}"
+    )

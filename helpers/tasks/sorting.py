@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial
-from importlib import resources
 
 import pandas as pd
 import torch
@@ -23,6 +22,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 from helpers import _validate as check
+from helpers.tasks import shipped_table
 from helpers.training import cosine_warmup_schedule, fit
 from helpers.transformer import EncoderDecoderTransformer
 
@@ -316,12 +316,6 @@ def seed_results() -> pd.DataFrame:
     (``helpers/tasks/encoder_decoder_seeds.csv``), so the chapter shows the five-seed spread
     without training twenty models.
     """
-    path = resources.files("helpers.tasks") / SEEDS_FILE
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"{SEEDS_FILE} is not in helpers/tasks: run `python scripts/margins_encoder_decoder.py"
-            f" --out helpers/tasks/{SEEDS_FILE}`, or reinstall the package from the book's "
-            "repository"
-        )
-    with resources.as_file(path) as file:
-        return pd.read_csv(file)
+    return shipped_table(
+        SEEDS_FILE, f"python scripts/margins_encoder_decoder.py --out helpers/tasks/{SEEDS_FILE}"
+    )

@@ -5,11 +5,17 @@
 ``--part chapter`` measures the chapter's main run, its bare loop and its ablations;
 ``--part schedules`` the schedule experiment (every run of ``SCHEDULE_EXPERIMENT``, cut after
 ``--max-steps`` steps as in the chapter): the steps to 99% training accuracy and the accuracy
-over the last ten steps, one row per run and seed. ``--part ablations`` trains the chapter's
-ablations (``ABLATIONS``: no positions, dropout 0.1 as in source 000, dropout 0.3) next to the
-plain recipe, one row per run and seed (with the trained model's best token accuracy at the
-lengths it never saw, 8, 12, 20 and 24) and the machine and the command; the chapter reads the
-shipped copy of that file (``helpers.tasks.reverse.ablation_results``):
+over the last ten steps, one row per run and seed; the chapter reads the shipped copy
+(``helpers.tasks.reverse.schedule_results``):
+
+    python scripts/margins_reverse.py --part schedules --out helpers/tasks/reverse_schedules.csv
+
+``--part ablations`` trains the chapter's ablations (``ABLATIONS``: no positions, dropout 0.1 as
+in source 000, dropout 0.3) next to the plain recipe, one row per run and seed (with the trained
+model's best token accuracy at the lengths it never saw, 8, 12, 20 and 24, how many of the 16
+queries the mirror head still routes to key 15 - t at lengths 20 and 24, and the accuracy with
+attention dropout 0.3 switched on in the trained model) and the machine and the command; the
+chapter reads the shipped copy of that file (``helpers.tasks.reverse.ablation_results``):
 
     python scripts/margins_reverse.py --part ablations --out helpers/tasks/reverse_ablations.csv
 
@@ -40,6 +46,7 @@ from helpers.tasks.reverse import (
     ReversePredictor,
     bag_oracle_accuracy,
     make_reverse_dataset,
+    mirror_routing,
     steps_to_accuracy,
     token_accuracy,
     token_cross_entropy,
@@ -178,6 +185,26 @@ def measure_ablations(seed, train_set, test_set):
             ).tensors
             with torch.no_grad():
                 other_lengths.append(token_accuracy(model(x), y).item())
+        # the chapter's routing check: the mirror head still reads key 15 - t at length 20, 24
+        _, _, mass, reads = mirror_routing(model, inputs[:500], config.seq_len)
+        routing = {
+            f"mirror reads at {length}": reads(
+                make_reverse_dataset(
+                    500, length, config.num_classes, torch.Generator().manual_seed(3)
+                ).tensors[0]
+            )
+            for length in (20, 24)
+        }
+        # the chapter's mechanism check: attention dropout 0.3 on the trained model
+        for block in model.encoder.blocks:
+            block.self_attn.dropout = 0.3
+        model.train()
+        torch.manual_seed(0)
+        with torch.no_grad():
+            dropped = token_accuracy(model(inputs), targets).item()
+        for block in model.encoder.blocks:
+            block.self_attn.dropout = config.dropout
+        model.eval()
         rows.append(
             {
                 "run": name,
@@ -188,6 +215,9 @@ def measure_ablations(seed, train_set, test_set):
                 "test sequence accuracy": sequence_accuracy(model, inputs, targets),
                 "bag oracle": bag_oracle_accuracy(inputs, config.num_classes),
                 "best other-length accuracy": max(other_lengths),
+                "max anti-diagonal mass": mass,
+                **routing,
+                "attention-dropout 0.3 accuracy": dropped,
             }
         )
         print(rows[-1], flush=True)
@@ -235,8 +265,11 @@ def main() -> None:
         summary = runs.groupby("run", sort=False)[["accuracy@100", "final"]].agg(["min", "max"])
         print(summary.round(3).to_string())
         if args.out:
+            command = "python scripts/margins_reverse.py " + " ".join(sys.argv[1:])
+            label = dict(machine=machine_label("cpu", 1), command=command) | config_env
             stem, _, suffix = args.out.rpartition(".")
-            runs.assign(**config_env).to_csv(f"{stem}_schedules.{suffix or 'csv'}", index=False)
+            path = args.out if args.part == "schedules" else f"{stem}_schedules.{suffix or 'csv'}"
+            runs.round(6).assign(**label).to_csv(path, index=False)
     if args.part == "ablations":
         rows = []
         for seed in range(args.first_seed, args.first_seed + args.seeds):

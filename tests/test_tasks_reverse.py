@@ -25,6 +25,8 @@ from helpers.tasks.reverse import (
     bag_oracle_accuracy,
     build_reverse_training,
     make_reverse_dataset,
+    mirror_routing,
+    schedule_results,
     steps_to_accuracy,
     token_accuracy,
     token_cross_entropy,
@@ -334,5 +336,44 @@ def test_the_shipped_ablation_results_cover_every_ablation_on_three_seeds_or_mor
     assert table["command"].str.startswith("python scripts/margins_reverse.py").all()
     assert table["machine"].nunique() == 1 and table["machine"].iloc[0]
     measured = ["train accuracy", "test accuracy", "test sequence accuracy"]
-    measured += ["bag oracle", "best other-length accuracy"]
+    measured += ["bag oracle", "best other-length accuracy", "max anti-diagonal mass"]
+    measured += ["mirror reads at 20", "mirror reads at 24", "attention-dropout 0.3 accuracy"]
     assert not table[measured].isna().any().any()
+
+
+def test_the_shipped_schedule_results_cover_every_run_on_five_seeds():
+    """Chapter 7 asserts its schedule experiment on this file: every run, the same seeds."""
+    table = schedule_results()
+    assert list(table["run"].unique()) == list(SCHEDULE_EXPERIMENT)
+    seeds = table.groupby("run")["seed"].nunique()
+    assert (seeds >= 5).all() and seeds.nunique() == 1
+    assert table["command"].str.startswith("python scripts/margins_reverse.py").all()
+    assert table["machine"].nunique() == 1
+    assert table["final"].between(0, 1).all()
+    reached = table["steps to 99%"].dropna()
+    assert (reached % 10 == 0).all() and (reached <= 250).all()
+
+
+def test_mirror_routing_finds_a_planted_mirror_head_and_counts_its_reads():
+    """A model whose head reads exactly key T-1-t is found, and counts 16 reads at any length."""
+    torch.manual_seed(0)
+    model = ReversePredictor(10, 16, 2, 1).eval()
+    seq_len = 16
+    mirror = torch.arange(seq_len - 1, -1, -1)
+
+    def planted(x):  # block 0, head 1 reads the mirror key of the training length
+        maps = torch.full((x.shape[0], 2, x.shape[1], x.shape[1]), 1.0 / x.shape[1])
+        maps[:, 1, :seq_len] = 0.0
+        maps[:, 1, torch.arange(seq_len), mirror] = 1.0
+        return [maps]
+
+    model.get_attention_maps = planted
+    inputs = make_reverse_dataset(8, seq_len, 10, generator()).tensors[0]
+    block, head, mass, reads = mirror_routing(model, inputs, seq_len)
+    assert (block, head) == (0, 1) and mass == pytest.approx(1.0)
+    longer = make_reverse_dataset(8, 24, 10, generator()).tensors[0]
+    assert reads(longer) == seq_len
+    model.get_attention_maps = lambda x: [torch.full((len(x), 2, x.shape[1], x.shape[1]), 0.5)]
+    assert mirror_routing(model, inputs, seq_len)[3](longer) <= 1  # uniform: argmax is key 0
+    with pytest.raises(ValueError, match="training length"):
+        mirror_routing(model, longer, seq_len)

@@ -41,6 +41,8 @@ __all__ = [
     "SCHEDULE_EXPERIMENT",
     "ABLATIONS",
     "ablation_results",
+    "schedule_results",
+    "mirror_routing",
     "build_reverse_training",
     "steps_to_accuracy",
     "train_reverse",
@@ -248,6 +250,51 @@ SCHEDULE_EXPERIMENT = {
 "constant lr" has neither warm-up nor decay; "lr 0.001" is source 000's learning rate; the
 post-LN runs test chapter 6's claim that pre-LN, unlike post-LN, trains without warm-up.
 """
+
+
+SCHEDULES_FILE = "reverse_schedules.csv"
+
+
+def schedule_results() -> pd.DataFrame:
+    """The schedule experiment on several seeds, as measured by ``scripts/margins_reverse.py``.
+
+    One row per run of :data:`SCHEDULE_EXPERIMENT` and seed: the steps to 99% training
+    accuracy (empty if not reached), the accuracy at step 100 and over the last ten steps,
+    and the machine and command that produced the file (``helpers/tasks/reverse_schedules.csv``).
+    """
+    return shipped_table(
+        SCHEDULES_FILE,
+        f"python scripts/margins_reverse.py --part schedules --out helpers/tasks/{SCHEDULES_FILE}",
+    )
+
+
+@torch.no_grad()
+def mirror_routing(model: ReversePredictor, inputs: torch.Tensor, seq_len: int):
+    """Which head routes the mirror token, and how many queries it routes at another length.
+
+    The head is the one with the most attention mass on the anti-diagonal (query ``t`` reads
+    key ``seq_len - 1 - t``) for ``inputs`` of the training length ``seq_len``. Returns
+    ``(block, head, mass, reads)`` where ``reads(other)`` counts the queries ``t < seq_len``
+    of sequences ``other`` (a batch of another length) whose mean attention peaks at key
+    ``seq_len - 1 - t``: a model that learned "reverse" would instead read ``T' - 1 - t``.
+    """
+    check.tokens(inputs, model.num_classes)
+    if inputs.shape[1] != seq_len:
+        raise ValueError(
+            f"inputs must have the training length seq_len={seq_len}, got {inputs.shape[1]}"
+        )
+    mirror = torch.arange(seq_len - 1, -1, -1)
+    maps = model.get_attention_maps(inputs)
+    mass = torch.stack([m[:, :, torch.arange(seq_len), mirror].mean(dim=(0, 2)) for m in maps])
+    block, head = divmod(int(mass.argmax()), mass.shape[1])
+
+    def reads(other: torch.Tensor) -> int:
+        if other.shape[1] < seq_len:
+            raise ValueError(f"other must be at least seq_len={seq_len} long")
+        weights = model.get_attention_maps(other)[block][:, head].mean(0)
+        return int((weights.argmax(-1)[:seq_len] == mirror).sum())
+
+    return block, head, mass.max().item(), reads
 
 
 def steps_to_accuracy(history, target: float = 0.99) -> int | None:

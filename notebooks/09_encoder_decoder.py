@@ -347,6 +347,15 @@ plt.show()
 # on sequences it never saw: the mistake makes the model look
 # {glue:text}`ch9_corner_inflation` times better than it is. Here the two splits come from
 # different seeds and share no sequence (`test_tasks_corners.py::test_splits_are_seeded_and_held_out`).
+#
+# A second mistake hides behind the first: its attention plots title each "test" sequence
+# "Clockwise" or "Counter-Clockwise" from `directions`, the *training* split's labels. They
+# fit only because the plotted points are training points. Fix the split and keep the
+# labels, and they describe the test sequences by chance: the training split's first
+# {glue:text}`ch9_corner_num_train` labels agree with the directions of the first
+# {glue:text}`ch9_corner_num_train` test sequences for {glue:text}`ch9_label_agreement` of
+# them. Label a sequence with the direction drawn with it
+# (`test_source_errata.py::test_attention_plot_labels_need_the_test_directions`).
 # ```
 
 # %% tags=["nbval-ignore-output"]
@@ -355,6 +364,14 @@ glue("ch9_corner_train_mse", round(corner_train_mse, 4))
 glue("ch9_corner_inflation", round(corner_tf / corner_train_mse, 2))
 assert corner_tf / corner_train_mse > 1.2
 print(f"MSE on training points {corner_train_mse:.4f}, held-out ones {corner_tf:.4f}")
+
+# %%
+# The source's labels on the fixed split: the training directions, read against test points.
+paired = len(train_clockwise)
+agreement = (train_clockwise == test_clockwise[:paired]).float().mean().item()
+glue("ch9_label_agreement", f"{agreement:.0%}")
+assert 0.3 < agreement < 0.7  # chance, not the 100% of labels drawn with the points
+print(f"training labels right on test sequences: {agreement:.0%} of {paired}")
 
 # %% [markdown]
 # ### The rule to beat

@@ -784,14 +784,13 @@ def cache_entries(cache, keys, values) -> None:
             f"keys and values must have the same shape, got {tuple(keys.shape)} and "
             f"{tuple(values.shape)}"
         )
-    if cache.keys is not None:
-        held = cache.keys.shape
-        if (held[0], held[1], held[3]) != (keys.shape[0], keys.shape[1], keys.shape[3]):
-            raise ValueError(
-                f"the cache holds keys of shape {tuple(held)} (B, H_kv, T, d_head), the new "
-                f"ones are {tuple(keys.shape)}: batch, heads and width must match; use a "
-                "fresh cache (model.new_caches(batch_size)) for another batch"
-            )
+    held = cache.entry_shape  # (B, H_kv, T_held, d_head) or None, without slicing the buffers
+    if held is not None and tuple(held[:2] + held[3:]) != tuple(keys.shape[:2] + keys.shape[3:]):
+        raise ValueError(
+            f"the cache holds keys of shape {tuple(held)} (B, H_kv, T, d_head), the new "
+            f"ones are {tuple(keys.shape)}: batch, heads and width must match; use a "
+            "fresh cache (model.new_caches(batch_size)) for another batch"
+        )
 
 
 def self_attention_input(layer: nn.Module, x, cache) -> None:
@@ -800,9 +799,10 @@ def self_attention_input(layer: nn.Module, x, cache) -> None:
     module_dtype("x", x, layer)
     if cache is not None and type(cache).__name__ != "KVCache":
         raise TypeError(f"cache must be a helpers.gpt.KVCache or None, got {type(cache).__name__}")
-    if cache is not None and cache.keys is not None and cache.keys.shape[0] != x.shape[0]:
+    held = None if cache is None else cache.entry_shape  # read without slicing the buffers
+    if held is not None and held[0] != x.shape[0]:
         raise ValueError(
-            f"the cache holds {cache.keys.shape[0]} sequences but x has {x.shape[0]}; "
+            f"the cache holds {held[0]} sequences but x has {x.shape[0]}; "
             "use one cache per batch (model.new_caches(batch_size))"
         )
 
@@ -924,3 +924,54 @@ def sampling(logits, temperature, top_k) -> tuple[float, int | None]:
     if top_k is not None:
         top_k = positive_int("top_k", top_k)
     return temperature, top_k
+
+
+# --------------------------------------------------------------------------- images (chapter 12)
+
+
+def patch_grid(image_size, patch_size) -> int:
+    """Image and patch sizes (ints >= 1) where the patch size divides the image; the grid side."""
+    image_size = positive_int("image_size", image_size)
+    patch_size = positive_int("patch_size", patch_size)
+    if image_size % patch_size:
+        divisors = [p for p in range(1, image_size + 1) if image_size % p == 0]
+        raise ValueError(
+            f"image size {image_size} is not divisible by patch_size={patch_size}: the patches "
+            f"must tile the image exactly; pick patch_size among {divisors} (or pad the images)"
+        )
+    return image_size // patch_size
+
+
+def images(x, channels: int | None, image_size: int | None, who: str) -> Tensor:
+    """A float batch of images ``(B, C, H, W)``; ``C == channels`` and ``H == W == image_size``
+    unless those are None."""
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{who} expects a torch.Tensor of shape (B, C, H, W), got {_kind(x)}")
+    if not x.is_floating_point():
+        raise TypeError(
+            f"{who} expects floating-point images, got dtype {x.dtype}; convert them with "
+            "images.float() (and normalize the pixel values)"
+        )
+    if x.ndim == 3 and (channels is None or x.shape[0] == channels):
+        raise ValueError(
+            f"{who} expects a batch of shape (B, C, H, W), got one image of shape "
+            f"{tuple(x.shape)} without a batch dimension; add it with images.unsqueeze(0)"
+        )
+    if x.ndim != 4:
+        raise ValueError(
+            f"{who} expects a batch of shape (B, C={channels or 'C'}, H, W), got shape "
+            f"{tuple(x.shape)}; a batch of grey images (B, H, W) needs images.unsqueeze(1)"
+        )
+    if channels is not None and x.shape[1] != channels:
+        raise ValueError(
+            f"{who} was built for {channels} channel(s) but the images have {x.shape[1]} "
+            f"(shape {tuple(x.shape)}, channels second); build it with channels={x.shape[1]} "
+            "or convert the images (channels last? use images.permute(0, 3, 1, 2))"
+        )
+    height, width = x.shape[-2:]
+    if image_size is not None and (height, width) != (image_size, image_size):
+        raise ValueError(
+            f"{who} was built for {image_size} x {image_size} images, got {height} x {width}; "
+            f"resize them or build it with image_size={height}"
+        )
+    return x

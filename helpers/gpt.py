@@ -18,8 +18,11 @@ both applied inside attention; ``"none"`` (the causal mask alone).
 
 Generation runs one position at a time. Without a cache every step re-reads the whole prefix;
 with one :class:`KVCache` per layer a step computes the new position's query, key and value
-only and reads the earlier keys and values from the cache. With a sliding ``window`` the cache
-rolls: it keeps the last ``window`` positions only, so its memory is flat in the length.
+only, writes the key and value into the cache's preallocated buffers and reads the earlier ones
+from there: apart from attention's reading of the cache, a step's work (the operators it
+dispatches, the elements it writes) is the same at every length, and the loop reads no value
+back to the host (:class:`DispatchCounter` counts all three). With a sliding ``window`` the
+cache rolls: it keeps the last ``window`` positions only, so its memory is flat in the length.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from helpers import _validate as check
 from helpers.efficient import position_mask
@@ -46,6 +50,7 @@ __all__ = [
     "CausalSelfAttention",
     "GPTBlock",
     "GPT",
+    "DispatchCounter",
     "next_token_probabilities",
     "language_model_loss",
 ]
@@ -57,28 +62,66 @@ class KVCache:
     """The keys and values one attention layer has computed so far, for incremental decoding.
 
     ``keys`` and ``values`` are ``(B, H_kv, T_held, d_head)`` (None while empty); ``append``
-    adds the new positions' and returns the keys and values they may read. One cache per
+    writes the new positions' and returns the keys and values they may read. One cache per
     layer: :meth:`GPT.new_caches` makes them. With grouped-query attention it holds ``H_kv``
     heads, not ``H``: that is where the memory saving is.
+
+    The cache is *preallocated*: its first ``append`` allocates two buffers of ``capacity``
+    positions (at least as many as it is given), each ``append`` copies the new positions into
+    the next free slice of them, and ``keys``/``values`` are views of the filled part. A
+    decoding step therefore writes one position per layer, whatever the cache's length; a
+    cache grown by concatenation (``torch.cat([cached, new])``) would copy all of it at every
+    step. :meth:`GPT.generate` asks for the prompt's length plus ``max_new_tokens``, so it
+    never grows; without a ``capacity`` (or beyond it) the buffers grow by doubling, a copy
+    whose cost spreads over as many steps as the cache already held. ``memory_bytes`` counts
+    the positions held, ``allocated_bytes`` the buffers.
 
     ``window`` (None: keep everything) makes the cache *roll*: a layer whose query ``i``
     reads only keys ``j > i - window`` never needs older ones, so after each append the cache
     keeps the last ``window`` positions only, and its memory stays flat however long the
-    sequence grows (Mistral's rolling buffer). ``length`` counts every position appended so far
-    (the next one's index: RoPE and ALiBi use these true positions); ``held`` is how many the
-    cache holds now, the last ones, from position ``start = length - held`` on.
+    sequence grows (Mistral's rolling buffer): buffers of about ``2 * window`` positions, and
+    when the next positions do not fit after the held ones, the held ones move to the front
+    (a copy of ``window`` positions at most once every ``window`` steps). ``length`` counts
+    every position appended so far (the next one's index: RoPE and ALiBi use these true
+    positions); ``held`` is how many the cache holds now, the last ones, from position
+    ``start = length - held`` on.
     """
 
-    def __init__(self, window: int | None = None) -> None:
+    def __init__(self, window: int | None = None, capacity: int | None = None) -> None:
         self.window = None if window is None else check.positive_int("window", window)
-        self.keys: Tensor | None = None
-        self.values: Tensor | None = None
+        self.requested = None if capacity is None else check.positive_int("capacity", capacity)
+        self._keys: Tensor | None = None  # (B, H_kv, capacity, d_head) buffers
+        self._values: Tensor | None = None
+        self._first, self._end = 0, 0  # the held positions are buffer slots first .. end - 1
         self.length = 0  # positions appended so far
+
+    @property
+    def keys(self) -> Tensor | None:
+        """The keys held, ``(B, H_kv, T_held, d_head)``: a view of the buffer (None if empty)."""
+        return None if self._keys is None else self._keys[:, :, self._first : self._end]
+
+    @property
+    def values(self) -> Tensor | None:
+        """The values held, ``(B, H_kv, T_held, d_head)``: a view of the buffer (None if empty)."""
+        return None if self._values is None else self._values[:, :, self._first : self._end]
+
+    @property
+    def entry_shape(self) -> tuple[int, int, int, int] | None:
+        """``keys.shape`` (None while empty), read without making the view ``keys`` is."""
+        if self._keys is None:
+            return None
+        batch, heads, _, width = self._keys.shape
+        return batch, heads, self.held, width
 
     @property
     def held(self) -> int:
         """How many positions the cache holds now (at most ``window`` after an append)."""
-        return 0 if self.keys is None else self.keys.shape[2]
+        return self._end - self._first
+
+    @property
+    def capacity(self) -> int:
+        """How many positions the buffers have room for (0 before the first append)."""
+        return 0 if self._keys is None else self._keys.shape[2]
 
     @property
     def start(self) -> int:
@@ -89,29 +132,75 @@ class KVCache:
         """Add ``(B, H_kv, T_new, d_head)`` keys and values; return those held plus the new.
 
         The returned keys sit at positions ``start .. length - 1`` (read ``start`` before the
-        call); with a ``window``, at most ``window + T_new`` of them.
+        call); with a ``window``, at most ``window + T_new`` of them. They are views of the
+        cache's buffers, valid until the next ``append``.
         """
         check.cache_entries(self, keys, values)
+        if torch.is_grad_enabled() and (keys.requires_grad or values.requires_grad):
+            return self._concatenate(keys, values)
+        new = keys.shape[2]
+        if self._end + new > self.capacity:
+            self._make_room(keys, values, new)
+        first, end = self._first, self._end + new
+        self._keys[:, :, self._end : end].copy_(keys)  # one slice written: no copy of the rest
+        self._values[:, :, self._end : end].copy_(values)
+        self._end, self.length = end, self.length + new
+        if self.window is not None:  # roll: what no later query reads is no longer held
+            self._first = max(first, end - self.window)
+        return self._keys[:, :, first:end], self._values[:, :, first:end]
+
+    def _concatenate(self, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
+        """``append`` under autograd: out of place, since backward needs what attention read.
+
+        (Writing into a buffer that an earlier step's attention read would invalidate it for
+        the backward pass: a windowed layer's chunks, in training, go this way.)
+        """
         self.length += keys.shape[2]
-        if self.keys is not None:
+        if self._keys is not None:
             keys = torch.cat([self.keys, keys], dim=2)
             values = torch.cat([self.values, values], dim=2)
-        self.keys, self.values = keys, values
-        if self.window is not None and self.held > self.window:  # roll: drop what no query reads
-            # a copy, not a view: a view would keep the whole concatenation alive in memory
-            self.keys = keys[:, :, -self.window :].clone()
-            self.values = values[:, :, -self.window :].clone()
+        self._keys, self._values = keys, values  # buffers exactly full: the next write grows
+        self._first, self._end = 0, keys.shape[2]
+        if self.window is not None:
+            self._first = max(0, self._end - self.window)
         return keys, values
+
+    def _make_room(self, keys: Tensor, values: Tensor, new: int) -> None:
+        """Buffers with ``new`` free slots after the held positions (rare: not in a step)."""
+        held, needed = self.held, self.held + new
+        if self.window is not None and needed <= self.capacity:  # roll: move to the front
+            for buffer in (self._keys, self._values):
+                buffer[:, :, :held] = buffer[:, :, self._first : self._end].clone()
+            self._first, self._end = 0, held
+            return
+        size = max(needed, self.requested or 0, 2 * self.capacity)
+        if self.window is not None:  # about two windows: a roll every `window` steps at most
+            size = max(needed, min(size, 2 * self.window))
+        shape = (keys.shape[0], keys.shape[1], size, keys.shape[3])
+        buffers = []
+        for old, like in ((self._keys, keys), (self._values, values)):
+            buffer = like.new_empty(shape)
+            if held:
+                buffer[:, :, :held] = old[:, :, self._first : self._end]
+            buffers.append(buffer)
+        self._keys, self._values = buffers
+        self._first, self._end = 0, held
 
     def memory_bytes(self) -> int:
         """Bytes of the keys and values held, counted: ``2 * B * H_kv * T_held * d_head * size``."""
-        if self.keys is None:
+        if self._keys is None:
             return 0
         return sum(t.numel() * t.element_size() for t in (self.keys, self.values))
 
+    def allocated_bytes(self) -> int:
+        """Bytes of the two buffers: ``memory_bytes`` with ``capacity`` in place of ``T_held``."""
+        if self._keys is None:
+            return 0
+        return sum(t.numel() * t.element_size() for t in (self._keys, self._values))
+
     def __repr__(self) -> str:
-        shape = None if self.keys is None else tuple(self.keys.shape)
-        held = f"held={self.held}, window={self.window}"
+        shape = None if self._keys is None else tuple(self.keys.shape)
+        held = f"held={self.held}, capacity={self.capacity}, window={self.window}"
         return f"KVCache(length={self.length}, {held}, keys={shape})"
 
 
@@ -325,6 +414,10 @@ class GPT(nn.Module):
 
     def forward(self, tokens: Tensor, caches: list[KVCache] | None = None) -> Tensor:
         offset = check.gpt_input(self, tokens, caches)
+        return self._logits(tokens, caches, offset)
+
+    def _logits(self, tokens: Tensor, caches: list[KVCache] | None, offset: int) -> Tensor:
+        """``forward`` without the check of the tokens (which reads their values back)."""
         x = self.token_embedding(tokens)  # (B, T, D)
         # positions offset .. offset + T - 1: with a cache, the new tokens follow the cached ones
         x = self.dropout(x + self._position_rows(offset, tokens.shape[1], x.dtype))
@@ -338,14 +431,15 @@ class GPT(nn.Module):
         table = getattr(self.position_embedding, "pe", table)  # sinusoidal
         return 0.0 if table is None else table[offset : offset + length].to(dtype)
 
-    def new_caches(self, batch_size: int) -> list[KVCache]:
+    def new_caches(self, batch_size: int, capacity: int | None = None) -> list[KVCache]:
         """One empty :class:`KVCache` per layer (``batch_size`` is checked on first use).
 
-        A model built with a ``window`` gets rolling caches (``KVCache(window)``): each holds
-        the last ``window`` positions only.
+        ``capacity``: the positions each cache allocates room for on its first use (None: as
+        many as that use brings, then doubling). A model built with a ``window`` gets rolling
+        caches (``KVCache(window)``): each holds the last ``window`` positions only.
         """
         check.positive_int("batch_size", batch_size)
-        return [KVCache(block.self_attn.window) for block in self.blocks]
+        return [KVCache(block.self_attn.window, capacity) for block in self.blocks]
 
     @torch.no_grad()
     def generate(
@@ -372,17 +466,32 @@ class GPT(nn.Module):
         ``pad_id`` (default ``end_id``), and generation stops once every sequence has ended.
         Every sequence draws from ``generator`` at every step, ended or not, so the tokens up to
         each end are the ones generated without ``end_id``.
+
+        The loop never reads a tensor's value back into Python, which on a GPU would make the
+        host wait for the device at every step instead of queuing the next step's work: the
+        prompt is checked once, before it (generated tokens are in the vocabulary by
+        construction); the output and the caches are allocated once, for
+        ``T0 + max_new_tokens`` positions, and each step writes one position into them. The
+        one exception is the test "has every sequence ended?" with ``end_id``: on the CPU,
+        where operators run one after the other anyway, it costs nothing and runs every step;
+        elsewhere it runs every :attr:`END_CHECK_EVERY` steps, so a batch that has ended runs
+        at most that many steps more than it must, steps whose tokens are padding either
+        way: the output is the same.
         """
         check.generation(self, prompt, max_new_tokens, greedy, use_cache)
         end_id, pad_id = check.end_and_pad(self.vocab_size, end_id, pad_id)
         was_training = self.training
         self.eval()
-        tokens = prompt
-        caches = self.new_caches(prompt.shape[0]) if use_cache else None
-        step_input = prompt
-        ended = torch.zeros(prompt.shape[0], 1, dtype=torch.bool, device=prompt.device)
-        for _ in range(max_new_tokens):
-            logits = self(step_input, caches)[:, -1]  # (B, V)
+        batch, prompt_length = prompt.shape
+        total = prompt_length + max_new_tokens
+        tokens = prompt.new_full((batch, total), 0 if pad_id is None else pad_id)
+        tokens[:, :prompt_length] = prompt
+        caches = self.new_caches(batch, capacity=total) if use_cache else None
+        check_every = 1 if prompt.device.type == "cpu" else self.END_CHECK_EVERY
+        step_input, offset = prompt, 0
+        ended = torch.zeros(batch, 1, dtype=torch.bool, device=prompt.device)
+        for step, position in enumerate(range(prompt_length, total), start=1):
+            logits = self._logits(step_input, caches, offset)[:, -1]  # (B, V)
             if greedy:
                 next_token = logits.argmax(dim=-1, keepdim=True)
             else:
@@ -391,13 +500,52 @@ class GPT(nn.Module):
             if end_id is not None:
                 next_token = next_token.masked_fill(ended, pad_id)
                 ended = ended | (next_token == end_id)
-            tokens = torch.cat([tokens, next_token], dim=1)
-            step_input = next_token if use_cache else tokens
-            if end_id is not None and ended.all():
-                break
+            tokens[:, position : position + 1] = next_token
+            if use_cache:
+                step_input, offset = next_token, position
+            else:
+                step_input = tokens[:, : position + 1]
+            if end_id is not None and step % check_every == 0 and ended.all():
+                break  # the rest of `tokens` is padding already
         self.train(was_training)
-        missing = prompt.shape[1] + max_new_tokens - tokens.shape[1]
-        return F.pad(tokens, (0, missing), value=0 if pad_id is None else pad_id)
+        return tokens
+
+    END_CHECK_EVERY = 16  # generate's steps between two end checks off the CPU
+
+
+class DispatchCounter(TorchDispatchMode):
+    """Count the ATen operators that run inside a ``with`` block: the host's work, measured.
+
+    ``with DispatchCounter() as counter: model.generate(...)`` counts every operator PyTorch
+    dispatches (``ops``, views included: each is Python-to-C++ work); ``non_view_ops``, those
+    that are not views (on a GPU, about one kernel launch each); ``syncs``, those that read a
+    value back into Python (``aten._local_scalar_dense``, behind ``.item()``, ``int(t)``,
+    ``if t.any()``): on a GPU each waits for the device to finish everything queued;
+    ``elements_written``, the
+    elements written by operators that are neither views nor allocations (an in-place copy
+    into a slice counts the slice). ``by_name`` holds the count of each operator. Counts are
+    exact and the same on every machine with the same version of torch; they do not see what
+    happens inside an operator's kernel.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops, self.non_view_ops, self.syncs, self.elements_written = 0, 0, 0, 0
+        self.by_name: dict[str, int] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        name = func.name().removeprefix("aten::")
+        self.ops += 1
+        self.by_name[name] = self.by_name.get(name, 0) + 1
+        if name == "_local_scalar_dense":
+            self.syncs += 1
+        if not func.is_view:
+            self.non_view_ops += 1
+        if not func.is_view and not name.startswith(("empty", "new_empty")):
+            outputs = out if isinstance(out, (tuple, list)) else (out,)
+            self.elements_written += sum(t.numel() for t in outputs if isinstance(t, Tensor))
+        return out
 
 
 def next_token_probabilities(

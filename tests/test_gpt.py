@@ -14,6 +14,7 @@ from helpers.gpt import (
     GPT,
     POSITIONS,
     CausalSelfAttention,
+    DispatchCounter,
     GPTBlock,
     KVCache,
     language_model_loss,
@@ -303,10 +304,75 @@ def test_a_decoding_step_that_sees_every_key_builds_no_mask():
     assert CausalSelfAttention(16, 2, positions="alibi")._score_bias(1, 9, x) is not None
 
 
-def test_a_rolled_cache_is_a_copy_not_a_view():
+def test_a_rolling_cache_holds_a_bounded_buffer_however_long_it_runs():
     cache = KVCache(window=2)
-    cache.append(torch.randn(1, 1, 5, 4), torch.randn(1, 1, 5, 4))
-    assert cache.keys.untyped_storage().nbytes() == cache.keys.numel() * 4  # 2 positions, not 5
+    cache.append(torch.randn(1, 1, 5, 4), torch.randn(1, 1, 5, 4))  # a prompt of 5
+    buffer, allocated = cache._keys.data_ptr(), cache.allocated_bytes()
+    assert cache.capacity == 5 and allocated == 2 * 5 * 4 * 4  # room for the prompt, no more
+    everything = [torch.randn(1, 1, 1, 4) for _ in range(50)]
+    for new in everything:
+        keys, _ = cache.append(new, new)
+        assert keys.shape[2] == 3 and torch.equal(keys[:, :, -1:], new)  # 2 held + 1 new
+    assert torch.equal(cache.keys, torch.cat(everything[-2:], dim=2))
+    assert cache._keys.data_ptr() == buffer and cache.allocated_bytes() == allocated
+
+
+def test_a_cache_writes_into_its_buffer_and_grows_only_past_its_capacity():
+    cache = KVCache(capacity=10)
+    entries = [torch.randn(2, 3, 4, 8)] + [torch.randn(2, 3, 1, 8) for _ in range(6)]
+    cache.append(entries[0], -entries[0])
+    buffer = cache._keys.data_ptr()
+    for new in entries[1:]:
+        cache.append(new, -new)
+    assert cache._keys.data_ptr() == buffer and cache.capacity == 10  # filled, never moved
+    assert torch.equal(cache.keys, torch.cat(entries, dim=2))
+    assert torch.equal(cache.values, -torch.cat(entries, dim=2))
+    assert cache.memory_bytes() == cache.allocated_bytes() == 2 * 2 * 3 * 10 * 8 * 4
+    cache.append(entries[1], entries[1])  # one more than its capacity: it doubles
+    assert cache.capacity == 20 and cache.held == cache.length == 11
+    assert cache.memory_bytes() == 2 * 2 * 3 * 11 * 8 * 4 < cache.allocated_bytes()
+    assert torch.equal(cache.keys[:, :, :10], torch.cat(entries, dim=2))
+
+
+def test_a_cache_under_autograd_concatenates_so_gradients_flow():
+    cache = KVCache()
+    first, second = (torch.randn(1, 2, n, 4, requires_grad=True) for n in (3, 1))
+    cache.append(first, first)
+    keys, values = cache.append(second, second)
+    (keys * values).sum().backward()  # in-place writes into a buffer would break this
+    torch.testing.assert_close(first.grad, 2 * first)
+    assert cache.length == 4 and cache.held == 4
+
+
+def _ops_per_step(model, prompt_length, steps=8, **options):
+    """What generate's loop dispatches per step (the prompt's pass cancels out)."""
+    prompt = _tokens(batch=2, length=prompt_length)
+    counts = []
+    for new in (1, 1 + steps):
+        with DispatchCounter() as counter:
+            model.generate(prompt, new, greedy=True, **options)
+        counts.append(counter)
+    return {
+        name: (getattr(counts[1], name) - getattr(counts[0], name)) / steps
+        for name in ("ops", "non_view_ops", "syncs", "elements_written")
+    }
+
+
+@pytest.mark.parametrize("variant", [dict(positions="learned"), dict(positions="rope")], ids=_name)
+def test_a_decoding_step_costs_the_same_at_every_cache_length(variant):
+    model = _model(**variant)  # context 24
+    short, long = _ops_per_step(model, 2), _ops_per_step(model, 14)
+    assert short == long  # operators, and elements written outside the caches' reads
+    assert short["syncs"] == 0  # the loop never waits for a tensor's value
+    without = _ops_per_step(model, 2, use_cache=False), _ops_per_step(model, 14, use_cache=False)
+    assert without[0]["ops"] == without[1]["ops"]  # the same operators ...
+    assert without[0]["elements_written"] < without[1]["elements_written"]  # on more positions
+
+
+def test_generate_reads_a_value_back_only_to_check_for_the_end():
+    model = _model()
+    assert _ops_per_step(model, 4)["syncs"] == 0
+    assert _ops_per_step(model, 4, end_id=VOCAB - 1)["syncs"] == 1  # `if ended.all()`
 
 
 def test_sampling_is_reproducible_and_restores_the_mode():

@@ -1,0 +1,63 @@
+"""scripts/bench_decode.py, the per-step cost of decoding with and without the key/value cache:
+a tiny run writes the CSV it promises, and the properties that hold on every machine hold in it
+(a cached step dispatches as many operators and writes as many elements at every context, and
+reads no value back), whatever its timings."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pandas as pd
+from conftest import ROOT
+
+SCRIPT = ROOT / "scripts" / "bench_decode.py"
+COLUMNS = [
+    "model", "device", "mode", "context", "steps", "seconds_per_step", "ops_per_step",
+    "non_view_ops_per_step", "syncs_per_step", "elements_written_per_step", "repeats",
+    "load_average", "machine", "command",
+]  # fmt: skip
+
+
+def run_script(*args):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=300,
+    )
+
+
+def test_a_tiny_run_writes_the_csv_and_the_cached_step_does_not_grow(tmp_path):
+    out = tmp_path / "decode.csv"
+    tiny = ["--contexts", "8", "40", "120", "--steps", "4", "--repeats", "1"]
+    done = run_script(*tiny, "--max-recompute", "40", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    table = pd.read_csv(out)
+    assert list(table.columns) == COLUMNS
+    assert table["command"].str.contains("--contexts 8 40 120").all()
+    assert table["machine"].str.contains("torch").all() and (table["device"] == "cpu").all()
+    cached = table[table["mode"] == "cache"]
+    assert list(cached["context"]) == [8, 40, 120]
+    for column in ("ops_per_step", "non_view_ops_per_step", "elements_written_per_step"):
+        assert cached[column].nunique() == 1, column  # the same at every cache length
+    assert (cached["syncs_per_step"] == 0).all()  # no value read back in the loop
+    recomputed = table[table["mode"] == "no cache"]
+    assert list(recomputed["context"]) == [8, 40]  # --max-recompute 40
+    assert recomputed["elements_written_per_step"].is_monotonic_increasing
+    assert (table["seconds_per_step"] > 0).all()
+
+
+def test_cuda_when_absent_is_refused_without_writing(tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    out = tmp_path / "decode.csv"
+    done = run_script("--device", "cuda", "--out", str(out))
+    assert done.returncode == 2 and "CUDA is not available" in done.stderr
+    assert not out.exists()

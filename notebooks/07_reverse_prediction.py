@@ -749,8 +749,12 @@ assert attn_dropout_accuracy < 0.95
 print(f"attention dropout {p_drop}: token accuracy {attn_dropout_accuracy:.3f}")
 # The same check on every seed of the shipped ablation file (its plain runs).
 dropped_seeds = plain[f"attention-dropout {p_drop} accuracy"]
-assert ((dropped_seeds - (1 - p_drop**2)).abs() < 0.05).all() and (dropped_seeds < 0.95).all()
-glue("ch7_attn_dropout_seeds", f"{dropped_seeds.min():.2f} to {dropped_seeds.max():.2f}")
+assert ((dropped_seeds - (1 - p_drop**2)).abs() < 0.05).all() and (
+    dropped_seeds < 0.95
+).all()
+glue(
+    "ch7_attn_dropout_seeds", f"{dropped_seeds.min():.2f} to {dropped_seeds.max():.2f}"
+)
 print(f"{len(plain)} seeds: {dropped_seeds.min():.3f} to {dropped_seeds.max():.3f}")
 
 # %% [markdown]
@@ -812,7 +816,9 @@ print(f"best at another length, {len(plain)} seeds: {other_length_seeds.max():.2
 mirror_seeds = plain[["mirror reads at 20", "mirror reads at 24"]]
 assert (mirror_seeds >= seq_len - 1).all().all()
 glue("ch7_mirror_reads_seeds_min", int(mirror_seeds.min().min()))
-print(f"mirror reads at lengths 20 and 24, {len(plain)} seeds: at least {mirror_seeds.min().min()}")
+print(
+    f"mirror reads at lengths 20 and 24, {len(plain)} seeds: at least {mirror_seeds.min().min()}"
+)
 
 # %% [markdown]
 # Only length 16 works; at every other length the accuracy is at most
@@ -949,9 +955,13 @@ glue("ch7_schedule_seeds", steps_table.shape[1])
 print(f"{schedules_command}\non {schedules_machine}")
 table = steps_table.map(lambda steps: "-" if pd.isna(steps) else int(steps))
 table.columns = [f"seed {seed}" for seed in table.columns]
-table.assign(**{"final accuracy": final_accuracy.agg(["min", "max"], axis=1).apply(
-    lambda row: f"{row['min']:.2f} to {row['max']:.2f}", axis=1
-)})
+table.assign(
+    **{
+        "final accuracy": final_accuracy.agg(["min", "max"], axis=1).apply(
+            lambda row: f"{row['min']:.2f} to {row['max']:.2f}", axis=1
+        )
+    }
+)
 
 # %% [markdown]
 # **Table.** Steps to 99% training accuracy, per run and seed of the shipped file, to the
@@ -979,7 +989,10 @@ glue("ch7_pre05_reached", pre05_reached)
 glue("ch7_pre05_worst", round(final_accuracy.loc["lr 0.05, no warm-up"].min(), 2))
 glue("ch7_post_book_slowest", int(slowest[post_book_lr].max()))
 # At the book's rate the schedule does not change the speed; the source's rate is slower.
-assert reached_all[schedules_at_book_lr].all() and slowest[schedules_at_book_lr].max() <= 100
+assert (
+    reached_all[schedules_at_book_lr].all()
+    and slowest[schedules_at_book_lr].max() <= 100
+)
 assert reached_all["lr 0.001"] and steps_table.loc["lr 0.001"].min() >= 150
 # At 0.1, warm-up decides whether pre-LN trains at all.
 assert reached_all["lr 0.1"] and slowest["lr 0.1"] <= 150

@@ -16,6 +16,7 @@ likely mistake. They are grouped by chapter:
 | 9 encoder-decoder | :func:`check_decoder_input` |
 | 10 decoder-only model | :func:`check_sampling_distribution` |
 | 11 long sequences | :func:`check_softmax_merge` |
+| 12 vision transformer | :func:`check_patchify` |
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ __all__ = [
     "check_decoder_input",
     "check_sampling_distribution",
     "check_softmax_merge",
+    "check_patchify",
 ]
 
 
@@ -617,3 +619,51 @@ def check_softmax_merge(fn) -> str:
                     "keys; a later merge would go wrong (the max is the larger of the two)"
                 )
     return "Correct: two partial softmaxes merge into the softmax of all the keys."
+
+
+# --------------------------------------------------------------------------- chapter 12
+
+
+def check_patchify(fn) -> str:
+    """Check a reader's ``fn(images, patch_size)``: ``(B, C, S, S) -> (B, N, C * P * P)``.
+
+    Patches numbered row by row, each flattened as (channel, row, column), as
+    :func:`helpers.vit.patchify` does (the order that makes it equal to a strided ``Conv2d``).
+    Returns a line starting with "Correct:", or raises AssertionError with a hint.
+    """
+    from helpers.vit import patchify
+
+    if not callable(fn):
+        raise TypeError(f"pass your patchify function itself, got {type(fn).__name__}")
+    cases = {"one grey image": (1, 1, 4, 2), "a batch of RGB images": (2, 3, 6, 3)}
+    for name, (batch, channels, side, patch) in cases.items():
+        images = torch.arange(batch * channels * side * side, dtype=torch.float32)
+        images = images.reshape(batch, channels, side, side)
+        expected = patchify(images, patch)
+        got = fn(images, patch)
+        if not isinstance(got, Tensor) or got.shape != expected.shape:
+            raise AssertionError(
+                f"{name}: expected shape {tuple(expected.shape)} (B, number of patches, "
+                f"C * P * P), got {_describe(got)}"
+            )
+        if torch.equal(got, expected):
+            continue
+        strips = images.reshape(batch, -1, channels * patch * patch)
+        if torch.equal(got, strips):
+            raise AssertionError(
+                f"{name}: your patches are runs of consecutive pixels (a reshape alone), not "
+                "squares: split each side into (grid, patch) and permute the two grid axes "
+                "before the patch axes"
+            )
+        if torch.equal(got.sort(dim=-1).values, expected.sort(dim=-1).values):
+            raise AssertionError(
+                f"{name}: each patch holds the right pixels in another order; flatten them as "
+                "(channel, row, column), the order of a Conv2d weight"
+            )
+        if torch.equal(got.sort(dim=1).values, expected.sort(dim=1).values):
+            raise AssertionError(
+                f"{name}: the right patches in the wrong order; number them "
+                "row by row (left to right, then top to bottom)"
+            )
+        raise AssertionError(f"{name}: the patches hold the wrong pixels")
+    return "Correct: your patches are square, numbered row by row, flattened as a Conv2d's."

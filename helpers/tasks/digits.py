@@ -1,0 +1,251 @@
+"""Chapter 12's task: scikit-learn's handwritten digits, a ViT and a CNN that compete on them.
+
+The data are real images that ship inside scikit-learn (``sklearn.datasets.load_digits``, no
+download): 1,797 grey images of 8 x 8 pixels with values 0 to 16, ten classes, about 180 of
+each. :func:`digits_split` fixes one seeded split, the same in every run: 50 test images per
+class, and an order of the remaining 1,297 training images in which every prefix is as
+balanced over the classes as it can be, so that ``num_train=100`` means ten of each class, and
+a smaller training set is always a subset of a larger one.
+
+:func:`make_digits_cnn` is the convolutional network the Vision Transformer
+(:class:`helpers.vit.VisionTransformer`) is compared with, of about the same parameter count.
+:func:`train_digits` trains either on the split with one recipe (AdamW, a warm-up and a cosine
+decay, a fixed number of steps whatever the training-set size); it is a module-level function
+so that :func:`helpers.parallel.run_in_processes` can run several side by side.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import pandas as pd
+import torch
+from torch import Tensor, nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from helpers import _validate as check
+from helpers.tasks import shipped_table
+from helpers.training import cosine_warmup_schedule, evaluate, fit
+from helpers.vit import VisionTransformer, ViTConfig
+
+__all__ = [
+    "NUM_CLASSES",
+    "TEST_PER_CLASS",
+    "load_digits_images",
+    "digits_split",
+    "DigitsData",
+    "make_digits_data",
+    "make_digits_cnn",
+    "DIGITS_MODELS",
+    "DIGITS_VIT",
+    "make_digits_model",
+    "DigitsTrainConfig",
+    "DigitsRun",
+    "accuracy",
+    "train_digits",
+    "SEEDS_FILE",
+    "seed_results",
+]
+
+NUM_CLASSES = 10
+TEST_PER_CLASS = 50
+SPLIT_SEED = 0
+
+
+def load_digits_images() -> tuple[Tensor, Tensor]:
+    """All 1,797 digits as ``(images (N, 1, 8, 8) float32 in [0, 16], labels (N,) int64)``."""
+    from sklearn.datasets import load_digits  # imported here: only this task needs it
+
+    digits = load_digits()
+    images = torch.tensor(digits.images, dtype=torch.float32).unsqueeze(1)
+    return images, torch.tensor(digits.target, dtype=torch.int64)
+
+
+def digits_split(labels: Tensor, test_per_class: int = TEST_PER_CLASS, seed: int = SPLIT_SEED):
+    """A seeded split of ``range(len(labels))``: ``(train_indices, test_indices)``.
+
+    ``test_per_class`` images of each class go to the test set. The training indices are
+    ordered round-robin over the classes (one of each class, in a seeded order, then the next
+    one of each, ...), so every prefix is class-balanced to within one image.
+    """
+    check.tensor("labels", labels)
+    check.positive_int("test_per_class", test_per_class)
+    generator = torch.Generator().manual_seed(check.non_negative_int("seed", seed))
+    train_queues, test = [], []
+    for digit in range(NUM_CLASSES):
+        members = torch.nonzero(labels == digit).flatten()
+        if len(members) <= test_per_class:
+            raise ValueError(f"class {digit} has only {len(members)} images for the test set")
+        members = members[torch.randperm(len(members), generator=generator)]
+        test.append(members[:test_per_class])
+        train_queues.append(members[test_per_class:].tolist())
+    train = [queue[i] for i in range(max(map(len, train_queues))) for queue in train_queues
+             if i < len(queue)]  # fmt: skip
+    return torch.tensor(train), torch.cat(test).sort().values
+
+
+@dataclass(frozen=True)
+class DigitsData:
+    """The split, normalized: pixels minus ``mean``, over ``std`` (the training images')."""
+
+    train_images: Tensor  # (N_train, 1, 8, 8) float32
+    train_labels: Tensor  # (N_train,) int64
+    test_images: Tensor  # (500, 1, 8, 8)
+    test_labels: Tensor  # (500,)
+    mean: float
+    std: float
+
+
+def make_digits_data(num_train: int | None = None) -> DigitsData:
+    """The fixed split with the first ``num_train`` training images (all 1,297 if None).
+
+    Normalized with the mean and standard deviation of the training images used (one number
+    each, over all pixels), so nothing about the test set enters training.
+    """
+    images, labels = load_digits_images()
+    train, test = digits_split(labels)
+    if num_train is not None:
+        if check.positive_int("num_train", num_train) > len(train):
+            raise ValueError(f"num_train={num_train}, but the split has {len(train)} images")
+        train = train[:num_train]
+    mean, std = images[train].mean().item(), images[train].std().item()
+    normalized = (images - mean) / std
+    return DigitsData(normalized[train], labels[train], normalized[test], labels[test],
+                      mean, std)  # fmt: skip
+
+
+# --------------------------------------------------------------------------- models
+
+
+def make_digits_cnn(channels: tuple[int, int] = (16, 36), num_classes: int = NUM_CLASSES):
+    """A small CNN for 8 x 8 images: ``(B, 1, 8, 8) -> (B, num_classes)``.
+
+    Two 3 x 3 convolutions at full resolution, a 2 x 2 max-pool, a third convolution at 4 x 4,
+    the mean over the positions and a linear layer. Every unit sees a 3 x 3 neighbourhood of
+    the layer below: locality and weight sharing are built in.
+    """
+    first, second = (check.positive_int("channels", c) for c in channels)
+    return nn.Sequential(
+        nn.Conv2d(1, first, 3, padding=1), nn.ReLU(),
+        nn.Conv2d(first, second, 3, padding=1), nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(second, second, 3, padding=1), nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+        nn.Linear(second, check.positive_int("num_classes", num_classes)),
+    )  # fmt: skip
+
+
+DIGITS_MODELS = ("ViT", "CNN")
+DIGITS_VIT = ViTConfig()
+"""The chapter's ViT: class token, learned positions, patches of 2 pixels, width 32."""
+
+
+def make_digits_model(name: str, vit: ViTConfig = DIGITS_VIT) -> nn.Module:
+    """``"ViT"``: :class:`VisionTransformer` with ``vit``; ``"CNN"``: :func:`make_digits_cnn`."""
+    if name == "ViT":
+        return VisionTransformer(vit)
+    if name == "CNN":
+        return make_digits_cnn()
+    raise ValueError(f"name must be one of {DIGITS_MODELS}, got {name!r}")
+
+
+# --------------------------------------------------------------------------- training
+
+
+@dataclass(frozen=True)
+class DigitsTrainConfig:
+    """The recipe of every run: ``steps`` AdamW steps of ``batch_size`` images (fewer if the
+    training set is smaller), a linear warm-up over ``warmup`` of them and a cosine decay."""
+
+    steps: int = 500
+    batch_size: int = 64
+    lr: float = 3e-3
+    weight_decay: float = 0.05
+    warmup: float = 0.1
+
+
+@dataclass
+class DigitsRun:
+    """What :func:`train_digits` returns: the trained model (in eval mode) and its scores."""
+
+    model: nn.Module
+    num_train: int
+    test_accuracy: float
+    train_accuracy: float
+    seconds: float
+    history: pd.DataFrame
+
+
+def accuracy(logits: Tensor, labels: Tensor) -> Tensor:
+    """The fraction of rows whose arg-max is the label."""
+    return (logits.argmax(dim=-1) == labels).float().mean()
+
+
+def _batches(data: DigitsData, config: DigitsTrainConfig, generator: torch.Generator):
+    """``config.steps`` batches: passes over the training set, each in a fresh seeded order."""
+    count = len(data.train_labels)
+    size = min(config.batch_size, count)
+    per_pass = count // size  # whole batches per pass; the rest of a pass is dropped
+    passes = math.ceil(config.steps / per_pass)
+    order = torch.cat([torch.randperm(count, generator=generator)[: per_pass * size]
+                       for _ in range(passes)])[: config.steps * size]  # fmt: skip
+    return [(data.train_images[i], data.train_labels[i]) for i in order.split(size)]
+
+
+def train_digits(
+    model: str = "ViT",
+    seed: int = 0,
+    *,
+    num_train: int | None = None,
+    vit: ViTConfig = DIGITS_VIT,
+    config: DigitsTrainConfig = DigitsTrainConfig(),
+    device: str = "cpu",
+) -> DigitsRun:
+    """Train one model (``"ViT"`` or ``"CNN"``) on the fixed split; score it on the test set.
+
+    ``seed`` sets the initialization and the order of the batches; the split is the same for
+    every seed. ``num_train`` takes the first images of the balanced training order.
+    """
+    if not isinstance(config, DigitsTrainConfig):
+        raise TypeError(f"config must be a DigitsTrainConfig, got {type(config).__name__}")
+    data = make_digits_data(num_train)
+    torch.manual_seed(check.non_negative_int("seed", seed))
+    network = make_digits_model(model, vit)
+    batches = _batches(data, config, torch.Generator().manual_seed(seed))
+    optimizer = torch.optim.AdamW(network.parameters(), lr=config.lr,
+                                  weight_decay=config.weight_decay)  # fmt: skip
+    warmup = math.ceil(config.warmup * config.steps)
+    start = time.perf_counter()
+    history = fit(network, batches, loss_fn=nn.functional.cross_entropy, optimizer=optimizer,
+                  epochs=1, scheduler=cosine_warmup_schedule(optimizer, warmup, config.steps),
+                  device=device, progress=False, log_every=50)  # fmt: skip
+    seconds = time.perf_counter() - start
+
+    def score(images, labels):
+        loader = DataLoader(TensorDataset(images, labels), batch_size=500)
+        metrics = {"accuracy": accuracy}
+        return evaluate(network, loader, nn.functional.cross_entropy, metrics)["accuracy"]
+
+    test, train = (
+        score(data.test_images, data.test_labels),
+        score(data.train_images, data.train_labels),
+    )
+    return DigitsRun(network.eval(), len(data.train_labels), test, train, seconds, history)
+
+
+SEEDS_FILE = "digits_seeds.csv"
+
+
+def seed_results() -> pd.DataFrame:
+    """Chapter 12's runs over seeds, as measured by ``scripts/reproduce_digits.py``.
+
+    One row per run: ``experiment`` (``"models"``, ``"size"``, ``"variant"`` or ``"patch"``),
+    ``model``, ``pool``, ``positions``, ``patch_size``, ``num_train``, ``seed``,
+    ``test_accuracy``, ``train_accuracy``, ``seconds`` (training time), ``tokens``, and the
+    ``machine`` and ``command`` that produced it.
+    """
+    return shipped_table(
+        SEEDS_FILE, f"python scripts/reproduce_digits.py --out helpers/tasks/{SEEDS_FILE}"
+    )

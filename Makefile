@@ -21,7 +21,7 @@ export PYTHONHASHSEED := 0
 # Quiet, reproducible notebook kernels: no stray warnings about Jupyter's own paths.
 export JUPYTER_PLATFORM_DIRS := 1
 
-.PHONY: help venv book-venv book browser test test-portability lint drift unit notebooks site lab execute bench freeze freeze-book clean
+.PHONY: help venv book-venv book browser test test-portability lint drift unit notebooks site lab execute bench release release-tag freeze freeze-book clean
 
 help:
 	@echo "make book       build the website into _build/html (creates .venv-book on first use)"
@@ -38,6 +38,8 @@ help:
 	@echo "make test-portability  strict nbval under four numerics configurations"
 	@echo "make browser    install Debian's Chromium for the browser tests (when root)"
 	@echo "make site       build the website, then check it (pytest -m site, Chromium)"
+	@echo "make release VERSION=x.y.z      the new version in every file (CHANGELOG entry first)"
+	@echo "make release-tag VERSION=x.y.z  tag the committed release v<version>"
 	@echo "make freeze     rewrite requirements.txt from .venv"
 	@echo "make freeze-book  rewrite requirements-book.txt: jupyter-book at requirements.txt's pins"
 	@echo "make clean      remove _build and the test caches"
@@ -139,6 +141,14 @@ execute: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python scripts/execute.py --all --record book/benchmarks.csv
+
+# A release: write CHANGELOG.md's entry first, then `make release VERSION=x.y.z` (the version in
+# every file that names it), `make test`, commit, `make release-tag VERSION=x.y.z`.
+release: $(STAMP)
+	$(BIN)/python scripts/release.py $(VERSION)
+
+release-tag: $(STAMP)
+	$(BIN)/python scripts/release.py $(VERSION) --tag
 
 freeze: $(STAMP)
 	$(BIN)/python -m pip freeze --exclude-editable | sed 's/+cpu$$//' > requirements.txt

@@ -12,11 +12,14 @@ version that lives here. Where code lives:
 * the **top level** (this module): what every notebook needs (seeding, the device, threads,
   showing source, gluing numbers into the prose, expecting an error).
 
-Later chapters import what earlier ones built; nothing is copied.
+Later chapters import what earlier ones built; nothing is copied. A module imports only
+modules of its own or earlier chapters (``tests/test_structure.py`` reads the chapters from the
+table below), and no two modules import each other.
 
 | chapter | module |
 | --- | --- |
 | 1 kernel regression | ``kernel`` (Nadaraya-Watson), ``tasks.regression`` (data) |
+| 2 masking, and every later mask | ``masks`` (causal, padding, window: every mask rule) |
 | 2 masking, 3 attention, 4 multi-head | ``attention`` |
 | 3 memory of attention | ``analysis`` (``peak_cpu_bytes``) |
 | 4 weights from PyTorch's modules | ``interop`` |
@@ -28,7 +31,8 @@ Later chapters import what earlier ones built; nothing is copied.
 | 9 encoder-decoder | ``transformer`` (decoder side), ``tasks.corners``, ``tasks.sorting`` |
 | 10 decoder-only model | ``gpt`` (GPT, key/value cache, sampling), ``tasks.brackets`` |
 | 10 GPT-2's weights | ``interop`` (``load_gpt2``) |
-| 11 long sequences | ``efficient`` (tiled attention, windows, costs), ``tasks.retrieval`` |
+| 11 long sequences | ``efficient`` (tiled attention, window reach, costs), ``tasks.retrieval`` |
+| 12 vision transformer | ``vit`` (patches, 2-D positions, the ViT, rollout), ``tasks.digits`` |
 | figures, every chapter | ``plotting`` |
 | diagrams, every chapter | ``diagrams`` (drawn by ``scripts/make_diagrams.py``) |
 | exercises, every chapter | ``checks`` |

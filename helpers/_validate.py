@@ -519,29 +519,21 @@ def model_output(output) -> Tensor:
     return output
 
 
-def fit_arguments(
-    model,
-    train_loader,
-    loss_fn,
-    optimizer,
-    epochs,
-    scheduler,
-    val_loader,
-    metrics,
-    clip_grad_norm,
-    log_every,
-    seed,
-) -> dict:
+def fit_arguments(arguments: dict) -> dict:
+    """The arguments of :func:`helpers.training.fit`, by name (its ``locals()`` on entry);
+    returns its metrics as a dict of functions."""
+    model, epochs, seed = arguments["model"], arguments["epochs"], arguments["seed"]
     module(model)
-    loader("train_loader", train_loader)
-    if val_loader is not None:
-        loader("val_loader", val_loader)
-    loss_function(loss_fn)
-    optimizer_of(optimizer, for_model=model)
+    loader("train_loader", arguments["train_loader"])
+    if arguments["val_loader"] is not None:
+        loader("val_loader", arguments["val_loader"])
+    loss_function(arguments["loss_fn"])
+    optimizer_of(arguments["optimizer"], for_model=model)
     positive_int("epochs", epochs)
-    positive_int("log_every", log_every)
-    if clip_grad_norm is not None:
-        positive_number("clip_grad_norm", clip_grad_norm, "1.0 is a common choice")
+    positive_int("log_every", arguments["log_every"])
+    if arguments["clip_grad_norm"] is not None:
+        positive_number("clip_grad_norm", arguments["clip_grad_norm"], "1.0 is a common choice")
+    scheduler = arguments["scheduler"]
     if scheduler is not None and not callable(getattr(scheduler, "step", None)):
         raise TypeError(
             f"scheduler must have a step() method (a torch LR scheduler), "
@@ -549,7 +541,25 @@ def fit_arguments(
         )
     if seed is not None:
         non_negative_int("seed", seed)
-    return metric_functions(metrics)
+    return metric_functions(arguments["metrics"])
+
+
+def first_batch(batch):
+    """The first batch of an epoch, which must exist: a loader that yields nothing is an error."""
+    if batch is None:
+        raise ValueError("train_loader yielded no batches; check its dataset and batch_size")
+    return batch
+
+
+def finite_loss(loss: Tensor, epoch: int, step: int) -> Tensor:
+    """A training loss that is a finite number (not NaN, not infinite), or a clear error."""
+    if not torch.isfinite(loss):
+        raise FloatingPointError(
+            f"the training loss is {loss.item()} at epoch {epoch}, step {step}; "
+            "lower the learning rate, clip gradients (clip_grad_norm=1.0) "
+            "or check the data for NaNs"
+        )
+    return loss
 
 
 def schedule(warmup_steps, total_steps) -> None:
@@ -697,11 +707,14 @@ def decoder_inputs(block: nn.Module, target, memory, target_mask, memory_mask) -
     )
 
 
-def seq2seq_arguments(source_vocab, target_vocab, pad_id, tie_embeddings) -> None:
-    """The vocabulary sizes, padding token and tying choice of an encoder-decoder model."""
+def seq2seq_arguments(source_vocab, target_vocab, pad_id, tie_embeddings, ffn_width) -> None:
+    """The vocabulary sizes, padding token, tying choice and feed-forward width (an int, or
+    None for the default) of an encoder-decoder model."""
     positive_int("source_vocab", source_vocab)
     positive_int("target_vocab", target_vocab)
     boolean("tie_embeddings", tie_embeddings)
+    if ffn_width is not None:
+        positive_int("ffn_width", ffn_width)
     if tie_embeddings and source_vocab != target_vocab:
         raise ValueError(
             f"tie_embeddings=True shares one embedding matrix, so it needs one vocabulary; got "

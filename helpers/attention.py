@@ -1,4 +1,4 @@
-"""Attention: scaled dot-product attention, masks and multi-head attention.
+"""Attention: scaled dot-product attention, heads and multi-head attention.
 
 Chapters 2 (masking), 3 (scaled dot-product attention) and 4 (multi-head attention) build
 these pieces from scratch; this module is the canonical version the later chapters import.
@@ -6,14 +6,11 @@ these pieces from scratch; this module is the canonical version the later chapte
 Shapes: ``B`` batch, ``H`` heads, ``Tq`` query length, ``Tk`` key/value length, ``D`` model
 width (``d_model``), ``d_head = D / H``.
 
-Mask convention (the one convention of the whole package): a **boolean** tensor where
-``True`` means "this query may attend to this key", as in
-``torch.nn.functional.scaled_dot_product_attention``. (``torch.nn.MultiheadAttention`` uses
-the opposite: its ``key_padding_mask`` and boolean ``attn_mask`` mean True = ignore; invert
-with ``~mask`` when talking to it.) Against per-head scores (B, H, Tq, Tk), a 3-D mask is
-always (B, Tq, Tk), one mask per sequence shared by the heads. Float masks are refused: a
-0/1 float mask and an additive 0/-inf mask look alike but mean opposite things, so the
-caller says which one it is.
+Masks follow the one convention of the package, documented in :mod:`helpers.masks` (their
+home): boolean, ``True`` = this query may attend to this key, as in
+``torch.nn.functional.scaled_dot_product_attention``; against per-head scores (B, H, Tq, Tk),
+a 3-D mask is (B, Tq, Tk). ``causal_mask``, ``padding_mask`` and ``additive_mask`` are
+importable from here too, where chapters 2 to 4 introduce them.
 
 A query row whose keys are all masked has nothing to attend to. Here its attention weights
 are all zero and its output is the zero vector (no NaN, no silent uniform average), which is
@@ -23,13 +20,13 @@ also what PyTorch's fused kernel returns on the CPU.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from helpers import _validate as check
+from helpers.masks import additive_mask, causal_mask, padding_mask
 
 __all__ = [
     "scaled_dot_product_attention",
@@ -100,40 +97,7 @@ def scaled_dot_product_attention(
     return weights @ v, weights
 
 
-# --------------------------------------------------------------------------- masks
-
-
-def causal_mask(T: int, device: torch.device | str | None = None) -> Tensor:
-    """The (T, T) boolean mask of causal attention: query t may attend to keys 0..t.
-
-    True on and below the diagonal (the package's convention: True = may attend).
-    """
-    T = check.positive_int("T", T)
-    return torch.ones(T, T, dtype=torch.bool, device=device).tril()
-
-
-def padding_mask(lengths: Tensor | Sequence[int], max_len: int | None = None) -> Tensor:
-    """A key-padding mask from sequence lengths, shape (B, 1, 1, Tk) with Tk = max_len.
-
-    Entry [b, 0, 0, j] is True when key j is a real token of sequence b (j < lengths[b]).
-    The two size-1 dimensions broadcast over heads and queries, so the same mask serves
-    self-attention (Tq = Tk) and cross-attention (any Tq); ``mask[:, 0]`` is the
-    (B, 1, Tk) form for 3-D scores. ``max_len`` defaults to the longest length.
-    """
-    lengths, max_len = check.lengths(lengths, max_len)
-    positions = torch.arange(max_len, device=lengths.device)
-    return (positions < lengths[:, None])[:, None, None, :]
-
-
-def additive_mask(mask: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
-    """The additive form of a boolean mask: 0 where True (may attend), -inf where False.
-
-    Adding it to the scores before the softmax is the same as masking them; this is the
-    float ``attn_mask`` that ``F.scaled_dot_product_attention`` accepts.
-    """
-    mask = check.bool_mask(mask)
-    zeros = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
-    return zeros.masked_fill(~mask, float("-inf"))
+# --------------------------------------------------------------------------- heads
 
 
 def split_heads(x: Tensor, num_heads: int) -> Tensor:
@@ -192,12 +156,6 @@ class MultiHeadAttention(nn.Module):
         bias = None if self.qkv_proj.bias is None else self.qkv_proj.bias[rows]
         return F.linear(x, self.qkv_proj.weight[rows], bias)
 
-    def load_from_torch(self, torch_mha: nn.MultiheadAttention) -> MultiHeadAttention:
-        """Copy a ``torch.nn.MultiheadAttention``'s weights; see :mod:`helpers.interop`."""
-        from helpers.interop import load_multihead_attention
-
-        return load_multihead_attention(self, torch_mha)
-
 
 class SingleHeadAttention(nn.Module):
     """One attention head with its own projections: (B, T, D) inputs -> (B, Tq, d_head).
@@ -224,9 +182,9 @@ class SingleHeadAttention(nn.Module):
 class PerHeadMultiHeadAttention(nn.Module):
     """Multi-head attention as a list of single-head modules, concatenated and projected.
 
-    Computes the same function as :class:`MultiHeadAttention` (``fused()`` returns one with
-    the same weights); slower, but each head is a module you can hold. Same forward
-    signature, shapes and mask convention as :class:`MultiHeadAttention`; no dropout.
+    Computes the same function as :class:`MultiHeadAttention` (:func:`helpers.interop.fuse_heads`
+    returns one with the same weights); slower, but each head is a module you can hold. Same
+    forward signature, shapes and mask convention as :class:`MultiHeadAttention`; no dropout.
     """
 
     def __init__(self, d_model: int, num_heads: int, bias: bool = False):
@@ -248,9 +206,3 @@ class PerHeadMultiHeadAttention(nn.Module):
             weights.append(weight)
         output = self.out_proj(torch.cat(outputs, dim=-1))
         return (output, torch.stack(weights, dim=1)) if return_attention else output
-
-    def fused(self) -> MultiHeadAttention:
-        """A :class:`MultiHeadAttention` computing the same function (weights copied)."""
-        from helpers.interop import fuse_heads
-
-        return fuse_heads(self)

@@ -3,8 +3,9 @@
 - :func:`online_softmax_update` and :func:`tiled_attention`: the streaming softmax and the
   forward pass of tiled ("flash") attention, a block of queries and a block of keys at a time,
   so that no (Tq, Tk) tensor ever exists;
-- :func:`position_mask`, :func:`sliding_window_mask` and :func:`receptive_field`: local
-  attention, and how far a token can see through a stack of windowed layers;
+- :func:`receptive_field`: how far a token can see through a stack of windowed layers of
+  local attention (its masks, :func:`position_mask` and :func:`sliding_window_mask`, live in
+  :mod:`helpers.masks` with every mask rule, and are importable from here too);
 - :func:`attention_cost` and :func:`kv_cache_bytes`: the arithmetic of attention's FLOPs and
   memory, and of a key/value cache, computed from shapes alone;
 - :func:`median_seconds`: a small, honest timer for the chapter's measurements.
@@ -24,6 +25,7 @@ import torch
 from torch import Tensor
 
 from helpers import _validate as check
+from helpers.masks import position_mask, sliding_window_mask
 
 __all__ = [
     "online_softmax_update",
@@ -62,30 +64,6 @@ def online_softmax_update(
     running_sum = running_sum * rescale + weights.sum(dim=-1, keepdim=True)
     accumulator = accumulator * rescale + weights @ values
     return new_max, running_sum, accumulator
-
-
-def position_mask(
-    query_positions: Tensor,
-    key_positions: Tensor,
-    *,
-    causal: bool = True,
-    window: int | None = None,
-) -> Tensor:
-    """The (Tq, Tk) boolean mask (True = may attend) of queries and keys at the given positions.
-
-    ``causal``: query at position i sees keys at j <= i. ``window``: only keys less than
-    ``window`` positions away (j > i - window when causal, |i - j| < window otherwise). The
-    positions need not start at 0: a decoder with a key/value cache passes the new queries'
-    positions and every cached key's. The one rule behind :func:`sliding_window_mask`, the
-    tiles of :func:`tiled_attention` and :class:`helpers.gpt.CausalSelfAttention`.
-    """
-    offset = query_positions[:, None] - key_positions[None, :]  # how far back each key is
-    allowed = torch.ones_like(offset, dtype=torch.bool)
-    if causal:
-        allowed &= offset >= 0
-    if window is not None:
-        allowed &= offset < window if causal else offset.abs() < window
-    return allowed
 
 
 def _allowed(queries: Tensor, keys: Tensor, causal: bool, window: int | None) -> Tensor | None:
@@ -148,22 +126,6 @@ def tiled_attention(
 
 
 # --------------------------------------------------------------------------- local attention
-
-
-def sliding_window_mask(
-    T: int, window: int, *, causal: bool = True, device: torch.device | str | None = None
-) -> Tensor:
-    """The (T, T) boolean mask of sliding-window attention (True = may attend).
-
-    Causal (Mistral's kind): query t sees keys t - window + 1, ..., t, that is ``window`` keys
-    counting itself. Not causal: keys less than ``window`` positions away on either side,
-    ``2 * window - 1`` keys. ``window >= T`` (causal) gives the plain causal mask.
-    """
-    T = check.positive_int("T", T)
-    window = check.positive_int("window", window)
-    check.boolean("causal", causal)
-    positions = torch.arange(T, device=device)
-    return position_mask(positions, positions, causal=causal, window=window)
 
 
 def receptive_field(window: int, num_layers: int) -> int:

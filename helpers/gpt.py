@@ -35,7 +35,7 @@ from torch import Tensor, nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from helpers import _validate as check
-from helpers.efficient import position_mask
+from helpers.masks import position_mask
 from helpers.positional import (
     LearnedPositionalEmbedding,
     SinusoidalPositionalEncoding,

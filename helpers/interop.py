@@ -5,7 +5,8 @@ functions as ``torch.nn.MultiheadAttention`` and ``torch.nn.TransformerEncoderLa
 :class:`helpers.gpt.GPT`, configured as GPT-2, the same function as ``transformers``'
 ``GPT2LMHeadModel``. The functions here copy weights across, after checking that the two
 models are built alike, so that chapters and tests can compare them output for output. The
-classes' ``load_from_torch`` and ``fused`` methods call these.
+book's classes do not depend on this module (they carry no loading methods): it imports
+them, never the other way round.
 
 Remember the mask conventions when you compare outputs: PyTorch's boolean masks mean
 True = *ignore*, the book's True = may attend, so pass ``~mask`` to PyTorch's modules.
@@ -19,6 +20,8 @@ import warnings
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from helpers.attention import MultiHeadAttention
 
 __all__ = [
     "load_multihead_attention",
@@ -65,8 +68,6 @@ def fuse_heads(per_head):
     Head h's query, key and value layers become rows ``h*d_head:(h+1)*d_head`` of the three
     blocks of the fused ``qkv_proj``; the output projection is shared as it is.
     """
-    from helpers.attention import MultiHeadAttention
-
     bias = per_head.out_proj.bias is not None
     fused = MultiHeadAttention(per_head.d_model, per_head.num_heads, bias=bias)
     for block, name in enumerate(("query", "key", "value")):

@@ -144,59 +144,34 @@ def fit(
     previous row), ``val_loss`` and ``val_<metric>`` (:func:`evaluate` on ``val_loader`` in the
     last row of each epoch, NaN elsewhere), ``elapsed_s`` (wall-clock seconds, volatile).
     """
-    metrics = check.fit_arguments(
-        model,
-        train_loader,
-        loss_fn,
-        optimizer,
-        epochs,
-        scheduler,
-        val_loader,
-        metrics,
-        clip_grad_norm,
-        log_every,
-        seed,
-    )
+    metrics = check.fit_arguments(locals())  # every argument above, checked by name
     if seed is not None:
         torch.manual_seed(seed)
     device = _resolve_device(model, device)
     model.to(device)
-    log = _Log(metrics, total=_num_steps(train_loader, epochs), progress=progress)
-
     model.train()
-    for epoch in range(1, epochs + 1):
-        batches = iter(train_loader)
-        batch = next(batches, None)
-        if batch is None:
-            log.close()
-            raise ValueError("train_loader yielded no batches; check its dataset and batch_size")
-        while batch is not None:
-            inputs, target = _split_batch(batch, device)
-            lr = optimizer.param_groups[0]["lr"]
-            output = check.model_output(model(*inputs))
-            loss = loss_fn(output, target)
-            if not torch.isfinite(loss):
-                log.close()
-                raise FloatingPointError(
-                    f"the training loss is {loss.item()} at epoch {epoch}, step {log.step + 1}; "
-                    "lower the learning rate, clip gradients (clip_grad_norm=1.0) "
-                    "or check the data for NaNs"
-                )
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            if clip_grad_norm is not None:
-                nn.utils.clip_grad_norm_(model.parameters(), clip_grad_norm)
-            optimizer.step()
-            if scheduler is not None:
-                scheduler.step()
-            log.add(loss, output, target)
-
-            batch = next(batches, None)
-            if log.step % log_every == 0 or batch is None:
-                scores = None
-                if batch is None and val_loader is not None:
-                    scores = evaluate(model, val_loader, loss_fn, metrics, device)
-                log.row(epoch, lr, scores)
+    with _Log(metrics, total=_num_steps(train_loader, epochs), progress=progress) as log:
+        for epoch in range(1, epochs + 1):
+            batches = iter(train_loader)
+            batch = check.first_batch(next(batches, None))
+            while batch is not None:
+                inputs, target = _split_batch(batch, device)
+                lr = optimizer.param_groups[0]["lr"]
+                output = check.model_output(model(*inputs))
+                loss = check.finite_loss(loss_fn(output, target), epoch, log.step + 1)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                if clip_grad_norm is not None:
+                    nn.utils.clip_grad_norm_(model.parameters(), clip_grad_norm)
+                optimizer.step()
+                if scheduler is not None:
+                    scheduler.step()
+                log.add(loss, output, target)
+                batch = next(batches, None)
+                if batch is None and val_loader is not None:  # the epoch's end: validate
+                    log.row(epoch, lr, evaluate(model, val_loader, loss_fn, metrics, device))
+                elif log.step % log_every == 0 or batch is None:
+                    log.row(epoch, lr, None)
     return log.history(validation=val_loader is not None)
 
 
@@ -228,6 +203,12 @@ class _Log:
 
     def close(self) -> None:
         self.bar.close()
+
+    def __enter__(self) -> _Log:
+        return self
+
+    def __exit__(self, *exc_info) -> None:  # also when training stops on an error
+        self.close()
 
     def history(self, validation: bool) -> pd.DataFrame:
         self.close()

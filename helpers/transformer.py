@@ -15,6 +15,15 @@ design choice that matters most for training:
 * pre-LN (``norm_first=True``, the default): ``x = x + dropout(sublayer(norm(x)))``
 
 Dropout only ever touches a sublayer's output, never the residual stream itself.
+
+:class:`TransformerStack` is what the encoder and decoder stacks share (the blocks in a row
+and a final normalization); :class:`Seq2SeqInference` gives :class:`EncoderDecoderTransformer`
+its generation (greedy, beam search) and attention maps. That model's arguments:
+``ffn_width`` defaults to ``4 * d_model``; embeddings start from ``N(0, 1 / d_model)``, are
+scaled by ``sqrt(d_model)`` and added to the sinusoidal encoding, as in Vaswani et al. (2017);
+``tie_embeddings`` shares one matrix between the source embedding, the target embedding and
+the output projection (it needs one vocabulary, ``source_vocab == target_vocab``); ``max_len``
+bounds both sequences.
 """
 
 from __future__ import annotations
@@ -23,16 +32,19 @@ import torch
 from torch import nn
 
 from helpers import _validate as check
-from helpers.attention import MultiHeadAttention, causal_mask
+from helpers.attention import MultiHeadAttention
+from helpers.masks import causal_padding_mask, token_padding_mask
 from helpers.positional import SinusoidalPositionalEncoding
 
 __all__ = [
     "RMSNorm",
     "FeedForward",
     "EncoderBlock",
+    "TransformerStack",
     "TransformerEncoder",
     "DecoderBlock",
     "TransformerDecoder",
+    "Seq2SeqInference",
     "EncoderDecoderTransformer",
     "make_norm",
     "make_activation",
@@ -125,6 +137,14 @@ class FeedForward(nn.Module):
         return self.linear2(self.dropout(self.activation(self.linear1(x))))
 
 
+def _attend(attention: nn.Module, query, memory, mask, return_attention: bool):
+    """``attention(query, memory, memory)`` and its weights ``(B, H, Tq, Tk)``, or None for
+    the weights unless ``return_attention``: the attention sublayer of every block."""
+    if return_attention:
+        return attention(query, memory, memory, mask=mask, return_attention=True)
+    return attention(query, memory, memory, mask=mask), None
+
+
 class EncoderBlock(nn.Module):
     """One encoder block: self-attention and a feed-forward network, each with a residual.
 
@@ -161,39 +181,33 @@ class EncoderBlock(nn.Module):
         self.dropout1 = nn.Dropout(dropout)
         self.dropout2 = nn.Dropout(dropout)
 
-    def _attend(self, h: torch.Tensor, mask, return_attention: bool):
-        if return_attention:
-            return self.self_attn(h, h, h, mask=mask, return_attention=True)
-        return self.self_attn(h, h, h, mask=mask), None
-
     def forward(self, x, mask=None, return_attention=False):
         check.sequence("x", x, self.d_model, "EncoderBlock")
         check.module_dtype("x", x, self)
         if self.norm_first:
-            attended, weights = self._attend(self.norm1(x), mask, return_attention)
+            h = self.norm1(x)
+            attended, weights = _attend(self.self_attn, h, h, mask, return_attention)
             x = x + self.dropout1(attended)
             x = x + self.dropout2(self.ffn(self.norm2(x)))
         else:
-            attended, weights = self._attend(x, mask, return_attention)
+            attended, weights = _attend(self.self_attn, x, x, mask, return_attention)
             x = self.norm1(x + self.dropout1(attended))
             x = self.norm2(x + self.dropout2(self.ffn(x)))
         return (x, weights) if return_attention else x
 
-    def load_from_torch(self, layer: nn.TransformerEncoderLayer) -> EncoderBlock:
-        """Copy a ``torch.nn.TransformerEncoderLayer``'s weights; see :mod:`helpers.interop`."""
-        from helpers.interop import load_encoder_block
 
-        return load_encoder_block(self, layer)
+class TransformerStack(nn.Module):
+    """``num_blocks`` blocks of one kind (the class attribute ``block``) and a final norm.
 
-
-class TransformerEncoder(nn.Module):
-    """A stack of ``num_blocks`` :class:`EncoderBlock`\\ s, ``(B, T, D) -> (B, T, D)``.
-
-    The remaining arguments are those of :class:`EncoderBlock`. A pre-LN stack adds the
-    residual outputs of every block without normalizing them, so it ends with one more
-    normalization (``final_norm``, on by default exactly when ``norm_first``), as
+    The body of :class:`TransformerEncoder` and :class:`TransformerDecoder`: block ``i + 1``
+    reads block ``i``'s output, and every block gets the same extra inputs (``*context``: a
+    mask, or the memory and two masks). The other arguments are those of the block. A pre-LN
+    stack adds the residual outputs of every block without normalizing them, so it ends with
+    one more normalization (``final_norm``, on by default exactly when ``norm_first``), as
     ``torch.nn.TransformerEncoder(..., norm=LayerNorm)`` and GPT-2 do.
     """
+
+    block: type[nn.Module]
 
     def __init__(
         self,
@@ -212,7 +226,7 @@ class TransformerEncoder(nn.Module):
         super().__init__()
         check.positive_int("num_blocks", num_blocks)
         self.blocks = nn.ModuleList(
-            EncoderBlock(
+            self.block(
                 d_model, num_heads, ffn_width, dropout, norm_first, bias=bias, norm=norm, eps=eps
             )
             for _ in range(num_blocks)
@@ -220,16 +234,14 @@ class TransformerEncoder(nn.Module):
         final_norm = norm_first if final_norm is None else final_norm
         self.final_norm = make_norm(norm, d_model, eps, bias) if final_norm else nn.Identity()
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, *context) -> torch.Tensor:
         for block in self.blocks:
-            x = block(x, mask=mask)
+            x = block(x, *context)
         return self.final_norm(x)
 
     @torch.no_grad()
-    def get_attention_maps(
-        self, x: torch.Tensor, mask: torch.Tensor | None = None
-    ) -> list[torch.Tensor]:
-        """The attention weights each block uses on input ``x``: a list of ``(B, H, T, T)``.
+    def get_attention_maps(self, x: torch.Tensor, *context) -> list:
+        """The attention weights each block uses on input ``x``, block by block.
 
         The weights come from the blocks' own forward pass, so a pre-LN block reports the
         attention of its *normalized* input, the one it really computes. Call ``.eval()``
@@ -237,9 +249,27 @@ class TransformerEncoder(nn.Module):
         """
         maps = []
         for block in self.blocks:
-            x, weights = block(x, mask=mask, return_attention=True)
+            x, weights = block(x, *context, return_attention=True)
             maps.append(weights)
         return maps
+
+
+class TransformerEncoder(TransformerStack):
+    """A stack of ``num_blocks`` :class:`EncoderBlock`\\ s, ``(B, T, D) -> (B, T, D)``.
+
+    Built as :class:`TransformerStack` (the arguments of :class:`EncoderBlock`, and
+    ``final_norm``). ``forward(x, mask=None)``; ``get_attention_maps(x, mask=None)`` returns a
+    list of ``(B, H, T, T)`` weights, one per block.
+    """
+
+    block = EncoderBlock
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        return super().forward(x, mask)
+
+    def get_attention_maps(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> list:
+        """The weights ``(B, H, T, T)`` of each block (see :class:`TransformerStack`)."""
+        return super().get_attention_maps(x, mask)
 
 
 # --------------------------------------------------------------------------- the decoder side
@@ -281,39 +311,27 @@ class DecoderBlock(nn.Module):
         self.norm1, self.norm2, self.norm3 = (make_norm(norm, d_model, eps, bias) for _ in "123")
         self.dropout1, self.dropout2, self.dropout3 = (nn.Dropout(dropout) for _ in "123")
 
-    @staticmethod
-    def _attend(attention, query, memory, mask, return_attention: bool):
-        if return_attention:
-            return attention(query, memory, memory, mask=mask, return_attention=True)
-        return attention(query, memory, memory, mask=mask), None
-
     def forward(self, target, memory, target_mask=None, memory_mask=None, return_attention=False):
         check.decoder_inputs(self, target, memory, target_mask, memory_mask)
         x, want = target, return_attention
         if self.norm_first:
             h = self.norm1(x)
-            attended, self_weights = self._attend(self.self_attn, h, h, target_mask, want)
+            attended, self_weights = _attend(self.self_attn, h, h, target_mask, want)
             x = x + self.dropout1(attended)
             h = self.norm2(x)
-            attended, cross_weights = self._attend(self.cross_attn, h, memory, memory_mask, want)
+            attended, cross_weights = _attend(self.cross_attn, h, memory, memory_mask, want)
             x = x + self.dropout2(attended)
             x = x + self.dropout3(self.ffn(self.norm3(x)))
         else:
-            attended, self_weights = self._attend(self.self_attn, x, x, target_mask, want)
+            attended, self_weights = _attend(self.self_attn, x, x, target_mask, want)
             x = self.norm1(x + self.dropout1(attended))
-            attended, cross_weights = self._attend(self.cross_attn, x, memory, memory_mask, want)
+            attended, cross_weights = _attend(self.cross_attn, x, memory, memory_mask, want)
             x = self.norm2(x + self.dropout2(attended))
             x = self.norm3(x + self.dropout3(self.ffn(x)))
         return (x, (self_weights, cross_weights)) if return_attention else x
 
-    def load_from_torch(self, layer: nn.TransformerDecoderLayer) -> DecoderBlock:
-        """Copy a ``torch.nn.TransformerDecoderLayer``'s weights; see :mod:`helpers.interop`."""
-        from helpers.interop import load_decoder_block
 
-        return load_decoder_block(self, layer)
-
-
-class TransformerDecoder(nn.Module):
+class TransformerDecoder(TransformerStack):
     """A stack of ``num_blocks`` :class:`DecoderBlock`\\ s reading one shared ``memory``.
 
     ``forward(target (B, Tt, D), memory (B, Ts, D), target_mask=None, memory_mask=None)``
@@ -321,125 +339,24 @@ class TransformerDecoder(nn.Module):
     arguments, and ``final_norm``, are those of :class:`TransformerEncoder`.
     """
 
-    def __init__(
-        self,
-        num_blocks: int,
-        d_model: int,
-        num_heads: int,
-        ffn_width: int,
-        dropout: float = 0.0,
-        norm_first: bool = True,
-        *,
-        bias: bool = True,
-        norm: str = "layer",
-        eps: float = 1e-5,
-        final_norm: bool | None = None,
-    ) -> None:
-        super().__init__()
-        check.positive_int("num_blocks", num_blocks)
-        self.blocks = nn.ModuleList(
-            DecoderBlock(
-                d_model, num_heads, ffn_width, dropout, norm_first, bias=bias, norm=norm, eps=eps
-            )
-            for _ in range(num_blocks)
-        )
-        final_norm = norm_first if final_norm is None else final_norm
-        self.final_norm = make_norm(norm, d_model, eps, bias) if final_norm else nn.Identity()
+    block = DecoderBlock
 
     def forward(self, target, memory, target_mask=None, memory_mask=None):
-        for block in self.blocks:
-            target = block(target, memory, target_mask, memory_mask)
-        return self.final_norm(target)
+        return super().forward(target, memory, target_mask, memory_mask)
 
-    @torch.no_grad()
     def get_attention_maps(self, target, memory, target_mask=None, memory_mask=None):
         """Each block's ``(self_weights (B, H, Tt, Tt), cross_weights (B, H, Tt, Ts))``."""
-        maps = []
-        for block in self.blocks:
-            target, weights = block(target, memory, target_mask, memory_mask, True)
-            maps.append(weights)
-        return maps
+        return super().get_attention_maps(target, memory, target_mask, memory_mask)
 
 
-class EncoderDecoderTransformer(nn.Module):
-    """The encoder-decoder Transformer on tokens: embeddings, positions, two stacks, logits.
+class Seq2SeqInference:
+    """What a trained :class:`EncoderDecoderTransformer` does besides its forward pass:
+    generation (greedy decoding and beam search) and its attention maps.
 
-    ``forward(source (B, Ts), target (B, Tt))`` takes int64 token ids (``target`` is the
-    decoder's *input*, the shifted target) and returns logits ``(B, Tt, target_vocab)``:
-    position ``t`` predicts the token after ``target[:, t]``. Token ``pad_id`` (if given) is
-    masked out as a key everywhere: in the encoder, in cross-attention and in the decoder's
-    self-attention, on top of the causal mask. Embeddings are scaled by ``sqrt(d_model)`` and
-    added to the sinusoidal encoding, as in Vaswani et al. (2017). ``tie_embeddings`` shares
-    one matrix between the source embedding, the target embedding and the output projection
-    (it needs one vocabulary, ``source_vocab == target_vocab``). ``ffn_width`` defaults to
-    ``4 * d_model``. Embeddings start from ``N(0, 1 / d_model)``, so that after the scaling
-    their entries are about as large as the positional encoding's.
+    A mixin of the model class, which keeps the model's own computation (embeddings, the two
+    stacks, the masks, the logits) short enough to read in one screen; it uses the model's
+    ``encode``, ``decode``, ``_embed``, ``encoder``, ``decoder`` and ``pad_id``.
     """
-
-    def __init__(
-        self,
-        source_vocab: int,
-        target_vocab: int,
-        d_model: int,
-        num_heads: int,
-        num_encoder_blocks: int,
-        num_decoder_blocks: int,
-        ffn_width: int | None = None,
-        dropout: float = 0.0,
-        norm_first: bool = True,
-        *,
-        pad_id: int | None = None,
-        tie_embeddings: bool = False,
-        max_len: int = 512,
-    ) -> None:
-        super().__init__()
-        check.seq2seq_arguments(source_vocab, target_vocab, pad_id, tie_embeddings)
-        self.source_vocab, self.target_vocab, self.pad_id = source_vocab, target_vocab, pad_id
-        self.d_model = d_model
-        ffn_width = 4 * d_model if ffn_width is None else ffn_width
-        sizes = (d_model, num_heads, ffn_width, dropout, norm_first)
-        self.source_embedding = nn.Embedding(source_vocab, d_model)
-        self.target_embedding = (
-            self.source_embedding if tie_embeddings else nn.Embedding(target_vocab, d_model)
-        )
-        self.positional = SinusoidalPositionalEncoding(d_model, max_len)
-        self.dropout = nn.Dropout(dropout)
-        self.encoder = TransformerEncoder(num_encoder_blocks, *sizes)
-        self.decoder = TransformerDecoder(num_decoder_blocks, *sizes)
-        self.output = nn.Linear(d_model, target_vocab)
-        for embedding in dict.fromkeys([self.source_embedding, self.target_embedding]):
-            # entries of size 1 after the sqrt(d_model) scaling, like the positional encoding
-            nn.init.normal_(embedding.weight, std=d_model**-0.5)
-        if tie_embeddings:  # one (vocab, D) matrix reads tokens in and writes logits out
-            self.output.weight = self.source_embedding.weight
-
-    def _embed(self, embedding: nn.Embedding, tokens: torch.Tensor) -> torch.Tensor:
-        return self.dropout(self.positional(embedding(tokens) * self.d_model**0.5))
-
-    def _key_mask(self, tokens: torch.Tensor) -> torch.Tensor | None:  # (B, 1, 1, T)
-        return None if self.pad_id is None else (tokens != self.pad_id)[:, None, None, :]
-
-    def encode(self, source: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The encoder's output ``memory (B, Ts, D)`` and the source's key mask."""
-        check.tokens(source, self.source_vocab, self.positional.max_len)
-        source_mask = self._key_mask(source)
-        return self.encoder(self._embed(self.source_embedding, source), source_mask), source_mask
-
-    def _decoder_input(self, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        check.tokens(target, self.target_vocab, self.positional.max_len)
-        target_mask = causal_mask(target.shape[1], target.device)
-        if self.pad_id is not None:
-            target_mask = target_mask & self._key_mask(target)
-        return self._embed(self.target_embedding, target), target_mask
-
-    def decode(self, target, memory, source_mask=None) -> torch.Tensor:
-        """Logits ``(B, Tt, target_vocab)`` for the decoder input ``target`` given ``memory``."""
-        x, target_mask = self._decoder_input(target)
-        return self.output(self.decoder(x, memory, target_mask, source_mask))
-
-    def forward(self, source: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        memory, source_mask = self.encode(source)
-        return self.decode(target, memory, source_mask)
 
     @torch.no_grad()
     def generate(
@@ -513,14 +430,85 @@ class EncoderDecoderTransformer(nn.Module):
     def get_attention_maps(self, source: torch.Tensor, target: torch.Tensor) -> dict:
         """Per block, the weights of ``"encoder"`` self-, ``"decoder"`` self- and ``"cross"``
         attention: lists of ``(B, H, Ts, Ts)``, ``(B, H, Tt, Tt)`` and ``(B, H, Tt, Ts)``."""
-        source_mask = self._key_mask(source)
         x = self._embed(self.source_embedding, source)
+        source_mask = token_padding_mask(source, self.pad_id)
         encoder_maps = self.encoder.get_attention_maps(x, source_mask)
         memory, _ = self.encode(source)
-        y, target_mask = self._decoder_input(target)
+        y = self._embed(self.target_embedding, target)
+        target_mask = causal_padding_mask(target, self.pad_id)
         decoder_maps = self.decoder.get_attention_maps(y, memory, target_mask, source_mask)
         return {
             "encoder": encoder_maps,
             "decoder": [weights for weights, _ in decoder_maps],
             "cross": [weights for _, weights in decoder_maps],
         }
+
+
+class EncoderDecoderTransformer(Seq2SeqInference, nn.Module):
+    """The encoder-decoder Transformer on tokens: embeddings, positions, two stacks, logits.
+
+    ``forward(source (B, Ts), target (B, Tt))``: int64 token ids (``target``: the decoder's
+    input, the shifted target) -> logits ``(B, Tt, target_vocab)``; ``pad_id`` is never a key.
+    """
+
+    def __init__(
+        self,
+        source_vocab: int,
+        target_vocab: int,
+        d_model: int,
+        num_heads: int,
+        num_encoder_blocks: int,
+        num_decoder_blocks: int,
+        ffn_width: int | None = None,
+        dropout: float = 0.0,
+        norm_first: bool = True,
+        *,
+        pad_id: int | None = None,
+        tie_embeddings: bool = False,
+        max_len: int = 512,
+    ) -> None:
+        super().__init__()
+        check.seq2seq_arguments(source_vocab, target_vocab, pad_id, tie_embeddings, ffn_width)
+        self.source_vocab, self.target_vocab, self.pad_id = source_vocab, target_vocab, pad_id
+        self.d_model = d_model
+        sizes = (d_model, num_heads, ffn_width or 4 * d_model, dropout, norm_first)
+        self.source_embedding = nn.Embedding(source_vocab, d_model)
+        self.target_embedding = (
+            self.source_embedding if tie_embeddings else nn.Embedding(target_vocab, d_model)
+        )
+        self.positional = SinusoidalPositionalEncoding(d_model, max_len)
+        self.dropout = nn.Dropout(dropout)
+        self.encoder = TransformerEncoder(num_encoder_blocks, *sizes)
+        self.decoder = TransformerDecoder(num_decoder_blocks, *sizes)
+        self.output = nn.Linear(d_model, target_vocab)
+        _init_embeddings(self.source_embedding, self.target_embedding)
+        if tie_embeddings:  # one (vocab, D) matrix reads tokens in and writes logits out
+            self.output.weight = self.source_embedding.weight
+
+    def _embed(self, embedding: nn.Embedding, tokens: torch.Tensor) -> torch.Tensor:
+        check.tokens(tokens, embedding.num_embeddings, self.positional.max_len)
+        return self.dropout(self.positional(embedding(tokens) * self.d_model**0.5))
+
+    def encode(self, source: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The encoder's output ``memory (B, Ts, D)`` and the source's key mask."""
+        x = self._embed(self.source_embedding, source)
+        source_mask = token_padding_mask(source, self.pad_id)  # (B, 1, 1, Ts) or None
+        return self.encoder(x, source_mask), source_mask
+
+    def decode(self, target, memory, source_mask=None) -> torch.Tensor:
+        """Logits ``(B, Tt, target_vocab)`` for the decoder input ``target`` given ``memory``."""
+        x = self._embed(self.target_embedding, target)
+        target_mask = causal_padding_mask(target, self.pad_id)  # causal, no padding key
+        return self.output(self.decoder(x, memory, target_mask, source_mask))
+
+    def forward(self, source: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        memory, source_mask = self.encode(source)
+        return self.decode(target, memory, source_mask)
+
+
+@torch.no_grad()
+def _init_embeddings(*embeddings: nn.Embedding) -> None:
+    """Entries of ``N(0, 1 / D)``: of size 1 after the ``sqrt(D)`` scaling, like the positional
+    encoding's. A tied embedding, passed twice, is drawn once."""
+    for embedding in dict.fromkeys(embeddings):
+        nn.init.normal_(embedding.weight, std=embedding.embedding_dim**-0.5)

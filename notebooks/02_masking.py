@@ -66,13 +66,9 @@ import torch.nn.functional as F
 from matplotlib.patches import Patch, Rectangle
 
 from helpers import expect_error, glue
-from helpers.attention import (
-    additive_mask,
-    causal_mask,
-    padding_mask,
-    scaled_dot_product_attention,
-)
+from helpers.attention import scaled_dot_product_attention
 from helpers.checks import check_sliding_window_mask
+from helpers.masks import additive_mask, causal_mask, padding_mask
 
 torch.set_printoptions(precision=2, sci_mode=False)
 generator = torch.Generator().manual_seed(0)
@@ -187,7 +183,7 @@ torch.testing.assert_close(
 # it in words, setting the scores of illegal connections to $-\infty$ before the softmax
 # {cite}`vaswani2017attention`; the sum $S + M$ is a common way to write that, and the form
 # PyTorch's float `attn_mask` takes.) The additive form can carry more than yes/no (a finite
-# bias per pair, as ALiBi does in chapter 5). `helpers.attention.additive_mask` converts a
+# bias per pair, as ALiBi does in chapter 5). `helpers.masks.additive_mask` converts a
 # boolean mask into it:
 
 # %%
@@ -285,7 +281,8 @@ assert torch.equal(hide_mask_as_built, ~causal_mask(4))
 # ## Causal masks
 #
 # In a model that predicts the next token, position $t$ may use positions $0, \dots, t$ and
-# nothing later: the mask is lower-triangular, `causal_mask(T)` in `helpers`. To see masks at
+# nothing later: the mask is lower-triangular, `causal_mask(T)` in `helpers.masks` (the home
+# of every mask of the book, from this chapter's to chapter 11's windows). To see masks at
 # work we draw each one next to the weights it produces for random queries and keys. Cells a
 # mask hides are drawn hatched grey in both rows: there the weight is exactly zero, which the
 # colour scale (for weights that are merely small) never shows.

@@ -70,10 +70,10 @@ from helpers.analysis import count_parameters, stable_rank
 from helpers.attention import (
     MultiHeadAttention,
     PerHeadMultiHeadAttention,
-    causal_mask,
-    padding_mask,
     scaled_dot_product_attention,
 )
+from helpers.interop import fuse_heads, load_multihead_attention
+from helpers.masks import causal_mask, padding_mask
 from helpers.plotting import to_numpy
 
 
@@ -347,8 +347,9 @@ print("the two views agree within 1e-6:", fused_vs_per_head < 1e-6)
 # convention (boolean, `True` = may attend, 2-D, 3-D or 4-D), attention dropout, optional
 # biases, a single matrix product when `query is key is value`, and PyTorch's fused
 # `F.scaled_dot_product_attention` kernel unless the weights are asked for with
-# `return_attention=True`. Copying weights from PyTorch's own layer (`load_from_torch`, used
-# below) is in `helpers.interop`.
+# `return_attention=True`. Copying weights from PyTorch's own layer
+# (`helpers.interop.load_multihead_attention`, used below) is not the module's business: it
+# lives in `helpers.interop`.
 
 # %%
 helpers.show_source(MultiHeadAttention)
@@ -371,7 +372,8 @@ assert torch.allclose(mha(x, x, x), out_fused, atol=1e-6)
 
 # %% [markdown]
 # The package also keeps a per-head version, `PerHeadMultiHeadAttention`, for when a head as a
-# module of its own is handy; its `fused()` method performs the weight mapping of `fuse` above.
+# module of its own is handy; `helpers.interop.fuse_heads` performs the weight mapping of `fuse`
+# above on it.
 # `test_per_head_modules_equal_fused` in `tests/test_interop.py` checks the two against each
 # other on random shapes.
 
@@ -379,7 +381,7 @@ assert torch.allclose(mha(x, x, x), out_fused, atol=1e-6)
 torch.manual_seed(1)
 package_per_head = PerHeadMultiHeadAttention(d_model, num_heads)
 assert torch.allclose(
-    package_per_head(x, x, x), package_per_head.fused()(x, x, x), atol=1e-6
+    package_per_head(x, x, x), fuse_heads(package_per_head)(x, x, x), atol=1e-6
 )
 
 # %% [markdown]
@@ -472,9 +474,9 @@ print("agrees with torch.nn.MultiheadAttention within 1e-6:", torch_vs_ours < 1e
 
 # %% [markdown]
 # The outputs agree within $10^{-6}$, and so do the per-head and the head-averaged weights.
-# `MultiHeadAttention.load_from_torch(torch_mha)` does the copying above in one call, and
-# `test_mha_matches_torch_multihead_attention` in `tests/test_interop.py` repeats this
-# comparison on random shapes.
+# `load_multihead_attention(ours, torch_mha)` (in `helpers.interop`) does the copying above in
+# one call, and `test_mha_matches_torch_multihead_attention` in `tests/test_interop.py`
+# repeats this comparison on random shapes.
 #
 # ### Two opposite mask conventions
 #
@@ -1176,7 +1178,7 @@ checks.check_split_heads(
 # **5. Masks for PyTorch's layer.** You have a `(B, 1, 1, T)` padding mask `pad` and a `(T, T)`
 # causal mask in this book's convention. Write the `key_padding_mask` and `attn_mask`
 # arguments for `nn.MultiheadAttention`, and check that its output then equals that of a
-# `MultiHeadAttention` loaded from it with `load_from_torch`, given `causal & pad`.
+# `MultiHeadAttention` loaded from it with `load_multihead_attention`, given `causal & pad`.
 #
 # ```{admonition} Solution
 # :class: dropdown
@@ -1200,7 +1202,7 @@ with torch.no_grad():
     torch_answer, _ = torch_mha(
         x5, x5, x5, key_padding_mask=~pad5[:, 0, 0], attn_mask=~causal5
     )
-    loaded = MultiHeadAttention(d_model, num_heads, bias=True).load_from_torch(
-        torch_mha
+    loaded = load_multihead_attention(
+        MultiHeadAttention(d_model, num_heads, bias=True), torch_mha
     )
     torch.testing.assert_close(torch_answer, loaded(x5, x5, x5, causal5 & pad5))

@@ -62,10 +62,17 @@ from torch import nn
 
 from helpers import glue, show_source
 from helpers.analysis import count_parameters, parameter_table, stable_rank
-from helpers.attention import MultiHeadAttention, causal_mask
+from helpers.attention import MultiHeadAttention
 from helpers.checks import check_block_parameter_count, check_rms_norm
+from helpers.interop import load_encoder_block
+from helpers.masks import causal_mask
 from helpers.tasks.reverse import BOOK_CONFIG, SCHEDULE_EXPERIMENT
-from helpers.transformer import EncoderBlock, RMSNorm, TransformerEncoder
+from helpers.transformer import (
+    EncoderBlock,
+    RMSNorm,
+    TransformerEncoder,
+    TransformerStack,
+)
 
 # The models of this chapter are so small that splitting each matrix product over several
 # CPU threads costs more in synchronization than it saves.
@@ -187,7 +194,8 @@ print("scratch and package blocks agree, pre-LN and post-LN, with and without a 
 # ## The same block as PyTorch's
 #
 # `torch.nn.TransformerEncoderLayer` implements both variants (`norm_first=False` is the
-# default, post-LN). `EncoderBlock.load_from_torch` copies its weights; then the two must agree
+# default, post-LN). `load_encoder_block(block, layer)`, from `helpers.interop` (the one place
+# that converts weights from PyTorch's modules), copies its weights; then the two must agree
 # to floating-point precision. One trap: PyTorch's boolean `src_mask` means *True = may not
 # attend*, the opposite of this book's convention (chapter 2), so we pass it `~mask`.
 
@@ -198,7 +206,7 @@ for norm_first in (True, False):
         64, 4, 256, dropout=0.1, batch_first=True, norm_first=norm_first
     ).eval()
     block = EncoderBlock(64, 4, 256, dropout=0.1, norm_first=norm_first).eval()
-    block.load_from_torch(torch_layer)
+    load_encoder_block(block, torch_layer)
     mask = causal_mask(10)
     difference = (block(x, mask) - torch_layer(x, src_mask=~mask)).abs().max().item()
     print(
@@ -570,10 +578,17 @@ survival.round(2).T
 # An encoder is $L$ blocks in a row (plus the final normalization of a pre-LN stack).
 # `TransformerEncoder.get_attention_maps(x)` returns the attention weights every block
 # computes, one $(B, H, T, T)$ tensor per block; chapter 7 uses it to look inside a trained
-# model. Here, an untrained stack with a causal mask:
+# model. Chapter 9's decoder is a stack too, so the stacking lives in one class,
+# `TransformerStack`, and the encoder only names its block:
+
+# %%
+show_source(TransformerStack)
 
 # %%
 show_source(TransformerEncoder)
+
+# %% [markdown]
+# Here, an untrained stack with a causal mask:
 
 # %%
 torch.manual_seed(0)

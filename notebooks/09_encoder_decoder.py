@@ -61,8 +61,9 @@ from torch import nn
 # %%
 from helpers import glue, show_source
 from helpers.analysis import count_parameters
-from helpers.attention import causal_mask, padding_mask
 from helpers.checks import check_decoder_input
+from helpers.interop import load_decoder_block
+from helpers.masks import causal_mask, padding_mask
 from helpers.parallel import run_in_processes
 from helpers.plotting import heatmap
 from helpers.tasks.corners import (
@@ -121,8 +122,9 @@ show_source(DecoderBlock)
 # Cross-attention is `MultiHeadAttention` called with different query and key tensors
 # (chapter 4): nothing new is needed inside it. PyTorch has the same block,
 # `torch.nn.TransformerDecoderLayer`, whose `multihead_attn` is our `cross_attn`. With its
-# weights copied into ours (`load_from_torch`), the two compute the same function for both
-# norm placements, here with a causal mask on the target and a padding mask on the source:
+# weights copied into ours (`helpers.interop.load_decoder_block`), the two compute the same
+# function for both norm placements, here with a causal mask on the target and a padding mask
+# on the source:
 
 
 # %%
@@ -131,7 +133,7 @@ def agrees_with_torch(norm_first: bool) -> bool:
     layer = nn.TransformerDecoderLayer(
         16, 4, 32, norm_first=norm_first, batch_first=True
     )
-    block = DecoderBlock(16, 4, 32, norm_first=norm_first).load_from_torch(layer)
+    block = load_decoder_block(DecoderBlock(16, 4, 32, norm_first=norm_first), layer)
     layer.eval(), block.eval()
     target, memory = torch.randn(3, 5, 16), torch.randn(3, 7, 16)
     # (B, 1, 1, Ts), True = a real source token; the sources have 7, 4 and 6 tokens
@@ -531,7 +533,9 @@ print(f"test MSE without residuals and norms: {plain_mse:.3f}; with: {corner_tf:
 # masks on both sides (a padded source token is never a key, in the encoder nor in
 # cross-attention; padded target tokens come after the real ones, which the causal mask
 # already hides from them), embeddings scaled by $\sqrt{D}$ as in the paper, and optionally one
-# matrix shared by the two embeddings and the output projection (*tied* embeddings):
+# matrix shared by the two embeddings and the output projection (*tied* embeddings). Decoding
+# (`generate`, shown above, and beam search) and the attention maps come from
+# `Seq2SeqInference`, so the class itself holds the model:
 
 # %%
 show_source(EncoderDecoderTransformer)

@@ -7,7 +7,9 @@ book-level tests parametrize over them at collection time:
 * ``NOTEBOOKS`` (every ``notebooks/NN_*.ipynb``), ``toc_files``, ``PAGES`` and ``CHAPTERS``
   (_toc.yml, in reading order);
 * ``read_notebook``, ``markdown_of``, ``glued_values``, ``glue_records``: a notebook's JSON,
-  its prose and the values it glues (``helpers.glue``) as stored in its outputs.
+  its prose and the values it glues (``helpers.glue``) as stored in its outputs;
+* ``ATOL`` and ``close``: the unit tests' tolerance for float32 results that should agree, and
+  the comparison that uses it.
 
 Hypothesis strategies shared by several test modules are in ``strategies.py``.
 """
@@ -39,6 +41,19 @@ def pytest_collection_finish(session):
     torch = sys.modules.get("torch")
     if torch is not None:
         torch.set_num_threads(1)
+
+
+# --------------------------------------------------------------------------- tolerances
+
+ATOL = 1e-5
+"""Absolute tolerance of float32 results that compute the same function in different orders."""
+
+
+def close(actual, expected, atol: float = ATOL, rtol: float = 1e-4) -> None:
+    """Assert that two tensors agree to ``atol`` + ``rtol`` (``torch.testing.assert_close``)."""
+    import torch  # here, so that the book-level tests do not pay torch's import
+
+    torch.testing.assert_close(actual, expected, atol=atol, rtol=rtol)
 
 
 # --------------------------------------------------------------------------- _toc.yml

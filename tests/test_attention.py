@@ -12,6 +12,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import close
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import mha_case
@@ -28,13 +29,9 @@ from helpers.attention import (
     scaled_dot_product_attention,
     split_heads,
 )
+from helpers.interop import fuse_heads, load_multihead_attention
 
 FEW = settings(max_examples=25, deadline=None)
-ATOL = 1e-5
-
-
-def _close(actual: torch.Tensor, expected: torch.Tensor, atol: float = ATOL) -> None:
-    torch.testing.assert_close(actual, expected, atol=atol, rtol=1e-4)
 
 
 # ----------------------------------------------------------------- scaled dot-product attention
@@ -68,7 +65,7 @@ def test_sdpa_matches_pytorch(case):
     q, k, v, mask = case
     output, weights = scaled_dot_product_attention(q, k, v, mask)
     expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-    _close(output, expected)
+    close(output, expected)
     assert weights.shape == (*q.shape[:-1], k.shape[-2])
 
 
@@ -82,7 +79,7 @@ def test_weights_are_convex_or_zero(case):
     has_key = torch.ones_like(row_sums, dtype=torch.bool)
     if mask is not None:
         has_key = mask.any(-1).expand_as(row_sums)
-    _close(row_sums[has_key], torch.ones_like(row_sums[has_key]))
+    close(row_sums[has_key], torch.ones_like(row_sums[has_key]))
     assert (row_sums[~has_key] == 0).all()
 
 
@@ -95,8 +92,8 @@ def test_output_is_weights_times_values(case):
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     reference = torch.nan_to_num(scores.softmax(-1), nan=0.0)
-    _close(weights, reference)
-    _close(output, reference @ v)
+    close(weights, reference)
+    close(output, reference @ v)
 
 
 def test_mask_shapes_2d_3d_4d_broadcast():
@@ -105,13 +102,13 @@ def test_mask_shapes_2d_3d_4d_broadcast():
     full = torch.rand(2, 3, 4, 4, generator=gen) < 0.6
     for mask in (full[0, 0], full[:, :1], full[:1, :1, :1], causal_mask(4)[None, None]):
         expanded = mask.expand(2, 3, 4, 4)
-        _close(
+        close(
             scaled_dot_product_attention(q, k, v, mask)[0],
             scaled_dot_product_attention(q, k, v, expanded)[0],
         )
     # a (B, Tq, Tk) mask against 3-D scores
     q3, k3, v3 = q[:, 0], k[:, 0], v[:, 0]
-    _close(
+    close(
         scaled_dot_product_attention(q3, k3, v3, full[:, 0])[0],
         F.scaled_dot_product_attention(q3, k3, v3, attn_mask=full[:, 0]),
     )
@@ -156,11 +153,11 @@ def test_minus_1e9_fill_averages_fully_masked_rows_uniformly():
 def test_scale_argument_replaces_sqrt_d():
     gen = torch.Generator().manual_seed(3)
     q, k, v = (torch.randn(3, 6, generator=gen) for _ in range(3))
-    _close(
+    close(
         scaled_dot_product_attention(q, k, v, scale=1.0)[1],
         (q @ k.T).softmax(-1),
     )
-    _close(scaled_dot_product_attention(q, k, v, scale=2)[1], (2 * q @ k.T).softmax(-1))
+    close(scaled_dot_product_attention(q, k, v, scale=2)[1], (2 * q @ k.T).softmax(-1))
 
 
 @pytest.mark.parametrize(
@@ -224,7 +221,7 @@ def test_dropout_rescales_without_renormalizing():
     )
     kept = dropped != 0
     assert kept.any() and (~kept).any()
-    _close(dropped[kept], clean[kept] / 0.5)
+    close(dropped[kept], clean[kept] / 0.5)
     assert not torch.allclose(dropped.sum(-1), torch.ones(6))
 
 
@@ -399,7 +396,7 @@ def test_additive_mask_equals_boolean_mask():
     additive = additive_mask(mask)
     assert additive.dtype == torch.float32
     assert torch.equal(additive == 0, mask)
-    _close(
+    close(
         F.scaled_dot_product_attention(q, k, v, attn_mask=additive),
         scaled_dot_product_attention(q, k, v, mask)[0],
     )
@@ -411,16 +408,16 @@ def test_torch_mha_uses_the_opposite_convention():
     """nn.MultiheadAttention's boolean masks mean True = ignore: pass ~mask to it."""
     torch.manual_seed(0)
     torch_mha = nn.MultiheadAttention(8, 2, batch_first=True).eval()
-    ours = MultiHeadAttention(8, 2, bias=True).load_from_torch(torch_mha).eval()
+    ours = load_multihead_attention(MultiHeadAttention(8, 2, bias=True), torch_mha).eval()
     x = torch.randn(2, 5, 8)
     mask = padding_mask([5, 3])
     expected = ours(x, x, x, mask)
     right, _ = torch_mha(x, x, x, key_padding_mask=~mask[:, 0, 0])
     wrong, _ = torch_mha(x, x, x, key_padding_mask=mask[:, 0, 0])
-    _close(right, expected)
+    close(right, expected)
     assert not torch.allclose(wrong, expected, atol=1e-3)
     causal_right, _ = torch_mha(x, x, x, attn_mask=~causal_mask(5))
-    _close(causal_right, ours(x, x, x, causal_mask(5)))
+    close(causal_right, ours(x, x, x, causal_mask(5)))
 
 
 # ----------------------------------------------------------------- multi-head attention
@@ -436,7 +433,7 @@ def test_fast_and_weights_paths_agree(case):
     slow, weights = mha(query, key, value, mask, return_attention=True)
     assert fast.shape == (query.shape[0], query.shape[1], d_model)
     assert weights.shape == (query.shape[0], num_heads, query.shape[1], key.shape[1])
-    _close(fast, slow)
+    close(fast, slow)
 
 
 def test_single_head_attention_shapes():
@@ -495,7 +492,7 @@ def test_mha_fully_masked_rows_are_zero_on_both_paths():
     slow, weights = mha(query, key, key, mask, return_attention=True)
     assert (weights[0, :, 1] == 0).all()
     assert torch.isfinite(fast).all()
-    _close(fast, slow)
+    close(fast, slow)
     assert (fast[0, 1] == 0).all()  # no bias: zero heads give a zero output
 
 
@@ -510,7 +507,7 @@ def test_mha_with_bias_gives_a_fully_masked_row_the_output_bias():
         for return_attention in (False, True):
             result = mha(query, key, key, mask, return_attention=return_attention)
             output = result[0] if return_attention else result
-            _close(output[0, 1], mha.out_proj.bias)
+            close(output[0, 1], mha.out_proj.bias)
             assert (output[0, 1] != 0).any()
 
 
@@ -596,7 +593,7 @@ def test_self_attention_uses_one_fused_projection():
     torch.manual_seed(0)
     mha = MultiHeadAttention(8, 2, bias=True)
     x = torch.randn(2, 5, 8)
-    _close(mha(x, x, x), mha(x, x.clone(), x.clone()))
+    close(mha(x, x, x), mha(x, x.clone(), x.clone()))
     assert mha.qkv_proj.weight.shape == (24, 8)
 
 
@@ -634,7 +631,7 @@ def test_multi_head_layers_refuse_pytorchs_causal_mask(module, return_attention)
     expected = layer(x, x, x, causal_mask(5), return_attention=return_attention)
     if return_attention:
         fixed, expected = fixed[0], expected[0]
-    _close(fixed, expected)
+    close(fixed, expected)
 
 
 def _legitimate_masks(T: int) -> dict[str, torch.Tensor]:
@@ -660,7 +657,7 @@ def test_legitimate_masks_are_not_taken_for_pytorchs_convention(name):
     layer = MultiHeadAttention(8, 2)
     fast = layer(q, q, q, mask)
     slow, _ = layer(q, q, q, mask, return_attention=True)
-    _close(fast, slow)
+    close(fast, slow)
 
 
 def test_a_strictly_causal_mask_is_not_taken_for_pytorchs_convention():
@@ -751,7 +748,7 @@ def test_per_head_cross_attention(q_len, k_len, num_heads, seed):
     assert output.shape == (2, q_len, d_model)
     assert weights.shape == (2, num_heads, q_len, k_len)
     torch.testing.assert_close(weights.sum(-1), torch.ones(2, num_heads, q_len))
-    _close(output, per_head.fused()(query, memory, memory))
+    close(output, fuse_heads(per_head)(query, memory, memory))
 
 
 @settings(max_examples=20, deadline=None)
@@ -762,8 +759,8 @@ def test_permutation_symmetries(q_len, k_len, seed):
     query, memory = _randn(2, q_len, 12, seed=seed), _randn(2, k_len, 12, seed=seed + 1)
     q_order, k_order = torch.randperm(q_len), torch.randperm(k_len)
     reference = mha(query, memory, memory)
-    _close(mha(query[:, q_order], memory, memory), reference[:, q_order])
-    _close(mha(query, memory[:, k_order], memory[:, k_order]), reference)
+    close(mha(query[:, q_order], memory, memory), reference[:, q_order])
+    close(mha(query, memory[:, k_order], memory[:, k_order]), reference)
 
 
 def test_permutation_symmetries_with_mask():
@@ -775,7 +772,7 @@ def test_permutation_symmetries_with_mask():
     mask = causal_mask(6)
     reference = mha(x, x, x, mask=mask)
     moved = mha(x[:, order], x[:, order], x[:, order], mask=mask[order][:, order])
-    _close(moved, reference[:, order])
+    close(moved, reference[:, order])
     kept = mha(x[:, order], x[:, order], x[:, order], mask=mask)
     assert (kept - reference[:, order]).abs().max() > 1e-2
 
@@ -815,8 +812,8 @@ def test_heads_own_their_rows_of_qkv_and_columns_of_out_proj():
     x = _randn(2, 5, 12)
     output, weights = mha(x, x, x, return_attention=True)
     permuted_output, permuted_weights = permuted(x, x, x, return_attention=True)
-    _close(permuted_output, output)
-    _close(permuted_weights, weights[:, order])
+    close(permuted_output, output)
+    close(permuted_weights, weights[:, order])
 
 
 def test_attention_width_is_the_embedding_width():

@@ -5,23 +5,18 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import close
 from torch import nn
 
 from helpers.analysis import count_parameters
 from helpers.attention import causal_mask, padding_mask
-from helpers.interop import load_decoder_block
+from helpers.interop import load_decoder_block, load_encoder_block
 from helpers.transformer import (
     DecoderBlock,
     EncoderDecoderTransformer,
     TransformerDecoder,
     TransformerEncoder,
 )
-
-ATOL = 1e-5
-
-
-def _close(actual, expected, atol=ATOL):
-    torch.testing.assert_close(actual, expected, atol=atol, rtol=1e-4)
 
 
 def _randomize_norms(module: nn.Module, generator: torch.Generator) -> None:
@@ -67,11 +62,11 @@ def test_block_matches_torch_decoder_layer(norm_first, bias, padded):
     expected = layer(
         target, memory, tgt_mask=~causal_mask(5), memory_key_padding_mask=~memory_mask[:, 0, 0]
     )
-    _close(block(target, memory, causal_mask(5), memory_mask), expected)
+    close(block(target, memory, causal_mask(5), memory_mask), expected)
     output, (self_weights, cross_weights) = block(
         target, memory, causal_mask(5), memory_mask, return_attention=True
     )
-    _close(output, expected)
+    close(output, expected)
     assert self_weights.shape == (3, 2, 5, 5) and cross_weights.shape == (3, 2, 5, 7)
     assert torch.all(self_weights.triu(1) == 0)  # nothing from the future
     for b, length in enumerate(source_lengths.tolist()):  # no weight on padded source keys
@@ -98,9 +93,9 @@ def test_stacks_match_torch_transformer(norm_first, padded):
     encoder = TransformerEncoder(2, 8, 2, 16, norm_first=norm_first, final_norm=True).eval()
     decoder = TransformerDecoder(3, 8, 2, 16, norm_first=norm_first, final_norm=True).eval()
     for block, layer in zip(encoder.blocks, reference.encoder.layers, strict=True):
-        block.load_from_torch(layer)
+        load_encoder_block(block, layer)
     for block, layer in zip(decoder.blocks, reference.decoder.layers, strict=True):
-        block.load_from_torch(layer)
+        load_decoder_block(block, layer)
     encoder.final_norm.load_state_dict(reference.encoder.norm.state_dict())
     decoder.final_norm.load_state_dict(reference.decoder.norm.state_dict())
 
@@ -118,7 +113,7 @@ def test_stacks_match_torch_transformer(norm_first, padded):
         memory_key_padding_mask=~source_mask[:, 0, 0],
     )
     memory = encoder(source, source_mask)
-    _close(decoder(target, memory, causal_mask(4), source_mask), expected)
+    close(decoder(target, memory, causal_mask(4), source_mask), expected)
 
 
 @pytest.mark.parametrize("norm_first", [True, False])
@@ -134,7 +129,7 @@ def test_target_padding_matches_torch_transformer(norm_first):
     _randomize_norms(reference, generator)
     decoder = TransformerDecoder(2, 8, 2, 16, norm_first=norm_first, final_norm=False).eval()
     for block, layer in zip(decoder.blocks, reference.layers, strict=True):
-        block.load_from_torch(layer)
+        load_decoder_block(block, layer)
     target = torch.randn(3, 5, 8, generator=generator)
     memory = torch.randn(3, 6, 8, generator=generator)
     target_pad = padding_mask([5, 3, 1], 5)  # (B, 1, 1, Tt)
@@ -147,21 +142,21 @@ def test_target_padding_matches_torch_transformer(norm_first):
         memory_key_padding_mask=~memory_pad[:, 0, 0],
     )
     got = decoder(target, memory, causal_mask(5) & target_pad, memory_pad)
-    _close(got, expected)
+    close(got, expected)
 
 
 def test_load_decoder_block_refuses_mismatches():
     with pytest.raises(TypeError, match="TransformerDecoderLayer"):
         load_decoder_block(DecoderBlock(8, 2, 16), nn.TransformerEncoderLayer(8, 2, 16))
     with pytest.raises(ValueError, match="norm_first mismatch"):
-        DecoderBlock(8, 2, 16, norm_first=False).load_from_torch(_torch_layer(norm_first=True))
+        load_decoder_block(DecoderBlock(8, 2, 16, norm_first=False), _torch_layer(norm_first=True))
     with pytest.raises(ValueError, match="feed-forward shape mismatch"):
-        DecoderBlock(8, 2, 32).load_from_torch(_torch_layer())
+        load_decoder_block(DecoderBlock(8, 2, 32), _torch_layer())
     with pytest.raises(ValueError, match="normalization mismatch"):
-        DecoderBlock(8, 2, 16, norm="rms").load_from_torch(_torch_layer())
+        load_decoder_block(DecoderBlock(8, 2, 16, norm="rms"), _torch_layer())
     with pytest.warns(UserWarning, match="batch_first=False"):
-        DecoderBlock(8, 2, 16).load_from_torch(
-            nn.TransformerDecoderLayer(8, 2, 16, norm_first=True)
+        load_decoder_block(
+            DecoderBlock(8, 2, 16), nn.TransformerDecoderLayer(8, 2, 16, norm_first=True)
         )
 
 
@@ -198,9 +193,7 @@ def test_memory_padding_is_ignored():
     mask = padding_mask([6, 3], 6)
     changed = memory.clone()
     changed[1, 3:] = 100.0
-    _close(
-        block(target, memory, causal_mask(4), mask), block(target, changed, causal_mask(4), mask)
-    )
+    close(block(target, memory, causal_mask(4), mask), block(target, changed, causal_mask(4), mask))
 
 
 # --------------------------------------------------------------------------- the full model
@@ -223,7 +216,7 @@ def test_teacher_forced_logits_equal_step_by_step_logits(norm_first):
     memory, source_mask = model.encode(source)
     for t in range(1, 6):
         step = model.decode(tokens[:, :t], memory, source_mask)[:, -1]
-        _close(teacher_forced[:, t - 1], step)
+        close(teacher_forced[:, t - 1], step)
         assert torch.equal(step.argmax(-1), tokens[:, t])
 
 
@@ -232,7 +225,7 @@ def test_source_padding_does_not_change_the_output():
     source = torch.tensor([[3, 4, 5, 0, 0]])
     target = torch.tensor([[1, 3, 4]])
     shorter = model(source[:, :3], target)
-    _close(model(source, target), shorter)
+    close(model(source, target), shorter)
 
 
 def test_tied_embeddings_share_one_matrix():
@@ -338,11 +331,11 @@ def test_positional_table_is_a_buffer_that_moves_with_the_model():
 def test_torch_reads_the_book_mask_the_other_way_round():
     torch.manual_seed(0)
     layer = nn.TransformerDecoderLayer(8, 2, 16, dropout=0.0, batch_first=True).eval()
-    block = DecoderBlock(8, 2, 16, norm_first=False).load_from_torch(layer).eval()
+    block = load_decoder_block(DecoderBlock(8, 2, 16, norm_first=False), layer).eval()
     target = torch.randn(1, 4, 8, requires_grad=True)
     memory = torch.randn(1, 3, 8)
     book = block(target, memory, causal_mask(4))
-    _close(layer(target, memory, tgt_mask=~causal_mask(4)), book)
+    close(layer(target, memory, tgt_mask=~causal_mask(4)), book)
     # the book's mask passed as it is: True = *blocked* to torch, the first query sees the future
     wrong = layer(target, memory, tgt_mask=causal_mask(4))
     (grad,) = torch.autograd.grad(wrong[:, 0] @ torch.randn(8), target)

@@ -8,14 +8,13 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import close
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from helpers.attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
 from helpers.efficient import kv_cache_bytes, sliding_window_mask
 from helpers.gpt import GPT, CausalSelfAttention
-
-ATOL = 1e-5
 
 
 def _heads(layer: CausalSelfAttention, x: torch.Tensor):
@@ -58,7 +57,7 @@ def test_grouped_query_attention_equals_pytorchs_enable_gqa(case):
     q, k, v = _heads(layer, x)
     mask = sliding_window_mask(length, window if window is not None else length)
     heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
-    torch.testing.assert_close(layer(x), _project_out(layer, heads), atol=ATOL, rtol=1e-4)
+    close(layer(x), _project_out(layer, heads))
 
 
 @pytest.mark.parametrize(("num_heads", "num_kv_heads"), [(4, 4), (4, 2), (4, 1), (6, 3)])
@@ -78,7 +77,7 @@ def test_grouped_query_attention_equals_heads_repeated_by_hand(num_heads, num_kv
         ],
         dim=1,
     )
-    torch.testing.assert_close(layer(x), _project_out(layer, heads), atol=ATOL, rtol=1e-4)
+    close(layer(x), _project_out(layer, heads))
 
 
 def test_as_many_kv_heads_as_query_heads_is_plain_multi_head_attention():
@@ -87,7 +86,7 @@ def test_as_many_kv_heads_as_query_heads_is_plain_multi_head_attention():
     mha = MultiHeadAttention(16, 4).eval()
     mha.load_state_dict(layer.state_dict())  # the same (3D, D) and (D, D) matrices
     x = torch.randn(3, 8, 16)
-    torch.testing.assert_close(layer(x), mha(x, x, x, mask=causal_mask(8)), atol=ATOL, rtol=0)
+    close(layer(x), mha(x, x, x, mask=causal_mask(8)), rtol=0)
 
 
 @pytest.mark.parametrize(("num_kv_heads", "rows"), [(4, 48), (2, 32), (1, 24)])

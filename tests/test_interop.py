@@ -1,13 +1,14 @@
 """Tests of helpers.interop: weights copied from PyTorch's modules give the same functions.
 
-``MultiHeadAttention.load_from_torch``, ``PerHeadMultiHeadAttention.fused`` and
-``EncoderBlock.load_from_torch`` delegate to the functions tested here; both ways are used.
+The book's classes carry no loading methods: :mod:`helpers.interop` is the one way to copy
+weights in (``tests/test_structure.py`` pins that no class module imports it).
 """
 
 from __future__ import annotations
 
 import pytest
 import torch
+from conftest import close
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import mha_case
@@ -18,11 +19,6 @@ from helpers.interop import fuse_heads, load_encoder_block, load_multihead_atten
 from helpers.transformer import EncoderBlock, TransformerEncoder
 
 FEW = settings(max_examples=25, deadline=None)
-ATOL = 1e-5
-
-
-def _close(actual: torch.Tensor, expected: torch.Tensor, atol: float = ATOL) -> None:
-    torch.testing.assert_close(actual, expected, atol=atol, rtol=1e-4)
 
 
 def torch_layer(d_model, num_heads, ffn_width, norm_first, bias=True, dropout=0.1):
@@ -55,7 +51,7 @@ def test_mha_matches_torch_multihead_attention(case):
     seed, d_model, num_heads, bias, query, key, value, mask = case
     torch.manual_seed(seed)
     torch_mha = nn.MultiheadAttention(d_model, num_heads, bias=bias, batch_first=True)
-    mha = MultiHeadAttention(d_model, num_heads, bias=bias).load_from_torch(torch_mha)
+    mha = load_multihead_attention(MultiHeadAttention(d_model, num_heads, bias=bias), torch_mha)
     torch_mask = None
     if mask is not None:  # torch wants True = ignore, and (B * H, Tq, Tk) for per-batch masks
         # torch returns NaN for rows with no key (tested separately): let key 0 in everywhere
@@ -67,9 +63,9 @@ def test_mha_matches_torch_multihead_attention(case):
         torch_mask = ~full.reshape(-1, query.shape[1], key.shape[1])
     expected, expected_weights = torch_mha(query, key, value, attn_mask=torch_mask)
     output, weights = mha(query, key, value, mask, return_attention=True)
-    _close(output, expected)
-    _close(weights.mean(dim=1), expected_weights)
-    _close(mha(query, key, value, mask), expected)
+    close(output, expected)
+    close(weights.mean(dim=1), expected_weights)
+    close(mha(query, key, value, mask), expected)
 
 
 def test_load_multihead_attention_copies_every_weight_and_returns_the_module():
@@ -84,16 +80,16 @@ def test_load_multihead_attention_copies_every_weight_and_returns_the_module():
     assert all(p.grad_fn is None and p.requires_grad for p in mha.parameters())
 
 
-def test_load_from_torch_errors():
+def test_load_multihead_attention_errors():
     mha = MultiHeadAttention(8, 2)
     with pytest.raises(TypeError, match="expected torch.nn.MultiheadAttention, got Linear"):
-        mha.load_from_torch(nn.Linear(8, 8))
+        load_multihead_attention(mha, nn.Linear(8, 8))
     with pytest.raises(ValueError, match=r"size mismatch.*num_heads=4.*num_heads=2"):
-        mha.load_from_torch(nn.MultiheadAttention(8, 4))
+        load_multihead_attention(mha, nn.MultiheadAttention(8, 4))
     with pytest.raises(ValueError, match="bias mismatch"):
-        mha.load_from_torch(nn.MultiheadAttention(8, 2, bias=True))
+        load_multihead_attention(mha, nn.MultiheadAttention(8, 2, bias=True))
     with pytest.raises(ValueError, match="kdim"):
-        mha.load_from_torch(nn.MultiheadAttention(8, 2, kdim=4, vdim=4))
+        load_multihead_attention(mha, nn.MultiheadAttention(8, 2, kdim=4, vdim=4))
 
 
 # --------------------------------------------------------------------------- per-head -> fused
@@ -105,12 +101,12 @@ def test_per_head_modules_equal_fused(case):
     seed, d_model, num_heads, bias, query, key, value, mask = case
     torch.manual_seed(seed)
     per_head = PerHeadMultiHeadAttention(d_model, num_heads, bias=bias)
-    fused = per_head.fused()
+    fused = fuse_heads(per_head)
     expected, expected_weights = per_head(query, key, value, mask, return_attention=True)
     output, weights = fused(query, key, value, mask, return_attention=True)
-    _close(output, expected)
-    _close(weights, expected_weights)
-    _close(fused(query, key, value, mask), expected)
+    close(output, expected)
+    close(weights, expected_weights)
+    close(fused(query, key, value, mask), expected)
 
 
 @pytest.mark.parametrize("bias", [False, True])
@@ -153,12 +149,12 @@ def test_block_matches_torch_encoder_layer(
     if bias:
         randomize_norms(reference, generator)
     block = EncoderBlock(d_model, num_heads, ffn_width, 0.1, norm_first, bias=bias).eval()
-    block.load_from_torch(reference)
+    load_encoder_block(block, reference)
     x = torch.randn(3, seq_len, d_model, generator=generator)
     mask = causal_mask(seq_len) if masked else None
     # torch's boolean src_mask means True = may NOT attend: the opposite of ours.
     expected = reference(x, src_mask=None if mask is None else ~mask)
-    _close(block(x, mask=mask), expected)
+    close(block(x, mask=mask), expected)
 
 
 @pytest.mark.parametrize("norm_first", [True, False])
@@ -174,30 +170,30 @@ def test_encoder_matches_torch_encoder(norm_first):
     if norm_first:
         encoder.final_norm.load_state_dict(reference.norm.state_dict())
     x = torch.randn(2, 9, 16)
-    _close(encoder(x), reference(x))
+    close(encoder(x), reference(x))
 
 
-def test_load_from_torch_rejects_mismatches():
+def test_load_encoder_block_rejects_mismatches():
     block = EncoderBlock(8, 2, 16)
     with pytest.raises(TypeError, match="TransformerEncoderLayer"):
-        block.load_from_torch(nn.Linear(8, 8))
+        load_encoder_block(block, nn.Linear(8, 8))
     with pytest.raises(ValueError, match="norm_first mismatch"):
-        block.load_from_torch(torch_layer(8, 2, 16, norm_first=False))
+        load_encoder_block(block, torch_layer(8, 2, 16, norm_first=False))
     gelu = nn.TransformerEncoderLayer(8, 2, 16, activation="gelu", norm_first=True)
     with pytest.raises(ValueError, match="activation='relu'"):
-        block.load_from_torch(gelu)
+        load_encoder_block(block, gelu)
     eps = nn.TransformerEncoderLayer(8, 2, 16, layer_norm_eps=1e-6, norm_first=True)
     with pytest.raises(ValueError, match="eps=1e-06"):
-        block.load_from_torch(eps)
+        load_encoder_block(block, eps)
     with pytest.raises(ValueError, match="norm='layer'"):
-        EncoderBlock(8, 2, 16, norm="rms").load_from_torch(torch_layer(8, 2, 16, True))
+        load_encoder_block(EncoderBlock(8, 2, 16, norm="rms"), torch_layer(8, 2, 16, True))
     with pytest.raises(ValueError, match="feed-forward shape mismatch"):
-        block.load_from_torch(torch_layer(8, 2, 32, norm_first=True))
+        load_encoder_block(block, torch_layer(8, 2, 32, norm_first=True))
     with pytest.raises(ValueError, match="bias mismatch"):
-        block.load_from_torch(torch_layer(8, 2, 16, norm_first=True, bias=False))
+        load_encoder_block(block, torch_layer(8, 2, 16, norm_first=True, bias=False))
 
 
-def test_load_from_torch_warns_about_sequence_first_layers():
+def test_load_encoder_block_warns_about_sequence_first_layers():
     layer = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=False)
     with pytest.warns(UserWarning, match="batch_first=True"):
-        EncoderBlock(16, 2, 32, norm_first=False).load_from_torch(layer)
+        load_encoder_block(EncoderBlock(16, 2, 32, norm_first=False), layer)

@@ -66,8 +66,23 @@ def test_heatmap_draws_into_a_given_axes_without_a_colorbar():
 
 
 def test_heatmap_accepts_tensors_that_require_grad_and_boolean_masks():
-    heatmap(torch.ones(3, 3, requires_grad=True) * 0.5)
-    heatmap(torch.ones(3, 3, dtype=torch.bool).tril().float())
+    """What the figure shows: one image of the matrix's values (detached), each cell centred
+    on its integer position, with the colour scale spanning the values."""
+    ax = heatmap(torch.ones(3, 4, requires_grad=True) * 0.5)
+    (image,) = ax.get_images()
+    np.testing.assert_array_equal(image.get_array(), np.full((3, 4), 0.5))
+    assert image.get_extent() == [-0.5, 3.5, 2.5, -0.5]  # 4 key columns, 3 query rows, row 0 on top
+    assert not ax.get_lines() and ax.get_xlabel() == "key position"
+
+    mask = torch.ones(3, 3, dtype=torch.bool).tril()
+    ax = heatmap(mask.float())
+    (image,) = ax.get_images()
+    np.testing.assert_array_equal(image.get_array(), np.tril(np.ones((3, 3))))
+    assert image.get_clim() == (
+        0.0,
+        1.0,
+    )  # masked cells at the bottom of the scale, allowed at the top
+    assert ax.get_xlim() == (-0.5, 2.5) and ax.get_ylim() == (2.5, -0.5)
 
 
 @pytest.mark.parametrize("shape", [(5,), (2, 3, 3), (1, 2, 4, 4)])

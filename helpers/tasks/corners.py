@@ -21,7 +21,8 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from helpers import _validate as check
-from helpers.attention import MultiHeadAttention, causal_mask
+from helpers.attention import MultiHeadAttention
+from helpers.masks import causal_mask
 from helpers.positional import SinusoidalPositionalEncoding
 from helpers.training import fit
 from helpers.transformer import FeedForward, TransformerDecoder, TransformerEncoder

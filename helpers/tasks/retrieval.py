@@ -29,6 +29,7 @@ from torch import Tensor
 
 from helpers import _validate as check
 from helpers.gpt import GPT, POSITIONS, language_model_loss
+from helpers.masks import earlier_mask
 from helpers.tasks import shipped_table
 from helpers.training import cosine_warmup_schedule, fit
 
@@ -62,7 +63,7 @@ def retrieval_targets(tokens: Tensor) -> Tensor:
         )
     length = tokens.shape[1]
     same = tokens[:, :, None] == tokens[:, None, :]  # (B, T_query, T_key)
-    earlier = torch.ones(length, length, dtype=torch.bool).tril(-1)  # key j < query t
+    earlier = earlier_mask(length)  # (T_query, T_key): key j < query t
     candidates = same & earlier
     # the latest earlier occurrence: the largest j where candidates is True
     latest = torch.where(candidates, torch.arange(length), -1).amax(dim=-1)  # (B, T)

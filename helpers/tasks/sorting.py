@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 from helpers import _validate as check
+from helpers.masks import padding_mask
 from helpers.tasks import shipped_table
 from helpers.training import cosine_warmup_schedule, fit
 from helpers.transformer import EncoderDecoderTransformer
@@ -77,7 +78,7 @@ def make_sorting_dataset(
         digits = torch.rand(num_sequences, NUM_DIGITS, generator=generator).argsort(-1)[:, :max_len]
     else:
         digits = torch.randint(NUM_DIGITS, (num_sequences, max_len), generator=generator)
-    real = torch.arange(max_len) < lengths[:, None]  # (N, max_len)
+    real = padding_mask(lengths, max_len)[:, 0, 0]  # (N, max_len): True at real tokens
     source = torch.where(real, digits + 3, PAD)
     # sorting with PAD pushed past every digit keeps the real tokens first, in order
     ordered = torch.where(real, source, VOCAB_SIZE).sort(dim=-1).values

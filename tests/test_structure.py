@@ -1,0 +1,248 @@
+"""The shape of the ``helpers`` package: what imports what, and how long the shown code is.
+
+* No import cycle: the graph of ``helpers``' modules, with the imports written inside
+  functions, has no cycle.
+* No module imports a later chapter's module: the chapter of each module comes from the map in
+  ``helpers/__init__.py`` (its first chapter when it is listed twice).
+* Weights from PyTorch's modules come in through ``helpers.interop`` only, which imports the
+  model classes and is imported by none of them.
+* Every object a chapter shows with ``show_source`` is at most :data:`MAX_SHOWN_LINES` lines.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import re
+
+from conftest import ROOT
+
+import helpers
+
+PACKAGE = ROOT / "helpers"
+EVERY_CHAPTER = {
+    # A base that every chapter's module may use: it must import no chapter's module.
+    "helpers.plotting": 0,
+    # They serve every chapter (its diagrams, its exercises), so they may import any chapter's
+    # module, and no module imports them.
+    "helpers.diagrams": 99,
+    "helpers.checks": 99,
+}
+INFRASTRUCTURE = {"helpers", "helpers._validate", "helpers.tasks"}  # chapter 0, not in the map
+KNOWN_LATER_CHAPTER_IMPORTS: dict[tuple[str, str], str] = {}
+MAX_SHOWN_LINES = 60
+KNOWN_LONG_SHOWN = {
+    # TODO(lead): helpers/gpt.py is being reshaped under issue 29 (configuration); its shown
+    # class must come down to MAX_SHOWN_LINES too.
+    "helpers.gpt.CausalSelfAttention",
+}
+
+
+# --------------------------------------------------------------------------- the import graph
+
+
+def module_name(path, root) -> str:
+    parts = path.relative_to(root.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph(root=None) -> dict[str, set[str]]:
+    """``{module: {modules of the package it imports}}``, imports inside functions included."""
+    root = PACKAGE if root is None else root
+    top = root.name
+    modules = {module_name(path, root): path for path in root.rglob("*.py")}
+    graph = {name: set() for name in modules}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:  # relative: from . import x, from .x import y
+                    anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join(anchor + ([base] if base else []))
+                # "from helpers import _validate": the submodule if there is one
+                targets = [
+                    f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
+                    for alias in node.names
+                ]
+            else:
+                continue
+            for target in targets:
+                while target and target not in modules:  # helpers.x.y -> helpers.x
+                    target = target.rpartition(".")[0]
+                if target.split(".")[0] == top and target != name:
+                    graph[name].add(target)
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of the graph as ``[a, b, ..., a]``, or None."""
+    state: dict[str, str] = {}  # "open" while on the current path, "done" after
+
+    def visit(node, path):
+        state[node] = "open"
+        for following in sorted(graph.get(node, ())):
+            if state.get(following) == "open":
+                return [*path[path.index(following) :], following]
+            if following not in state and (cycle := visit(following, [*path, following])):
+                return cycle
+        state[node] = "done"
+        return None
+
+    for start in sorted(graph):
+        if start not in state and (cycle := visit(start, [start])):
+            return cycle
+    return None
+
+
+def chapters_from_map(doc: str = helpers.__doc__) -> dict[str, int]:
+    """``{module: its first chapter}`` from the table of ``helpers/__init__.py``."""
+    chapters = dict(EVERY_CHAPTER)
+    for chapter_cell, module_cell in re.findall(r"^\| ([^|]+) \| ([^|]+) \|$", doc, re.M):
+        number = re.match(r"\d+", chapter_cell)
+        for name in re.findall(r"``([\w.]+)``", module_cell):
+            module = f"helpers.{name}"
+            is_module = (PACKAGE / f"{name.replace('.', '/')}.py").exists()
+            if is_module and number:
+                chapters[module] = min(chapters.get(module, 99), int(number.group()))
+    return chapters
+
+
+def later_chapter_imports(graph, chapters) -> set[tuple[str, str]]:
+    chapter = {**dict.fromkeys(INFRASTRUCTURE, 0), **chapters}
+    return {(a, b) for a, targets in graph.items() for b in targets if chapter[b] > chapter[a]}
+
+
+def test_the_package_has_no_import_cycle():
+    cycle = find_cycle(import_graph())
+    assert cycle is None, (
+        f"import cycle: {' -> '.join(cycle)}. Move the shared code to the earlier module, or "
+        "the conversion to helpers.interop (which imports the classes, never the reverse)"
+    )
+
+
+def test_the_cycle_check_sees_imports_inside_functions(tmp_path):
+    """The check itself: a cycle closed by an import inside a method is found (the one that
+    ``MultiHeadAttention.load_from_torch`` and ``helpers.interop`` once made)."""
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "attention.py").write_text(
+        "class MHA:\n    def load(self, other):\n        from pkg.interop import load\n"
+    )
+    (package / "interop.py").write_text("from pkg import attention\n")
+    (package / "other.py").write_text("from . import interop\n")
+    graph = import_graph(package)
+    assert graph["pkg.other"] == {"pkg.interop"}  # a relative import is an edge too
+    assert find_cycle(graph) == ["pkg.attention", "pkg.interop", "pkg.attention"]
+    (package / "attention.py").write_text("class MHA:\n    pass\n")
+    assert find_cycle(import_graph(package)) is None
+
+
+def test_every_module_has_a_chapter_in_the_map():
+    chapters = chapters_from_map()
+    missing = sorted(set(import_graph()) - set(chapters) - INFRASTRUCTURE)
+    assert not missing, f"add a row for {missing} to the table in helpers/__init__.py"
+    assert chapters["helpers.masks"] == 2 and chapters["helpers.interop"] == 4
+    assert chapters["helpers.tasks.shapes"] == 8 and chapters["helpers.efficient"] == 11
+
+
+def test_no_module_imports_a_later_chapters_module():
+    violations = later_chapter_imports(import_graph(), chapters_from_map())
+    unexpected = sorted(violations - set(KNOWN_LATER_CHAPTER_IMPORTS))
+    assert not unexpected, (
+        f"these modules import a later chapter's module: {unexpected}; move what they use to "
+        "the earlier chapter's module (masks live in helpers.masks)"
+    )
+
+
+def test_the_chapter_order_check_fails_on_a_later_import():
+    """The check itself: chapter 8's shapes importing chapter 11's efficient is refused."""
+    graph = {"helpers.tasks.shapes": {"helpers.efficient", "helpers.masks"}}
+    chapters = {"helpers.tasks.shapes": 8, "helpers.efficient": 11, "helpers.masks": 2}
+    assert later_chapter_imports(graph, chapters) == {("helpers.tasks.shapes", "helpers.efficient")}
+
+
+def test_known_later_chapter_imports_are_still_there():
+    """Delete an entry of KNOWN_LATER_CHAPTER_IMPORTS once its import is fixed."""
+    violations = later_chapter_imports(import_graph(), chapters_from_map())
+    fixed = sorted(set(KNOWN_LATER_CHAPTER_IMPORTS) - violations)
+    assert not fixed, f"fixed, remove from KNOWN_LATER_CHAPTER_IMPORTS: {fixed}"
+
+
+def test_only_interop_converts_weights_from_torch():
+    graph = import_graph()
+    importers = sorted(name for name, targets in graph.items() if "helpers.interop" in targets)
+    assert not importers, f"{importers} import helpers.interop; call it from the caller instead"
+    for module in ("attention", "transformer"):
+        source = (PACKAGE / f"{module}.py").read_text()
+        assert "def load_from_torch" not in source and "def fused" not in source
+
+
+# --------------------------------------------------------------------------- shown code
+
+
+def shown_objects() -> list[tuple[str, str, object]]:
+    """``(notebook, expression, object)`` for every ``show_source(...)`` call in the notebooks'
+    ``.py`` twins, resolved through the notebook's own ``from helpers... import`` lines."""
+    shown = []
+    for twin in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.py")):
+        tree = ast.parse(twin.read_text())
+        imported = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("helpers"):
+                for alias in node.names:
+                    imported[alias.asname or alias.name] = (node.module, alias.name)
+        for node in ast.walk(tree):
+            called = getattr(node, "func", None)
+            name = getattr(called, "attr", None) or getattr(called, "id", None)
+            if not isinstance(node, ast.Call) or name != "show_source":
+                continue
+            expression = ast.unparse(node.args[0])
+            head, *attributes = expression.split(".")
+            assert head in imported, f"{twin.name}: show_source({expression}) is not from helpers"
+            module, attribute = imported[head]
+            obj = getattr(importlib.import_module(module), attribute)
+            for attribute in attributes:
+                obj = getattr(obj, attribute)
+            shown.append((twin.stem, expression, obj))
+    return shown
+
+
+def qualified_name(obj) -> str:
+    return f"{obj.__module__}.{obj.__qualname__}"
+
+
+def test_the_notebooks_show_code_from_helpers():
+    shown = shown_objects()
+    assert len(shown) >= 25
+    assert {notebook for notebook, _, _ in shown} >= {
+        "04_multi_head_attention",
+        "09_encoder_decoder",
+    }
+
+
+def test_every_shown_object_is_at_most_60_lines():
+    too_long = [
+        f"{notebook}: {expression} ({qualified_name(obj)}) has {lines} lines"
+        for notebook, expression, obj in shown_objects()
+        if (lines := len(inspect.getsource(obj).splitlines())) > MAX_SHOWN_LINES
+        and qualified_name(obj) not in KNOWN_LONG_SHOWN
+    ]
+    assert not too_long, (
+        f"a chapter shows more than {MAX_SHOWN_LINES} lines: move checks to helpers/_validate.py "
+        "and bookkeeping out of the shown object, so that the math fills it: " + "; ".join(too_long)
+    )
+
+
+def test_known_long_shown_objects_are_still_long():
+    """Delete an entry of KNOWN_LONG_SHOWN once it is short enough."""
+    shown = [obj for _, _, obj in shown_objects()]
+    lengths = {qualified_name(obj): len(inspect.getsource(obj).splitlines()) for obj in shown}
+    short = sorted(name for name in KNOWN_LONG_SHOWN if lengths.get(name, 0) <= MAX_SHOWN_LINES)
+    assert not short, (
+        f"short enough now (or no longer shown), remove from KNOWN_LONG_SHOWN: {short}"
+    )

@@ -2,6 +2,7 @@
 
     python scripts/margins_shapes.py [--seeds 5] [--lstm-seeds 5] [--epochs 3] [--workers 2]
         [--out helpers/tasks/shapes_seeds.csv]
+    python scripts/margins_shapes.py --part overfit --seeds 3 --out helpers/tasks/shapes_overfit.csv
 
 The recipe is the chapter's (`helpers.tasks.shapes.train_shapes_model` with its defaults and
 the chapter's number of epochs, `--epochs`; the same data); only the seed changes. It trains
@@ -13,6 +14,11 @@ its own few runs against it. Run it also under each numerics configuration of `m
 test-portability` (for example `env ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=SSE4_2
 ONEDNN_MAX_CPU_ISA=SSE41 python scripts/margins_shapes.py`): a threshold in the chapter must
 sit clear of the worst value over seeds and configurations (CONTRIBUTING.md, "Numerics").
+
+``--part overfit`` runs source 004's single-batch check as its code states it (Adam at 1e-3 for
+5,000 steps on the first 20 training sequences, the loss logged every 1,000) on the chapter's
+three proper models, and writes the loss per model, seed and logged step
+(``helpers.tasks.shapes.overfit_results`` reads the shipped copy).
 """
 
 from __future__ import annotations
@@ -50,20 +56,56 @@ def datasets():
     return norm(train), norm(val), norm(test), test, oracle, copy
 
 
-def overfit_ratio(name, seed, train_set, steps=200):
-    """The chapter's sanity check: final / first loss after 200 Adam steps on 20 sequences."""
+def overfit_curve(name, seed, train_set, steps=200, lr=3e-3, log_every=None):
+    """Adam on the first 20 training sequences: the loss before steps 0, log_every, ..., steps.
+
+    The chapter's sanity check is 200 steps at lr 3e-3; source 004's is 5,000 at 1e-3, with the
+    loss printed every 1,000 (its loop runs 5,001 iterations and prints before each step).
+    """
     torch.manual_seed(seed)
     model = SHAPES_MODELS[name]()
-    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     x, y = train_set.tensors[0][:20], train_set.tensors[1][:20]
-    first = None
-    for _ in range(steps):
+    logged = {}
+    for step in range(steps + 1):
         loss = nn.functional.mse_loss(model(x), y)
-        first = loss.item() if first is None else first
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    return loss.item() / first
+        if step in (0, steps) or (log_every and step % log_every == 0):
+            logged[step] = loss.item()
+        if step < steps:
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    return logged
+
+
+def overfit_ratio(name, seed, train_set, steps=200):
+    """The chapter's sanity check: final / first loss after 200 Adam steps on 20 sequences."""
+    curve = overfit_curve(name, seed, train_set, steps)
+    return curve[steps] / curve[0]
+
+
+SOURCE_OVERFIT = {"steps": 5000, "lr": 1e-3, "log_every": 1000}
+"""Source 004's single-batch check: ``for epoch in range(5001)`` with Adam at lr 1e-3."""
+
+
+def overfit_part(args, train_set) -> None:
+    """Source 004's single-batch check on the book's models, one row per model, seed and step."""
+    names = ("CNN", "CNN + attention", "bidirectional LSTM")
+    jobs = [dict(name=n, seed=s) for s in range(args.seeds) for n in names]
+    curves = run_in_processes(
+        overfit_curve, jobs, workers=args.workers, train_set=train_set, **SOURCE_OVERFIT
+    )
+    rows = [
+        {"model": job["name"], "seed": job["seed"], "step": step, "loss": loss}
+        for job, curve in zip(jobs, curves, strict=True)
+        for step, loss in curve.items()
+    ]
+    table = pd.DataFrame(rows)
+    print(table.pivot_table(index="step", columns=["model", "seed"], values="loss").to_string())
+    if args.out:
+        command = "python scripts/margins_shapes.py " + " ".join(sys.argv[1:])
+        label = dict(machine=machine_label("cpu", args.workers), command=command)
+        table.assign(**label).to_csv(args.out, index=False)
 
 
 def main() -> None:
@@ -73,9 +115,18 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=3, help="the chapter's CONFIG['epochs']")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--out", default=None)
+    parser.add_argument(
+        "--part",
+        choices=["seeds", "overfit"],
+        default="seeds",
+        help="seeds: the chapter's runs; overfit: source 004's single-batch check",
+    )
     args = parser.parse_args()
     train_set, val_set, test_set, test_data, oracle, copy = datasets()
     torch.set_num_threads(1)
+    if args.part == "overfit":
+        overfit_part(args, train_set)
+        return
     jobs = [dict(name="bidirectional LSTM", seed=s) for s in range(args.lstm_seeds)]
     jobs += [dict(name=n, seed=s) for s in range(args.seeds) for n in ("CNN + attention", "CNN")]
     jobs += [dict(name="batch-axis LSTM", seed=s) for s in range(args.seeds)]

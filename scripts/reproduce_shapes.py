@@ -20,7 +20,9 @@ model, seed and epoch with the seconds so far, the machine and the command;
 ``helpers.tasks.shapes.full_scale_results`` reads the shipped file. Runs go side by side, one
 thread each (`helpers.parallel.run_in_processes`): on a 2-core CPU the protocol takes hours, on
 a GPU (``--workers 1 --device cuda``) minutes. Each run's rows are saved after every epoch in a
-``.partial`` folder beside ``--out``; ``--collect`` merges them after an interruption.
+``.partial`` folder beside ``--out``; ``--collect`` merges them after an interruption, and
+the same command run again skips every run it finished before (so the CPU protocol can be run
+in parts, a few runs per sitting).
 """
 
 from __future__ import annotations
@@ -77,7 +79,7 @@ def one_run(
     The rows so far are rewritten to ``partial_dir`` after every epoch, so that an interrupted
     run of several hours keeps what it measured.
     """
-    partial = Path(partial_dir) / f"{name.replace(' ', '_')}-seed{seed}.csv"
+    partial = partial_path(partial_dir, name, seed)
     torch.manual_seed(seed)
     model = SHAPES_MODELS[name]().to(device)
     order = torch.Generator().manual_seed(seed)
@@ -104,6 +106,28 @@ def one_run(
         pd.DataFrame(rows).to_csv(partial, index=False)
         print(f"{name:20} seed {seed} epoch {epoch:3}: valid {valid_mse:.5f} test {test_mse:.5f}")
     return rows
+
+
+def partial_path(partial_dir, name: str, seed: int) -> Path:
+    """The file one run's rows are saved to, epoch by epoch."""
+    return Path(partial_dir) / f"{name.replace(' ', '_')}-seed{seed}.csv"
+
+
+def run_is_complete(partial_dir, job: dict, epochs: int, label: dict) -> bool:
+    """Whether an earlier invocation of the same command finished this run (every epoch).
+
+    The protocol takes hours on a CPU, so it can be run in parts: the same command again
+    trains only the runs it has not finished; ``--collect`` merges them. A run saved by
+    another command (another protocol, epochs or data) is trained again, not mixed in.
+    """
+    path = partial_path(partial_dir, job["name"], job["seed"])
+    if not path.is_file():
+        return False
+    rows = pd.read_csv(path)
+    return (
+        list(rows["epoch"]) == list(range(1, epochs + 1))
+        and (rows["command"] == label["command"]).all()
+    )
 
 
 def datasets(protocol: str, num_train: int):
@@ -164,7 +188,11 @@ def main() -> None:
         ),
     )
     partial_dir = Path(args.out).with_suffix(".partial")
-    if not args.collect:
+    done = [job for job in jobs if run_is_complete(partial_dir, job, args.epochs, label)]
+    for job in done:
+        print(f"{job['name']} seed {job['seed']}: complete in {partial_dir}, not trained again")
+    jobs = [job for job in jobs if job not in done]
+    if not args.collect and jobs:
         partial_dir.mkdir(parents=True, exist_ok=True)
         run_in_processes(
             one_run,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import re
 import subprocess
 import sys
 
@@ -16,7 +17,13 @@ import tomllib
 import torch
 from conftest import ROOT
 
-from helpers.tasks.shapes import FULL_SCALE_FILE, full_scale_results, seed_results
+from helpers.tasks.shapes import (
+    FULL_SCALE_FILE,
+    full_scale_results,
+    make_shapes_dataset,
+    overfit_results,
+    seed_results,
+)
 
 SCRIPT = ROOT / "scripts" / "reproduce_shapes.py"
 PROTOCOL = "--epochs 50 --seeds 3 --num-train 25000 --batch-size 128 --lr 0.001"
@@ -142,3 +149,58 @@ def test_the_shipped_seed_results_cover_every_model_on_five_seeds():
         assert table[f"mse {name}"].between(0, 2).all(), name
     ratio = table["mse CNN"] / table["mse CNN + attention"]
     assert ratio.round(6).tolist() == table["ratio CNN / attention"].round(6).tolist()
+
+
+def _margins_shapes():
+    """scripts/margins_shapes.py as a module (scripts/ is not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "margins_shapes", ROOT / "scripts" / "margins_shapes.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_overfit_check_logs_the_sources_steps_and_the_loss_falls():
+    """--part overfit: the loss before step 0, every log_every steps and after the last step."""
+    margins = _margins_shapes()
+    assert margins.SOURCE_OVERFIT == {"steps": 5000, "lr": 1e-3, "log_every": 1000}
+    train = make_shapes_dataset(20, seed=1)
+    data = torch.utils.data.TensorDataset(train.inputs, train.targets)
+    curve = margins.overfit_curve("CNN", 0, data, steps=60, lr=3e-3, log_every=20)
+    assert list(curve) == [0, 20, 40, 60]
+    assert curve[60] < curve[0] / 2
+    assert margins.overfit_ratio("CNN", 0, data, steps=60) == pytest.approx(curve[60] / curve[0])
+
+
+def test_the_shipped_overfit_results_are_the_sources_check_on_three_seeds():
+    table = overfit_results()
+    assert table["command"].nunique() == 1 and "--part overfit" in table["command"].iloc[0]
+    runs = table.groupby(["model", "seed"])["step"].apply(list)
+    assert sorted(runs.index) == [(model, seed) for model in MODELS for seed in range(3)]
+    assert all(steps == list(range(0, 5001, 1000)) for steps in runs)
+    assert (table["loss"] > 0).all()
+
+
+def test_the_same_command_again_skips_the_runs_it_finished(tmp_path):
+    """The CPU protocol runs in parts: finished runs are kept, not trained again."""
+    out = tmp_path / "parts.csv"
+    tiny = ["--epochs", "1", "--seeds", "1", "--num-train", "64", "--workers", "1"]
+    first = run_script(*tiny, "--models", "CNN", "--protocol", "book", "--out", str(out))
+    assert first.returncode == 0, first.stderr
+    saved = (tmp_path / "parts.partial" / "CNN-seed0.csv").read_text()
+    again = run_script(*tiny, "--models", "CNN", "CNN + attention", "--protocol", "book",
+                       "--out", str(out))  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    assert "CNN seed 0: complete" in again.stdout
+    assert re.search(r"CNN \+ attention +seed 0 epoch +1", again.stdout)
+    assert (tmp_path / "parts.partial" / "CNN-seed0.csv").read_text() == saved
+    assert set(pd.read_csv(out)["model"]) == {"CNN", "CNN + attention"}
+    # another command (here, more epochs) trains the run again rather than mixing files
+    longer = run_script(*tiny[:1], "2", *tiny[2:], "--models", "CNN", "--protocol", "book",
+                        "--out", str(out))  # fmt: skip
+    assert (
+        "complete" not in longer.stdout and "CNN                  seed 0 epoch   2" in longer.stdout
+    )

@@ -30,7 +30,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from helpers import _validate as check
-from helpers.efficient import sliding_window_mask
+from helpers.masks import sliding_window_mask
 from helpers.tasks import shipped_table
 from helpers.training import cosine_warmup_schedule, evaluate, fit
 
@@ -53,6 +53,7 @@ __all__ = [
     "attention_enrichment",
     "full_scale_results",
     "seed_results",
+    "overfit_results",
 ]
 
 # --------------------------------------------------------------------------- data
@@ -550,4 +551,19 @@ def seed_results() -> pd.DataFrame:
     """
     return shipped_table(
         SEEDS_FILE, f"python scripts/margins_shapes.py --out helpers/tasks/{SEEDS_FILE}"
+    )
+
+
+OVERFIT_FILE = "shapes_overfit.csv"
+
+
+def overfit_results() -> pd.DataFrame:
+    """Source 004's single-batch check (Adam at 1e-3 for 5,000 steps on 20 sequences) on the
+    chapter's three proper models, as measured by ``scripts/margins_shapes.py --part
+    overfit``: one row per model, seed and logged step (every 1,000) with the training loss.
+    """
+    return shipped_table(
+        OVERFIT_FILE,
+        "python scripts/margins_shapes.py --part overfit --seeds 3 "
+        f"--out helpers/tasks/{OVERFIT_FILE}",
     )

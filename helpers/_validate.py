@@ -753,9 +753,6 @@ def seq2seq_generation(model, start_id, num_steps, end_id, beam_size, length_pen
 
 # --------------------------------------------------------------------------- decoder-only model
 
-ATTENTION_POSITIONS = ("none", "rope", "alibi")
-MODEL_POSITIONS = ("learned", "sinusoidal", "rope", "alibi", "none")
-
 
 def kv_heads(num_heads: int, num_kv_heads) -> int:
     """The number of key/value heads: ``num_heads`` if None, else a divisor of ``num_heads``."""
@@ -771,17 +768,6 @@ def kv_heads(num_heads: int, num_kv_heads) -> int:
             "multi-head attention)"
         )
     return num_kv_heads
-
-
-def attention_positions(positions) -> str:
-    """What a causal attention layer does about positions itself."""
-    if positions not in ATTENTION_POSITIONS:
-        raise ValueError(
-            f"positions of an attention layer must be one of {ATTENTION_POSITIONS}, got "
-            f"{positions!r}; 'learned' and 'sinusoidal' positions are added to the embeddings "
-            "before the first block (GPT does that), so the layer itself gets 'none'"
-        )
-    return positions
 
 
 def cache_entries(cache, keys, values) -> None:
@@ -806,12 +792,15 @@ def cache_entries(cache, keys, values) -> None:
         )
 
 
-def self_attention_input(layer: nn.Module, x, cache) -> None:
-    """A causal self-attention layer's ``x (B, T, D)`` and its optional cache."""
+def self_attention_input(layer: nn.Module, x, cache, cache_type: type) -> None:
+    """A causal self-attention layer's ``x (B, T, D)`` and its optional ``cache_type`` cache."""
     sequence("x", x, layer.d_model, type(layer).__name__)
     module_dtype("x", x, layer)
-    if cache is not None and type(cache).__name__ != "KVCache":
-        raise TypeError(f"cache must be a helpers.gpt.KVCache or None, got {type(cache).__name__}")
+    if cache is not None and not isinstance(cache, cache_type):
+        raise TypeError(
+            f"cache must be a {cache_type.__module__}.{cache_type.__name__} or None, got "
+            f"{type(cache).__name__}; make one per layer with model.new_caches(batch_size)"
+        )
     held = None if cache is None else cache.entry_shape  # read without slicing the buffers
     if held is not None and held[0] != x.shape[0]:
         raise ValueError(
@@ -820,14 +809,18 @@ def self_attention_input(layer: nn.Module, x, cache) -> None:
         )
 
 
+def one_of(name: str, value, choices: tuple, hint: str):
+    """``value`` if it is one of ``choices``, else a ValueError that names them and ``hint``."""
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {choices}, got {value!r}: {hint}")
+    return value
+
+
 def activation(kind, choices: tuple) -> str:
     """A feed-forward activation's name: one of ``choices``."""
-    if kind not in choices:
-        raise ValueError(
-            f"activation must be one of {choices}, got {kind!r}: 'relu' is the 2017 "
-            "Transformer's (and the book's default), 'gelu' BERT's, 'gelu_tanh' GPT-2's"
-        )
-    return kind
+    hint = "'relu' is the 2017 Transformer's (and the book's default), 'gelu' BERT's, "
+    hint += "'gelu_tanh' GPT-2's"
+    return one_of("activation", kind, choices, hint)
 
 
 RESIDUAL_INITS = (None, "gpt2")
@@ -843,18 +836,19 @@ def residual_init(value) -> str | None:
     return value
 
 
-def gpt_arguments(vocab_size, context_length, num_layers, positions, tie_weights) -> None:
-    """A decoder-only model's sizes and choices (its layers check widths and heads)."""
-    positive_int("vocab_size", vocab_size)
-    positive_int("context_length", context_length)
-    positive_int("num_layers", num_layers)
-    boolean("tie_weights", tie_weights)
-    if positions not in MODEL_POSITIONS:
-        raise ValueError(
-            f"positions must be one of {MODEL_POSITIONS}, got {positions!r}: 'learned' and "
-            "'sinusoidal' are added to the token embeddings, 'rope' and 'alibi' act inside "
-            "attention, 'none' leaves only the causal mask"
-        )
+def model_positions(positions, choices: tuple) -> str:
+    """How a decoder-only model knows positions: one of ``choices``."""
+    hint = (
+        "'learned' and 'sinusoidal' are added to the token embeddings, 'rope' and 'alibi' act "
+        "inside attention, 'none' leaves only the causal mask"
+    )
+    return one_of("positions", positions, choices, hint)
+
+
+def norm(kind, choices: tuple) -> str:
+    """A normalization layer's name: one of ``choices``."""
+    hint = "'rms' (RMSNorm, the book's default) or 'layer' (LayerNorm, GPT-2's)"
+    return one_of("norm", kind, choices, hint)
 
 
 def _context_error(model, length: int, cached: int) -> ValueError:

@@ -1,8 +1,9 @@
-"""Measuring models: parameter counts, the stable rank of a matrix, and memory.
+"""Measuring models: parameter counts, the stable rank of a matrix, memory and host work.
 
 Chapters 4, 6, 7 and 8 count parameters; chapters 4 and 6 measure how far attention's output
 collapses towards a low-rank matrix; chapter 3 measures the memory a computation allocates on
-the CPU. One definition of each, here.
+the CPU; chapter 10 counts the operators a decoding step dispatches (:class:`DispatchCounter`).
+One definition of each, here.
 """
 
 from __future__ import annotations
@@ -16,10 +17,17 @@ import pandas as pd
 import torch
 from torch import nn
 from torch.profiler import ProfilerActivity, profile
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from helpers import _validate as check
 
-__all__ = ["count_parameters", "parameter_table", "stable_rank", "peak_cpu_bytes"]
+__all__ = [
+    "count_parameters",
+    "parameter_table",
+    "stable_rank",
+    "peak_cpu_bytes",
+    "DispatchCounter",
+]
 
 
 def count_parameters(module: nn.Module, trainable_only: bool = False) -> int:
@@ -105,3 +113,38 @@ def peak_cpu_bytes(fn: Callable, *args, **kwargs) -> int:
         total += nbytes
         peak = max(peak, total)
     return peak
+
+
+class DispatchCounter(TorchDispatchMode):
+    """Count the ATen operators that run inside a ``with`` block: the host's work, measured.
+
+    ``with DispatchCounter() as counter: model.generate(...)`` counts every operator PyTorch
+    dispatches (``ops``, views included: each is Python-to-C++ work); ``non_view_ops``, those
+    that are not views (on a GPU, about one kernel launch each); ``syncs``, those that read a
+    value back into Python (``aten._local_scalar_dense``, behind ``.item()``, ``int(t)``,
+    ``if t.any()``): on a GPU each waits for the device to finish everything queued;
+    ``elements_written``, the
+    elements written by operators that are neither views nor allocations (an in-place copy
+    into a slice counts the slice). ``by_name`` holds the count of each operator. Counts are
+    exact and the same on every machine with the same version of torch; they do not see what
+    happens inside an operator's kernel.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops, self.non_view_ops, self.syncs, self.elements_written = 0, 0, 0, 0
+        self.by_name: dict[str, int] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        name = func.name().removeprefix("aten::")
+        self.ops += 1
+        self.by_name[name] = self.by_name.get(name, 0) + 1
+        if name == "_local_scalar_dense":
+            self.syncs += 1
+        if not func.is_view:
+            self.non_view_ops += 1
+        if not func.is_view and not name.startswith(("empty", "new_empty")):
+            outputs = out if isinstance(out, (tuple, list)) else (out,)
+            self.elements_written += sum(t.numel() for t in outputs if isinstance(t, torch.Tensor))
+        return out

@@ -5,6 +5,10 @@ cost of its attention (grouped-query heads, sliding windows, the cache's memory)
 ``B`` batch, ``T`` sequence length, ``D`` model width (``d_model``), ``H`` query heads,
 ``H_kv`` key/value heads (``num_kv_heads``), ``d_head = D / H``, ``V`` vocabulary size.
 
+Every size and choice of a model is one :class:`GPTConfig`, checked once when it is made;
+``GPT(config)`` hands the same config to each block and each attention layer (nanoGPT's
+layout), which read the fields they need.
+
 The model reads token ids ``(B, T)`` and returns logits ``(B, T, V)``: position ``t``
 predicts token ``t + 1`` from tokens ``0..t`` only (the causal mask of chapter 2). A block is
 pre-norm, ``x = x + attention(norm(x)); x = x + ffn(norm(x))``, and the stack ends with one
@@ -21,18 +25,20 @@ with one :class:`KVCache` per layer a step computes the new position's query, ke
 only, writes the key and value into the cache's preallocated buffers and reads the earlier ones
 from there: apart from attention's reading of the cache, a step's work (the operators it
 dispatches, the elements it writes) is the same at every length, and the loop reads no value
-back to the host (:class:`DispatchCounter` counts all three). With a sliding ``window`` the
-cache rolls: it keeps the last ``window`` positions only, so its memory is flat in the length.
+back to the host (:class:`helpers.analysis.DispatchCounter` counts all three). With a sliding
+``window`` the cache rolls: it keeps the last ``window`` positions only, so its memory is flat
+in the length.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from helpers import _validate as check
 from helpers.masks import position_mask
@@ -42,20 +48,77 @@ from helpers.positional import (
     alibi_slopes,
     apply_rotary,
 )
-from helpers.transformer import FeedForward, make_norm
+from helpers.transformer import ACTIVATIONS, NORMS, FeedForward, make_norm
 
 __all__ = [
     "POSITIONS",
+    "GPTConfig",
     "KVCache",
     "CausalSelfAttention",
+    "score_bias",
     "GPTBlock",
     "GPT",
-    "DispatchCounter",
+    "top_k_filter",
     "next_token_probabilities",
-    "language_model_loss",
 ]
 
 POSITIONS = ("learned", "sinusoidal", "rope", "alibi", "none")
+
+
+@dataclass(frozen=True, kw_only=True)
+class GPTConfig:
+    """Every size and choice of a :class:`GPT` (nanoGPT's ``GPTConfig``), checked once, here.
+
+    ``vocab_size`` tokens; ``context_length``, the longest sequence the model reads (with a
+    cache: the cached positions plus the new ones). ``num_heads`` query heads share
+    ``num_kv_heads`` key/value heads (None: as many; 1: multi-query attention).
+    ``ffn_width``: the feed-forward network's hidden width (None: ``4 * d_model``).
+    ``positions``: one of :data:`POSITIONS`. ``window``: query ``i`` reads keys
+    ``i - window < j <= i`` only (None: every earlier key). ``tie_weights``: the output head
+    reuses the token embedding matrix. ``norm``: ``"rms"`` (RMSNorm) or ``"layer"``
+    (LayerNorm, with a bias when ``bias``). ``activation``: ``"relu"``, ``"gelu"`` or
+    ``"gelu_tanh"`` (GPT-2's tanh approximation). ``residual_init``: None or ``"gpt2"`` (see
+    :class:`GPT`). GPT-2 small: ``GPTConfig(vocab_size=50_257, context_length=1024,
+    d_model=768, num_layers=12, num_heads=12, bias=True, norm="layer",
+    activation="gelu_tanh")``. Fields are keywords; ``config.replace(window=4)`` is a copy
+    with some of them changed.
+    """
+
+    vocab_size: int
+    context_length: int
+    d_model: int = 64
+    num_layers: int = 2
+    num_heads: int = 4
+    num_kv_heads: int | None = None
+    ffn_width: int | None = None
+    positions: str = "learned"
+    window: int | None = None
+    dropout: float = 0.0
+    bias: bool = False
+    tie_weights: bool = True
+    norm: str = "rms"
+    activation: str = "relu"
+    residual_init: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "context_length", "d_model", "num_layers", "num_heads"):
+            check.positive_int(name, getattr(self, name))
+        for name in ("ffn_width", "window"):
+            if getattr(self, name) is not None:
+                check.positive_int(name, getattr(self, name))
+        check.head_width(self.d_model, self.num_heads)
+        check.kv_heads(self.num_heads, self.num_kv_heads)
+        check.model_positions(self.positions, POSITIONS)
+        check.probability("dropout", self.dropout, check.DROPOUT_HINT)
+        check.boolean("bias", self.bias)
+        check.boolean("tie_weights", self.tie_weights)
+        check.norm(self.norm, NORMS)
+        check.activation(self.activation, ACTIVATIONS)
+        check.residual_init(self.residual_init)
+
+    def replace(self, **changes) -> GPTConfig:
+        """A copy with some fields changed, e.g. ``config.replace(num_kv_heads=1)``."""
+        return dataclasses.replace(self, **changes)
 
 
 class KVCache:
@@ -207,54 +270,36 @@ class KVCache:
 class CausalSelfAttention(nn.Module):
     """Masked multi-head self-attention with optional grouped-query heads, RoPE or ALiBi.
 
-    ``num_kv_heads`` (default ``num_heads``) key/value heads are each shared by a group of
-    ``num_heads / num_kv_heads`` query heads: ``num_heads`` is plain multi-head attention,
-    1 is multi-query attention. ``qkv_proj`` stacks ``W_q`` (D rows), ``W_k`` and ``W_v``
-    (``H_kv * d_head`` rows each); with ``H_kv = H`` that is :class:`MultiHeadAttention`'s
-    layout. ``positions``: ``"rope"`` rotates queries and keys, ``"alibi"`` adds
-    ``-m_h * (i - j)`` to the scores, ``"none"`` does neither. ``window``: query ``i`` reads
-    keys ``j`` with ``i - window < j <= i`` only (None: every earlier key).
+    Built from a :class:`GPTConfig`. Its ``H_kv`` key/value heads are each shared by a group
+    of ``H / H_kv`` query heads; ``qkv_proj`` stacks ``W_q`` (D rows), ``W_k`` and ``W_v``
+    (``H_kv * d_head`` rows each), :class:`MultiHeadAttention`'s layout when ``H_kv = H``.
+    ``"rope"`` rotates queries and keys, ``"alibi"`` adds ``-m_h * (i - j)`` to the scores
+    (:func:`score_bias`, which also masks); other positions are the embeddings' business.
 
     ``forward(x (B, T, D), cache=None, return_attention=False)`` returns ``(B, T, D)``, or
     ``(output, weights (B, H, T, T_held + T))``. With a :class:`KVCache`, ``x`` holds only
-    the new positions, which continue the cached ones (positions counted from ``cache.length``);
-    with a rolling cache (``KVCache(window)``), the scores are ``T x (T_held + T)``, not
-    ``T x (cache.length + T)``. A windowed layer given more than ``2 * window`` positions
-    reads them in chunks of ``window`` (through a rolling cache if it was given none), so it
-    never builds ``T x T`` scores either (unless ``return_attention``).
+    the new positions, which continue the cached ones. A windowed layer reads more than
+    ``2 * window`` positions in chunks (:func:`_in_windows`): never ``T x T`` scores.
     """
 
-    def __init__(
-        self,
-        d_model: int,
-        num_heads: int,
-        num_kv_heads: int | None = None,
-        dropout: float = 0.0,
-        bias: bool = False,
-        positions: str = "none",
-        window: int | None = None,
-    ) -> None:
+    def __init__(self, config: GPTConfig) -> None:
         super().__init__()
-        self.d_head = check.head_width(d_model, num_heads)
-        self.num_kv_heads = check.kv_heads(num_heads, num_kv_heads)
-        self.positions = check.attention_positions(positions)
-        self.window = None if window is None else check.positive_int("window", window)
-        self.d_model, self.num_heads = d_model, num_heads
-        self.dropout = check.probability("dropout", dropout, check.DROPOUT_HINT)
+        self.d_model, self.num_heads = config.d_model, config.num_heads
+        self.num_kv_heads = config.num_kv_heads or config.num_heads
+        self.d_head = config.d_model // config.num_heads
+        self.positions, self.window, self.dropout = config.positions, config.window, config.dropout
         kv_width = self.num_kv_heads * self.d_head
-        self.qkv_proj = nn.Linear(d_model, d_model + 2 * kv_width, bias=bias)
-        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
-        if self.positions == "alibi":
-            self.register_buffer("slopes", alibi_slopes(num_heads), persistent=False)
+        self.qkv_proj = nn.Linear(config.d_model, config.d_model + 2 * kv_width, bias=config.bias)
+        self.out_proj = nn.Linear(config.d_model, config.d_model, bias=config.bias)
+        slopes = alibi_slopes(config.num_heads) if config.positions == "alibi" else None
+        self.register_buffer("slopes", slopes, persistent=False)  # (H,) or None
 
     def forward(self, x: Tensor, cache: KVCache | None = None, return_attention: bool = False):
-        check.self_attention_input(self, x, cache)
+        check.self_attention_input(self, x, cache, KVCache)
         batch, length, _ = x.shape
         if self.window is not None and length > 2 * self.window and not return_attention:
-            # chunks of `window` queries through a rolling cache: scores at most w x 2w, not T x T
-            cache = KVCache(self.window) if cache is None else cache
-            return torch.cat([self(chunk, cache) for chunk in x.split(self.window, dim=1)], dim=1)
-        offset = 0 if cache is None else cache.length
+            return _in_windows(self, x, cache)  # scores at most w x 2w, not T x T
+        offset = 0 if cache is None else cache.length  # the position of x's first token
         kv_width = self.num_kv_heads * self.d_head
         q, k, v = self.qkv_proj(x).split([self.d_model, kv_width, kv_width], dim=-1)
         q = q.view(batch, length, self.num_heads, self.d_head).transpose(1, 2)  # (B, H, T, dh)
@@ -269,7 +314,7 @@ class CausalSelfAttention(nn.Module):
         group = self.num_heads // self.num_kv_heads  # query heads per key/value head
         if group > 1:  # (repeat_interleave(1) would copy the whole cache at every step)
             k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-        bias = self._score_bias(length, offset, x, first_key)  # (H or 1, T, held + T) or None
+        bias = score_bias(offset, length, first_key, self.window, self.slopes, x)  # or None
         dropout_p = self.dropout if self.training else 0.0
         if return_attention:  # written out, to return the weights
             scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_head)
@@ -281,57 +326,63 @@ class CausalSelfAttention(nn.Module):
         output = self.out_proj(heads.transpose(1, 2).reshape(batch, length, self.d_model))
         return (output, weights) if return_attention else output
 
-    def _score_bias(self, length: int, offset: int, x: Tensor, first_key: int = 0):
-        """What is added to the scores: -inf where a key is masked, ALiBi's -m_h * (i - j).
 
-        None when nothing is: a decoding step's single query that may read every key held
-        (no window, or all of them inside it), so that step builds no mask at all.
-        """
-        sees_all = self.window is None or offset - first_key < self.window
-        if length == 1 and self.positions != "alibi" and sees_all:
-            return None
-        # the new queries sit at positions offset .. offset + T - 1, the keys at
-        # first_key .. offset + T - 1 (first_key = 0 unless a rolling cache dropped the oldest)
-        query_positions = torch.arange(offset, offset + length, device=x.device)
-        key_positions = torch.arange(first_key, offset + length, device=x.device)
-        allowed = position_mask(query_positions, key_positions, window=self.window)  # (T, Tk)
-        bias = torch.zeros(allowed.shape, dtype=x.dtype, device=x.device)[None]
-        if self.positions == "alibi":
-            distance = query_positions[:, None] - key_positions[None, :]
-            bias = -self.slopes.to(x.dtype)[:, None, None] * distance.to(x.dtype)  # (H, T, Tk)
-        return bias.masked_fill(~allowed, -math.inf)
+def _in_windows(layer: CausalSelfAttention, x: Tensor, cache: KVCache | None) -> Tensor:
+    """A windowed ``layer`` on a long ``x``: chunks of ``window`` queries through a rolling
+    cache (a fresh one if none is given), so its scores are at most ``w x 2w``."""
+    cache = KVCache(layer.window) if cache is None else cache
+    return torch.cat([layer(chunk, cache) for chunk in x.split(layer.window, dim=1)], dim=1)
+
+
+def score_bias(
+    offset: int,
+    length: int,
+    first_key: int = 0,
+    window: int | None = None,
+    slopes: Tensor | None = None,
+    like: Tensor | None = None,
+) -> Tensor | None:
+    """What causal attention adds to its scores: -inf where a key is masked, ALiBi's penalty.
+
+    The queries sit at positions ``offset .. offset + length - 1``, the keys at
+    ``first_key .. offset + length - 1`` (``first_key = 0`` unless a rolling cache dropped the
+    oldest); a query reads the keys :func:`helpers.masks.position_mask` allows (causal, within
+    ``window``). With ALiBi ``slopes (H,)`` the bias is ``-m_h * (i - j)`` on the allowed keys,
+    ``(H, T, T_k)``, else ``(1, T, T_k)``, in ``like``'s dtype and device. None when nothing is
+    added: a decoding step's single query that may read every key held (no window, or all of
+    them inside it), so that step builds no mask at all.
+    """
+    sees_all = window is None or offset - first_key < window
+    if length == 1 and slopes is None and sees_all:
+        return None
+    dtype, device = (torch.float32, None) if like is None else (like.dtype, like.device)
+    query_positions = torch.arange(offset, offset + length, device=device)
+    key_positions = torch.arange(first_key, offset + length, device=device)
+    allowed = position_mask(query_positions, key_positions, window=window)  # (T, Tk)
+    bias = torch.zeros(allowed.shape, dtype=dtype, device=device)[None]
+    if slopes is not None:
+        distance = query_positions[:, None] - key_positions[None, :]
+        bias = -slopes.to(dtype)[:, None, None] * distance.to(dtype)  # (H, T, Tk)
+    return bias.masked_fill(~allowed, -math.inf)
 
 
 class GPTBlock(nn.Module):
     """One pre-norm decoder-only block: ``x + attn(norm1(x))``, then ``x + ffn(norm2(x))``.
 
-    Two norms, one per sublayer (each with its own gain); ``activation`` is the feed-forward
-    network's (``"relu"``, ``"gelu"`` or ``"gelu_tanh"``). The submodules carry the names of
+    Two norms, one per sublayer (each with its own gain). The submodules carry the names of
     :class:`helpers.transformer.EncoderBlock`'s (``self_attn``, ``ffn``, ``norm1``, ``norm2``),
     so with ``H_kv = H`` an encoder block's ``state_dict`` loads into it unchanged.
     ``forward(x (B, T, D), cache=None) -> (B, T, D)``.
     """
 
-    def __init__(
-        self,
-        d_model: int,
-        num_heads: int,
-        ffn_width: int,
-        num_kv_heads: int | None = None,
-        dropout: float = 0.0,
-        bias: bool = False,
-        positions: str = "none",
-        window: int | None = None,
-        norm: str = "rms",
-        activation: str = "relu",
-    ) -> None:
+    def __init__(self, config: GPTConfig) -> None:
         super().__init__()
-        self.self_attn = CausalSelfAttention(
-            d_model, num_heads, num_kv_heads, dropout, bias, positions, window
-        )
-        self.ffn = FeedForward(d_model, ffn_width, dropout, bias, activation=activation)
-        self.norm1 = make_norm(norm, d_model, bias=bias)
-        self.norm2 = make_norm(norm, d_model, bias=bias)
+        width, dropout, bias = config.d_model, config.dropout, config.bias
+        self.self_attn = CausalSelfAttention(config)
+        ffn_width = config.ffn_width or 4 * width
+        self.ffn = FeedForward(width, ffn_width, dropout, bias, activation=config.activation)
+        self.norm1 = make_norm(config.norm, width, bias=bias)
+        self.norm2 = make_norm(config.norm, width, bias=bias)
         self.dropout1, self.dropout2 = nn.Dropout(dropout), nn.Dropout(dropout)
 
     def forward(self, x: Tensor, cache: KVCache | None = None) -> Tensor:
@@ -342,67 +393,42 @@ class GPTBlock(nn.Module):
 class GPT(nn.Module):
     """A decoder-only Transformer language model: token ids ``(B, T)`` -> logits ``(B, T, V)``.
 
-    ``context_length`` is the longest sequence it reads (with a cache: the cached positions
-    plus the new ones). ``ffn_width`` defaults to ``4 * d_model``. ``positions`` is one of
-    :data:`POSITIONS`. ``tie_weights`` makes the output head reuse the token embedding
-    matrix. ``norm`` is ``"rms"`` (RMSNorm, the default) or ``"layer"`` (LayerNorm, as GPT-2;
-    with ``bias=True`` it has a bias too). ``activation`` is the feed-forward network's:
-    ``"relu"`` (the default), ``"gelu"`` or ``"gelu_tanh"`` (GPT-2's tanh approximation).
-
-    Weights start from ``N(0, 0.02^2)``, biases at 0, as in GPT-2. ``residual_init="gpt2"``
-    also follows GPT-2 for the two projections per block that write into the residual stream
-    (attention's ``out_proj``, the feed-forward network's ``linear2``): standard deviation
+    ``GPT(config)``, one :class:`GPTConfig` holding every size and choice. Weights start from
+    ``N(0, 0.02^2)``, biases at 0, as in GPT-2. ``residual_init="gpt2"`` also follows GPT-2
+    for the two projections per block that write into the residual stream (attention's
+    ``out_proj``, the feed-forward network's ``linear2``): standard deviation
     ``0.02 / sqrt(2 * num_layers)``. The residual stream is a sum of ``2 * num_layers`` such
     writes; independent terms add their variances, so scaling each by ``1/sqrt(2L)`` keeps the
     stream's scale at initialization the same however deep the model is. The default
-    (``None``) draws them at 0.02 like every other weight. GPT-2, for
-    :func:`helpers.interop.load_gpt2`: ``norm="layer", bias=True, activation="gelu_tanh"``
-    with learned positions and a tied head (the defaults).
+    (``None``) draws them at 0.02 like every other weight.
     """
 
-    def __init__(
-        self,
-        vocab_size: int,
-        context_length: int,
-        d_model: int = 64,
-        num_layers: int = 2,
-        num_heads: int = 4,
-        num_kv_heads: int | None = None,
-        ffn_width: int | None = None,
-        positions: str = "learned",
-        tie_weights: bool = True,
-        dropout: float = 0.0,
-        bias: bool = False,
-        window: int | None = None,
-        *,
-        norm: str = "rms",
-        activation: str = "relu",
-        residual_init: str | None = None,
-    ) -> None:
+    def __init__(self, config: GPTConfig) -> None:
         super().__init__()
-        check.gpt_arguments(vocab_size, context_length, num_layers, positions, tie_weights)
-        self.vocab_size, self.context_length = vocab_size, context_length
-        self.positions, self.activation = positions, activation
-        self.residual_init = check.residual_init(residual_init)
-        ffn_width = 4 * d_model if ffn_width is None else ffn_width
-        self.token_embedding = nn.Embedding(vocab_size, d_model)
+        if not isinstance(config, GPTConfig):
+            raise TypeError(
+                f"GPT takes one GPTConfig, got {type(config).__name__}; build it as "
+                "GPT(GPTConfig(vocab_size=..., context_length=..., d_model=..., ...))"
+            )
+        self.config = config
+        self.vocab_size, self.context_length = config.vocab_size, config.context_length
+        width = config.d_model
+        self.token_embedding = nn.Embedding(config.vocab_size, width)
         self.position_embedding: nn.Module | None = None  # "rope", "alibi": inside attention
-        if positions == "learned":
-            self.position_embedding = LearnedPositionalEmbedding(d_model, context_length)
-        elif positions == "sinusoidal":
-            self.position_embedding = SinusoidalPositionalEncoding(d_model, context_length)
-        inside = positions if positions in ("rope", "alibi") else "none"
-        self.dropout = nn.Dropout(dropout)
-        sizes = (d_model, num_heads, ffn_width, num_kv_heads, dropout, bias, inside, window)
-        self.blocks = nn.ModuleList(GPTBlock(*sizes, norm, activation) for _ in range(num_layers))
-        self.final_norm = make_norm(norm, d_model, bias=bias)
-        self.head = nn.Linear(d_model, vocab_size, bias=False)
+        if config.positions == "learned":
+            self.position_embedding = LearnedPositionalEmbedding(width, self.context_length)
+        elif config.positions == "sinusoidal":
+            self.position_embedding = SinusoidalPositionalEncoding(width, self.context_length)
+        self.dropout = nn.Dropout(config.dropout)
+        self.blocks = nn.ModuleList(GPTBlock(config) for _ in range(config.num_layers))
+        self.final_norm = make_norm(config.norm, width, bias=config.bias)
+        self.head = nn.Linear(width, config.vocab_size, bias=False)
         self.apply(self._init_weights)
-        if residual_init == "gpt2":  # the 2L writes into the residual stream, scaled down
+        if config.residual_init == "gpt2":  # the 2L writes into the residual stream, scaled down
             for block in self.blocks:
                 for layer in (block.self_attn.out_proj, block.ffn.linear2):
-                    nn.init.normal_(layer.weight, std=0.02 / math.sqrt(2 * num_layers))
-        if tie_weights:  # one (V, D) matrix reads tokens in and writes logits out
+                    nn.init.normal_(layer.weight, std=0.02 / math.sqrt(2 * config.num_layers))
+        if config.tie_weights:  # one (V, D) matrix reads tokens in and writes logits out
             self.head.weight = self.token_embedding.weight
 
     @staticmethod
@@ -513,39 +539,17 @@ class GPT(nn.Module):
     END_CHECK_EVERY = 16  # generate's steps between two end checks off the CPU
 
 
-class DispatchCounter(TorchDispatchMode):
-    """Count the ATen operators that run inside a ``with`` block: the host's work, measured.
+def top_k_filter(logits: Tensor, k: int | None) -> Tensor:
+    """``logits (..., V)`` with all but the ``k`` largest of each row set to ``-inf``.
 
-    ``with DispatchCounter() as counter: model.generate(...)`` counts every operator PyTorch
-    dispatches (``ops``, views included: each is Python-to-C++ work); ``non_view_ops``, those
-    that are not views (on a GPU, about one kernel launch each); ``syncs``, those that read a
-    value back into Python (``aten._local_scalar_dense``, behind ``.item()``, ``int(t)``,
-    ``if t.any()``): on a GPU each waits for the device to finish everything queued;
-    ``elements_written``, the
-    elements written by operators that are neither views nor allocations (an in-place copy
-    into a slice counts the slice). ``by_name`` holds the count of each operator. Counts are
-    exact and the same on every machine with the same version of torch; they do not see what
-    happens inside an operator's kernel.
+    Ties at the k-th largest are kept; a softmax afterwards renormalizes over what is left.
+    ``k`` None (or at least ``V``) keeps every logit.
     """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.ops, self.non_view_ops, self.syncs, self.elements_written = 0, 0, 0, 0
-        self.by_name: dict[str, int] = {}
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        name = func.name().removeprefix("aten::")
-        self.ops += 1
-        self.by_name[name] = self.by_name.get(name, 0) + 1
-        if name == "_local_scalar_dense":
-            self.syncs += 1
-        if not func.is_view:
-            self.non_view_ops += 1
-        if not func.is_view and not name.startswith(("empty", "new_empty")):
-            outputs = out if isinstance(out, (tuple, list)) else (out,)
-            self.elements_written += sum(t.numel() for t in outputs if isinstance(t, Tensor))
-        return out
+    check.tensor("logits", logits, floating=True, min_ndim=1)
+    if k is None or check.positive_int("k", k) >= logits.shape[-1]:
+        return logits
+    kth_best = logits.topk(k, dim=-1).values[..., -1:]
+    return logits.masked_fill(logits < kth_best, -math.inf)
 
 
 def next_token_probabilities(
@@ -555,21 +559,7 @@ def next_token_probabilities(
 
     ``logits (..., V)``; returns probabilities of the same shape. A temperature below 1
     sharpens the distribution (towards the arg-max), above 1 flattens it (towards uniform);
-    ``top_k`` keeps the k most likely tokens and renormalizes (ties at the k-th are kept).
+    ``top_k`` keeps the k most likely tokens and renormalizes (:func:`top_k_filter`).
     """
     temperature, top_k = check.sampling(logits, temperature, top_k)
-    scaled = logits / temperature
-    if top_k is not None and top_k < logits.shape[-1]:
-        kth_best = scaled.topk(top_k, dim=-1).values[..., -1:]
-        scaled = scaled.masked_fill(scaled < kth_best, -math.inf)
-    return scaled.softmax(dim=-1)
-
-
-def language_model_loss(logits: Tensor, targets: Tensor) -> Tensor:
-    """Mean cross-entropy of next-token prediction: logits ``(B, T, V)``, targets ``(B, T)``.
-
-    ``targets[b, t]`` is the token that follows position ``t``; the ones equal to -100
-    (PyTorch's ``ignore_index``) do not count.
-    """
-    check.logits_targets(logits, targets)
-    return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+    return top_k_filter(logits / temperature, top_k).softmax(dim=-1)

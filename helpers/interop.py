@@ -185,14 +185,15 @@ def _gpt2_plan(model, state_dict, num_heads) -> list[tuple[str, torch.Tensor, to
         if mine != theirs:
             raise ValueError(
                 f"{name} mismatch: the state dict has {theirs}, the model {mine}; build the "
-                "GPT with the checkpoint's configuration (GPT-2 small: GPT(50_257, 1024, 768, "
-                "num_layers=12, num_heads=12, ...))"
+                "GPT with the checkpoint's configuration (GPT-2 small: GPT(GPTConfig("
+                "vocab_size=50_257, context_length=1024, d_model=768, num_layers=12, "
+                "num_heads=12, ...)))"
             )
-    gpt2_like = "build it as GPT(..., bias=True, norm='layer', activation='gelu_tanh')"
-    if model.positions != "learned":
+    gpt2_like = "build it as GPT(GPTConfig(..., bias=True, norm='layer', activation='gelu_tanh'))"
+    if model.config.positions != "learned":
         raise ValueError(
             f"positions mismatch: GPT-2 learns its positions, the model uses "
-            f"positions={model.positions!r}; build it with positions='learned'"
+            f"positions={model.config.positions!r}; build it with positions='learned'"
         )
     if block.self_attn.num_kv_heads != block.self_attn.num_heads or block.self_attn.window:
         raise ValueError(
@@ -209,10 +210,10 @@ def _gpt2_plan(model, state_dict, num_heads) -> list[tuple[str, torch.Tensor, to
             f"norm mismatch: GPT-2 uses LayerNorm(eps=1e-5), the model "
             f"{model.final_norm}; {gpt2_like}"
         )
-    if model.activation != "gelu_tanh":
+    if model.config.activation != "gelu_tanh":
         raise ValueError(
             f"activation mismatch: GPT-2's feed-forward network applies GELU's "
-            f"tanh approximation, the model {model.activation!r}; {gpt2_like}"
+            f"tanh approximation, the model {model.config.activation!r}; {gpt2_like}"
         )
     if model.head.weight is not model.token_embedding.weight:
         raise ValueError(

@@ -22,12 +22,14 @@ from collections.abc import Callable, Iterable, Mapping
 
 import pandas as pd
 import torch
+import torch.nn.functional as F
 from torch import nn
 from tqdm import tqdm
 
 from helpers import _validate as check
 
 __all__ = [
+    "token_cross_entropy",
     "fit",
     "evaluate",
     "save_checkpoint",
@@ -37,6 +39,17 @@ __all__ = [
 ]
 
 Metric = Callable[[torch.Tensor, torch.Tensor], "torch.Tensor | float"]
+
+
+def token_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy over every token: logits ``(B, T, C)``, targets ``(B, T)``.
+
+    The loss of every sequence model of the book: chapter 7 labels each token, chapters 10 and
+    11 predict the next one (``targets[b, t]`` is the token after position ``t``). Targets
+    equal to -100 (PyTorch's ``ignore_index``) do not count.
+    """
+    check.logits_targets(logits, targets)
+    return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
 
 
 def _resolve_device(model: nn.Module, device) -> torch.device:

@@ -70,16 +70,18 @@ from torch import nn
 
 # %%
 from helpers import expect_error, glue, show_source
-from helpers.analysis import count_parameters, parameter_table
+from helpers.analysis import DispatchCounter, count_parameters, parameter_table
 from helpers.attention import causal_mask
 from helpers.checks import check_sampling_distribution
 from helpers.efficient import kv_cache_bytes, median_seconds
 from helpers.gpt import (
     GPT,
     CausalSelfAttention,
-    DispatchCounter,
     GPTBlock,
+    GPTConfig,
     next_token_probabilities,
+    score_bias,
+    top_k_filter,
 )
 from helpers.interop import load_gpt2
 from helpers.tasks.brackets import (
@@ -412,6 +414,14 @@ print(len(train_rows), "training rows,", len(val_rows), "validation rows")
 # token $t + 1$.
 # ```
 #
+# Every size and choice of the model is one configuration, checked once when it is made
+# (nanoGPT's layout): the model hands it to each block, and each block to its attention
+# layer, which read the fields they need.
+
+# %%
+show_source(GPTConfig)
+
+# %% [markdown]
 # The attention layer is chapter 4's multi-head attention with the mask built in. It also has
 # what chapter 11 needs: fewer key/value heads than query heads (*grouped-query* attention
 # {cite}`ainslie2023gqa`, and *multi-query* with one {cite}`shazeer2019mqa`), an optional
@@ -421,6 +431,14 @@ print(len(train_rows), "training rows,", len(val_rows), "validation rows")
 
 # %%
 show_source(CausalSelfAttention)
+
+# %% [markdown]
+# What it adds to the scores before the softmax is one function of the query and key
+# positions: $-\infty$ where chapter 2's mask forbids a key (later, or outside the window),
+# and with ALiBi, chapter 5's penalty $-m_h (i - j)$ on the rest:
+
+# %%
+show_source(score_bias)
 
 # %% [markdown]
 # A block is the pre-norm block of chapter 6, with RMSNorm: two sublayers, each with its own
@@ -442,8 +460,10 @@ show_source(GPT.forward)
 
 # %%
 torch.manual_seed(0)
+# the defaults: width 64, 4 heads, 2 layers, learned positions
+model_config = GPTConfig(vocab_size=len(ALPHABET), context_length=CONTEXT)
 encoder_block = EncoderBlock(64, 4, 256, bias=False, norm="rms").eval()
-block = GPTBlock(64, 4, 256).eval()
+block = GPTBlock(model_config).eval()  # a feed-forward width of 4 x 64 = 256
 block.load_state_dict(encoder_block.state_dict())
 x = torch.randn(2, 10, 64)
 same = torch.allclose(block(x), encoder_block(x, mask=causal_mask(10)), atol=1e-5)
@@ -457,7 +477,7 @@ assert same
 
 # %%
 torch.manual_seed(0)
-model = GPT(len(ALPHABET), CONTEXT)
+model = GPT(model_config)
 tokens = torch.randint(len(ALPHABET), (1, 12))
 embedded = model.token_embedding(tokens).detach().requires_grad_(True)
 hook = model.token_embedding.register_forward_hook(lambda *_: embedded)
@@ -510,7 +530,7 @@ assert ffn_share > 0.6
 #
 # The same class, configured as GPT-2 small, must have GPT-2's parameter count. GPT-2 uses
 # LayerNorm (with a bias) rather than RMSNorm, biases in every linear layer and GELU rather
-# than ReLU, so the class takes `norm="layer", bias=True, activation="gelu_tanh"` for it
+# than ReLU, so its configuration says `norm="layer", bias=True, activation="gelu_tanh"`
 # (the activation has no parameters; the count would be the same without it), and
 # `residual_init="gpt2"` for GPT-2's initialization (below); the rest is GPT-2's published
 # configuration: 50,257
@@ -520,8 +540,10 @@ assert ffn_share > 0.6
 
 # %%
 GPT2_LIKE = dict(bias=True, norm="layer", activation="gelu_tanh", residual_init="gpt2")
+GPT2_SMALL = GPTConfig(vocab_size=50_257, context_length=1024, d_model=768, num_layers=12,
+                       num_heads=12, **GPT2_LIKE)  # fmt: skip
 with torch.device("meta"):
-    gpt2 = GPT(50_257, 1024, 768, num_layers=12, num_heads=12, **GPT2_LIKE)
+    gpt2 = GPT(GPT2_SMALL)
 gpt2_count = count_parameters(gpt2)
 token_table = gpt2.token_embedding.weight.numel()
 position_table = gpt2.position_embedding.weight.numel()
@@ -566,8 +588,10 @@ glue("ch10_gpt2_untied", f"{(gpt2_count + token_table) / 1e6:.1f}")
 
 # %%
 torch.manual_seed(0)
-deep_default = GPT(7, 1024, num_layers=12)  # 12 blocks of width 64, our defaults
-deep_gpt2 = GPT(7, 1024, num_layers=12, **GPT2_LIKE)  # and GPT-2's options
+# 12 blocks of width 64, our defaults
+deep = GPTConfig(vocab_size=7, context_length=1024, num_layers=12)
+deep_default = GPT(deep)
+deep_gpt2 = GPT(deep.replace(**GPT2_LIKE))  # and GPT-2's options
 
 
 def residual_std(model):
@@ -754,6 +778,13 @@ plt.show()
 
 # %%
 show_source(next_token_probabilities)
+
+# %% [markdown]
+# The cut is its own function: every logit below the $k$-th largest becomes $-\infty$, so
+# the softmax that follows gives it probability zero and renormalizes the rest for free.
+
+# %%
+show_source(top_k_filter)
 
 # %% [markdown]
 # Here is what each does to the model's distribution after the prefix `([{`, where the
@@ -1057,7 +1088,7 @@ assert torch.equal(with_cache, without_cache) and close
 
 # %% tags=["nbval-ignore-output"]
 torch.manual_seed(0)
-timing_model = GPT(64, 1024).eval()
+timing_model = GPT(GPTConfig(vocab_size=64, context_length=1024)).eval()
 prompt = torch.zeros(1, 1, dtype=torch.long)
 for use_cache in (True, False):  # a warm-up run of each
     timing_model.generate(prompt, 8, use_cache=use_cache)
@@ -1109,7 +1140,7 @@ plt.show()
 # ### What a step costs the host
 #
 # That fixed overhead is worth counting, because it is what is left when the arithmetic is
-# cheap. `helpers.gpt.DispatchCounter` counts the operators PyTorch dispatches inside a
+# cheap. `helpers.analysis.DispatchCounter` counts the operators PyTorch dispatches inside a
 # `with` block (a `TorchDispatchMode`), the ones that read a value back into Python (on a
 # GPU, each makes the host wait for the device), and the elements the operators write
 # (views and allocations aside). We count `generate` continuing prompts of three lengths by
@@ -1309,7 +1340,8 @@ if GPT2LMHeadModel is not None:
         **sizes, initializer_range=REFERENCE_STD, bos_token_id=0, eos_token_id=None
     )
     reference = GPT2LMHeadModel(config).eval()
-    ours = GPT(64, 16, 32, num_layers=2, num_heads=4, **GPT2_LIKE)
+    tiny_gpt2 = GPTConfig(vocab_size=64, context_length=16, d_model=32, **GPT2_LIKE)
+    ours = GPT(tiny_gpt2)
     load_gpt2(ours, reference.state_dict(), num_heads=config.n_head).eval()
     tokens = torch.randint(64, (4, 16), generator=seeded(0))
     with torch.no_grad():
@@ -1346,7 +1378,7 @@ if GPT2LMHeadModel is not None:
 
 # %%
 if GPT2LMHeadModel is not None:
-    flipped = GPT(64, 16, 32, num_layers=2, num_heads=4, **GPT2_LIKE).eval()
+    flipped = GPT(tiny_gpt2).eval()
     load_gpt2(flipped, reference.state_dict())
     with torch.no_grad():
         for index, block in enumerate(flipped.blocks):  # GPT-2's (in, out), as it is
@@ -1368,7 +1400,7 @@ if GPT2LMHeadModel is not None:
 
 # %%
 if GPT2LMHeadModel is not None:
-    relu_model = GPT(64, 16, 32, num_layers=2, num_heads=4, bias=True, norm="layer")
+    relu_model = GPT(tiny_gpt2.replace(activation="relu"))
     with expect_error(ValueError):
         load_gpt2(relu_model, reference.state_dict())
 
@@ -1388,7 +1420,7 @@ if GPT2LMHeadModel is not None:
 #
 # released = GPT2LMHeadModel.from_pretrained("gpt2")  # downloads the weights
 # tokenizer = GPT2TokenizerFast.from_pretrained("gpt2")
-# model = GPT(50_257, 1024, 768, num_layers=12, num_heads=12, **GPT2_LIKE)
+# model = GPT(GPT2_SMALL)
 # load_gpt2(model, released.state_dict(), num_heads=12).eval()
 # prompt = torch.tensor([tokenizer.encode("The attention mechanism")])
 # text = model.generate(prompt, 40, temperature=0.8, top_k=40, generator=seeded(0))
@@ -1409,7 +1441,7 @@ if GPT2LMHeadModel is not None:
 # vocabulary-wide inputs, and the first forward pass fails with a shape error (below). Its
 # constructor also computes `self.qkv_size` but then uses a bare `qkv_size`, a name that does
 # not exist there (a `NameError` before any shape is checked). In the book the attention width
-# is the model width: `CausalSelfAttention(d_model, ...)`, whatever the vocabulary
+# is the model width, the configuration's `d_model`, whatever the vocabulary
 # (`test_gpt.py::test_attention_is_sized_by_the_model_width`, and chapter 4's
 # `test_attention.py::test_source_002_vocabulary_width_crashes_on_embeddings`).
 # ```
@@ -1477,7 +1509,9 @@ optimizer = torch.optim.AdamW([as_parameter], lr=1e-2)
 (torch.randn(8, width) + as_parameter).pow(2).mean().backward()
 optimizer.step()
 print("a table stored as a parameter changed:", not torch.equal(as_parameter, table))
-sinusoidal = GPT(7, 64, d_model=32, positions="sinusoidal")
+sinusoidal = GPT(
+    GPTConfig(vocab_size=7, context_length=64, d_model=32, positions="sinusoidal")
+)
 print("GPT's sinusoidal table is a parameter:",
       any(p is sinusoidal.position_embedding.pe for p in sinusoidal.parameters()))  # fmt: skip
 with expect_error(RuntimeError):
@@ -1491,18 +1525,14 @@ print("GPT reads 5 tokens:", tuple(sinusoidal(five_tokens).shape))
 # 1. **The sampling distribution.** Write `sampling_distribution(logits, temperature, top_k)`
 #    that returns the probabilities a sampler draws from: the softmax of `logits / temperature`
 #    over the last dimension, restricted to the `top_k` largest logits (all of them when
-#    `top_k` is None) and renormalized. Check it with
+#    `top_k` is None) and renormalized; `top_k_filter` (above) makes the cut. Check it with
 #    `check_sampling_distribution(sampling_distribution)`.
 #
 # :::{admonition} Solution
 # :class: dropdown
 # ```python
 # def sampling_distribution(logits, temperature, top_k):
-#     scaled = logits / temperature
-#     if top_k is not None:
-#         kth = scaled.topk(top_k, dim=-1).values[..., -1:]
-#         scaled = scaled.masked_fill(scaled < kth, float("-inf"))
-#     return scaled.softmax(dim=-1)
+#     return top_k_filter(logits / temperature, top_k).softmax(dim=-1)
 #
 # check_sampling_distribution(sampling_distribution)
 # ```
@@ -1536,11 +1566,7 @@ print("GPT reads 5 tokens:", tuple(sinusoidal(five_tokens).shape))
 
 # %% tags=["remove-cell"]
 def sampling_distribution_solution(logits, temperature, top_k):
-    scaled = logits / temperature
-    if top_k is not None:
-        kth = scaled.topk(top_k, dim=-1).values[..., -1:]
-        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
-    return scaled.softmax(dim=-1)
+    return top_k_filter(logits / temperature, top_k).softmax(dim=-1)
 
 
 print(check_sampling_distribution(sampling_distribution_solution))

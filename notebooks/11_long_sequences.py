@@ -76,7 +76,7 @@ from helpers.efficient import (
     sliding_window_mask,
     tiled_attention,
 )
-from helpers.gpt import GPT, CausalSelfAttention, KVCache
+from helpers.gpt import GPT, CausalSelfAttention, GPTConfig, KVCache
 from helpers.parallel import run_in_processes
 from helpers.plotting import heatmap
 from helpers.positional import LearnedPositionalEmbedding
@@ -443,8 +443,8 @@ plt.show()
 # query heads but only one key head and one value head, shared by all of them;
 # *grouped-query attention* {cite}`ainslie2023gqa` is the middle ground: $H_{kv}$ key/value
 # heads, each shared by a group of $H / H_{kv}$ query heads. `helpers.gpt.CausalSelfAttention`
-# (chapter 10) takes `num_kv_heads`: equal to `num_heads` it is plain multi-head attention,
-# 1 is multi-query. Its projection produces $H$ query heads and $H_{kv}$ key and value
+# (chapter 10) reads `num_kv_heads` from its `GPTConfig`: equal to `num_heads` it is plain
+# multi-head attention, 1 is multi-query. Its projection produces $H$ query heads and $H_{kv}$ key and value
 # heads; before the product, each key/value head is repeated for the query heads of its
 # group. PyTorch's kernel does the same when asked with `enable_gqa=True`; the layer agrees
 # with it:
@@ -452,8 +452,9 @@ plt.show()
 # %%
 torch.manual_seed(0)
 x = torch.randn(2, 10, 64)
+eight_heads = GPTConfig(vocab_size=512, context_length=10, d_model=64, num_heads=8)
 for num_kv_heads in (8, 2, 1):
-    layer = CausalSelfAttention(64, 8, num_kv_heads=num_kv_heads).eval()
+    layer = CausalSelfAttention(eight_heads.replace(num_kv_heads=num_kv_heads)).eval()
     q, k, v = layer.qkv_proj(x).split([64, 8 * num_kv_heads, 8 * num_kv_heads], dim=-1)
     q = q.view(2, 10, 8, 8).transpose(1, 2)  # (B, H, T, d_head)
     k, v = (
@@ -470,11 +471,11 @@ for num_kv_heads in (8, 2, 1):
 # The tests in `tests/test_gqa.py` also compare it with key/value heads repeated by hand, one
 # query head at a time through the book's own kernel, and with `MultiHeadAttention` when
 # `num_kv_heads == num_heads`. A number of key/value heads that does not divide the number of
-# query heads has no sensible grouping, and the layer says so:
+# query heads has no sensible grouping, and the configuration says so when it is made:
 
 # %%
 with expect_error(ValueError):
-    CausalSelfAttention(64, 8, num_kv_heads=3)
+    eight_heads.replace(num_kv_heads=3)
 
 # %% [markdown]
 # ### What the cache costs
@@ -541,8 +542,11 @@ prompt = torch.randint(GEN["vocab"], (1, GEN["prompt"]), generator=generator)
 generators, held = {}, {}
 for kind, num_kv_heads in (("MHA", 8), ("GQA-2", 2), ("MQA", 1)):
     torch.manual_seed(0)
-    model = GPT(GEN["vocab"], GEN["prompt"] + GEN["new"], GEN["width"], GEN["layers"],
-                GEN["heads"], num_kv_heads=num_kv_heads, positions="rope").eval()  # fmt: skip
+    gen_config = GPTConfig(vocab_size=GEN["vocab"], context_length=GEN["prompt"] + GEN["new"],
+                           d_model=GEN["width"], num_layers=GEN["layers"],
+                           num_heads=GEN["heads"], num_kv_heads=num_kv_heads,
+                           positions="rope")  # fmt: skip
+    model = GPT(gen_config).eval()
     caches = model.new_caches(1)
     with torch.no_grad():
         model(
@@ -650,8 +654,8 @@ ROLL_WINDOW, ROLL_TOKENS = 4, 40
 glue("ch11_roll_window", ROLL_WINDOW)
 glue("ch11_roll_tokens", ROLL_TOKENS)
 torch.manual_seed(0)
-windowed_lm = GPT(GEN["vocab"], ROLL_TOKENS, 64, num_layers=2, num_heads=4, num_kv_heads=2,
-                  positions="rope", window=ROLL_WINDOW).eval()  # fmt: skip
+windowed_lm = GPT(GPTConfig(vocab_size=GEN["vocab"], context_length=ROLL_TOKENS, num_kv_heads=2,
+                            positions="rope", window=ROLL_WINDOW)).eval()  # fmt: skip
 ids = torch.randint(GEN["vocab"], (1, ROLL_TOKENS), generator=generator)
 caches_of = {"rolling": windowed_lm.new_caches(1), "keeps all": [KVCache(), KVCache()]}
 counted = {name: [] for name in caches_of}  # bytes held after each token
@@ -925,8 +929,8 @@ print("every claim holds on each of the", len(by_seed["alibi"]), "seeds")
 
 # %%
 torch.manual_seed(0)
-probe = GPT(RETRIEVAL.vocab_size, max(RETRIEVAL.test_lengths), RETRIEVAL.d_model,
-            positions="sinusoidal")  # fmt: skip
+probe = GPT(GPTConfig(vocab_size=RETRIEVAL.vocab_size, context_length=max(RETRIEVAL.test_lengths),
+                      d_model=RETRIEVAL.d_model, positions="sinusoidal"))  # fmt: skip
 position_rms = probe.position_embedding.pe.pow(2).mean().sqrt().item()
 token_rms = probe.token_embedding.weight.pow(2).mean().sqrt().item()
 glue("ch11_position_to_token", round(position_rms / token_rms))

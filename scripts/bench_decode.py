@@ -18,7 +18,7 @@ The counts come from ``GPT.generate`` itself, continuing the prompt by ``1`` and
 its loop costs, the prompt's pass cancelled out. Per step:
 
 - ``ops_per_step``: the ATen operators the step dispatches, counted by
-  :class:`helpers.gpt.DispatchCounter` (views included): the host's work, which on a GPU is
+  :class:`helpers.analysis.DispatchCounter` (views included): the host's work, which on a GPU is
   about one kernel launch each. An exact count, the same on every machine with the same torch;
 - ``non_view_ops_per_step``: those that are not views (views launch no kernel on a GPU);
 - ``syncs_per_step``: how many of those read a tensor's value back into Python
@@ -51,7 +51,8 @@ import time
 import pandas as pd
 import torch
 
-from helpers.gpt import GPT, DispatchCounter
+from helpers.analysis import DispatchCounter
+from helpers.gpt import GPT, GPTConfig
 from helpers.parallel import machine_label
 
 MODELS = {
@@ -155,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.models:
         torch.manual_seed(0)
         context_length = max(args.contexts) + args.steps + 1
-        model = GPT(context_length=context_length, **MODELS[name]).to(device).eval()
+        model = GPT(GPTConfig(context_length=context_length, **MODELS[name])).to(device).eval()
         limit = args.max_recompute
         if limit is None:
             limit = 256 if name == "gpt2-small" and device.type == "cpu" else 1024

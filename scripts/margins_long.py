@@ -34,7 +34,7 @@ from torch.utils.data import TensorDataset
 from helpers.analysis import peak_cpu_bytes
 from helpers.attention import scaled_dot_product_attention
 from helpers.efficient import median_seconds, tiled_attention
-from helpers.gpt import GPT
+from helpers.gpt import GPT, GPTConfig
 from helpers.parallel import machine_label, run_in_processes
 from helpers.tasks.retrieval import RetrievalConfig, train_retrieval
 from helpers.tasks.shapes import local_oracle, make_shapes_dataset, train_shapes_model
@@ -58,8 +58,10 @@ def cost() -> pd.DataFrame:
                 F.scaled_dot_product_attention, q, k, v, repeats=3
             )
         torch.manual_seed(0)
-        model = GPT(GEN["vocab"], GEN["prompt"] + GEN["new"], GEN["width"], GEN["layers"],
-                    GEN["heads"], positions="rope").eval()  # fmt: skip
+        config = GPTConfig(vocab_size=GEN["vocab"], context_length=GEN["prompt"] + GEN["new"],
+                           d_model=GEN["width"], num_layers=GEN["layers"], num_heads=GEN["heads"],
+                           positions="rope")  # fmt: skip
+        model = GPT(config).eval()
         prompt = torch.randint(GEN["vocab"], (1, GEN["prompt"]))
         cached = median_seconds(model.generate, prompt, GEN["new"], greedy=True, repeats=3)
         recomputed = median_seconds(

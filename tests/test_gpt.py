@@ -2,25 +2,28 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
 import torch
 from torch import nn
 
-from helpers.analysis import count_parameters
+from helpers.analysis import DispatchCounter, count_parameters
 from helpers.attention import MultiHeadAttention, causal_mask
 from helpers.gpt import (
     GPT,
     POSITIONS,
     CausalSelfAttention,
-    DispatchCounter,
     GPTBlock,
+    GPTConfig,
     KVCache,
-    language_model_loss,
     next_token_probabilities,
+    score_bias,
+    top_k_filter,
 )
-from helpers.positional import alibi_bias
+from helpers.positional import alibi_bias, alibi_slopes
+from helpers.training import token_cross_entropy
 from helpers.transformer import EncoderBlock
 
 VOCAB = 11
@@ -29,8 +32,8 @@ ATOL = 1e-5
 
 def _model(positions="learned", num_kv_heads=None, window=None, seed=0, **kwargs) -> GPT:
     torch.manual_seed(seed)
-    model = GPT(
-        VOCAB,
+    config = GPTConfig(
+        vocab_size=VOCAB,
         context_length=24,
         d_model=16,
         num_layers=2,
@@ -40,10 +43,20 @@ def _model(positions="learned", num_kv_heads=None, window=None, seed=0, **kwargs
         window=window,
         **kwargs,
     )
+    model = GPT(config)
     with torch.no_grad():  # larger weights than GPT-2's init, so that mistakes show
         for parameter in model.parameters():
             parameter.mul_(8)
     return model.eval()
+
+
+def _gpt(vocab_size=VOCAB, context_length=8, **fields) -> GPT:
+    return GPT(GPTConfig(vocab_size=vocab_size, context_length=context_length, **fields))
+
+
+def _attention(d_model, num_heads, **fields) -> CausalSelfAttention:
+    config = GPTConfig(vocab_size=VOCAB, context_length=64, d_model=d_model, num_heads=num_heads)
+    return CausalSelfAttention(config.replace(**fields))
 
 
 def _tokens(batch=3, length=12, seed=1) -> torch.Tensor:
@@ -82,7 +95,7 @@ def test_no_logit_depends_on_a_later_token(variant):
 
 
 def test_window_limits_what_a_position_reads():
-    layer = CausalSelfAttention(16, 4, window=3).eval()
+    layer = _attention(16, 4, window=3).eval()
     _, weights = layer(torch.randn(2, 8, 16), return_attention=True)
     i, j = torch.meshgrid(torch.arange(8), torch.arange(8), indexing="ij")
     outside = (j > i) | (j <= i - 3)
@@ -95,9 +108,9 @@ def test_window_limits_what_a_position_reads():
 
 def test_untrained_loss_is_near_log_vocabulary():
     torch.manual_seed(0)
-    model = GPT(97, 32, d_model=32, num_layers=2, num_heads=4)
+    model = _gpt(97, 32, d_model=32, num_layers=2, num_heads=4)
     tokens = torch.randint(97, (16, 33))
-    loss = language_model_loss(model(tokens[:, :-1]), tokens[:, 1:])
+    loss = token_cross_entropy(model(tokens[:, :-1]), tokens[:, 1:])
     assert abs(loss.item() - math.log(97)) < 0.05
 
 
@@ -111,7 +124,9 @@ def test_gpt2_small_has_the_published_parameter_count():
     # GPT-2 small: 50,257 tokens, context 1,024, width 768, 12 layers of 12 heads, learned
     # positions, LayerNorm and linear layers with biases, head tied to the token embedding.
     with torch.device("meta"):
-        model = GPT(50_257, 1024, 768, 12, 12, positions="learned", bias=True, norm="layer")
+        model = _gpt(
+            50_257, 1024, d_model=768, num_layers=12, num_heads=12, bias=True, norm="layer"
+        )
     assert model.head.weight.is_meta
     assert count_parameters(model) == 124_439_808
     per_block = count_parameters(model.blocks[0])
@@ -129,7 +144,7 @@ def test_gpt2_small_has_the_published_parameter_count():
     ],
 )
 def test_activation_option_builds_the_named_function(activation, expected):
-    model = GPT(VOCAB, 8, 16, num_heads=2, activation=activation)
+    model = _gpt(d_model=16, num_heads=2, activation=activation)
     x = torch.linspace(-3, 3, 61)
     for block in model.blocks:
         assert type(block.ffn.activation) is type(expected)
@@ -144,9 +159,9 @@ def test_activation_option_builds_the_named_function(activation, expected):
 def test_gpt2_residual_init_scales_the_residual_projections():
     layers = 12
     torch.manual_seed(0)
-    flat = GPT(VOCAB, 8, 64, num_layers=layers)
+    flat = _gpt(num_layers=layers)
     torch.manual_seed(0)
-    gpt2 = GPT(VOCAB, 8, 64, num_layers=layers, residual_init="gpt2")
+    gpt2 = _gpt(num_layers=layers, residual_init="gpt2")
     scaled = 0.02 / math.sqrt(2 * layers)
 
     def std(model, pick):
@@ -162,9 +177,9 @@ def test_gpt2_residual_init_scales_the_residual_projections():
 
 def test_bad_activation_and_residual_init_are_refused():
     with pytest.raises(ValueError, match=r"activation must be one of .*got 'swish'"):
-        GPT(VOCAB, 8, 16, num_heads=2, activation="swish")
+        _gpt(d_model=16, num_heads=2, activation="swish")
     with pytest.raises(ValueError, match=r"residual_init must be None .* or 'gpt2'.*got 'GPT2'"):
-        GPT(VOCAB, 8, 16, num_heads=2, residual_init="GPT2")
+        _gpt(d_model=16, num_heads=2, residual_init="GPT2")
 
 
 # --------------------------------------------------------------------------- equivalences
@@ -177,7 +192,8 @@ def test_block_equals_a_causal_encoder_block(norm, bias):
     with torch.no_grad():
         for parameter in encoder_block.parameters():
             parameter.add_(0.3 * torch.randn_like(parameter))
-    block = GPTBlock(16, 4, 40, bias=bias, norm=norm).eval()
+    config = GPTConfig(vocab_size=VOCAB, context_length=8, d_model=16, num_heads=4, ffn_width=40)
+    block = GPTBlock(config.replace(bias=bias, norm=norm)).eval()
     block.load_state_dict(encoder_block.state_dict())  # the same names and shapes
     x = torch.randn(3, 7, 16)
     torch.testing.assert_close(block(x), encoder_block(x, mask=causal_mask(7)), atol=ATOL, rtol=0)
@@ -185,7 +201,7 @@ def test_block_equals_a_causal_encoder_block(norm, bias):
 
 def test_grouped_query_attention_equals_mha_with_repeated_key_value_heads():
     torch.manual_seed(0)
-    grouped = CausalSelfAttention(16, 4, num_kv_heads=2).eval()
+    grouped = _attention(16, 4, num_kv_heads=2).eval()
     full = MultiHeadAttention(16, 4).eval()
     w_q, w_k, w_v = grouped.qkv_proj.weight.split([16, 8, 8])
     d_head = 4
@@ -199,15 +215,15 @@ def test_grouped_query_attention_equals_mha_with_repeated_key_value_heads():
 
 
 def test_alibi_bias_is_chapter_5s_on_the_causal_part():
-    layer = CausalSelfAttention(16, 4, positions="alibi")
-    bias = layer._score_bias(6, 0, torch.zeros(1, 6, 16))
+    layer = _attention(16, 4, positions="alibi")
+    bias = score_bias(0, 6, slopes=layer.slopes, like=torch.zeros(1, 6, 16))
     expected = alibi_bias(4, 6).masked_fill(~causal_mask(6), -math.inf)
     assert torch.equal(bias, expected)
 
 
 def test_return_attention_gives_the_same_output():
     for positions in ("none", "rope", "alibi"):
-        layer = CausalSelfAttention(16, 4, num_kv_heads=2, positions=positions, window=4).eval()
+        layer = _attention(16, 4, num_kv_heads=2, positions=positions, window=4).eval()
         x = torch.randn(2, 9, 16)
         output, weights = layer(x, return_attention=True)
         torch.testing.assert_close(output, layer(x), atol=ATOL, rtol=0)
@@ -279,7 +295,7 @@ def test_rolling_cache_gives_the_logits_of_full_recomputation(positions, window,
 
 @pytest.mark.parametrize("window, chunk", [(1, 1), (3, 2), (4, 5), (4, 9)])
 def test_rolling_cache_scores_never_exceed_window_plus_chunk(window, chunk):
-    layer = CausalSelfAttention(16, 4, num_kv_heads=2, positions="rope", window=window).eval()
+    layer = _attention(16, 4, num_kv_heads=2, positions="rope", window=window).eval()
     cache = KVCache(window)
     x = torch.randn(1, 40, 16)
     for start in range(0, 40, chunk):
@@ -294,14 +310,13 @@ def test_rolling_cache_scores_never_exceed_window_plus_chunk(window, chunk):
 
 
 def test_a_decoding_step_that_sees_every_key_builds_no_mask():
-    x = torch.zeros(1, 1, 16)
-    plain = CausalSelfAttention(16, 2)
-    assert plain._score_bias(1, 9, x) is None  # one query, every key visible
-    assert plain._score_bias(2, 9, x) is not None  # two queries: the first must not see the second
-    windowed = CausalSelfAttention(16, 2, window=4)
-    assert windowed._score_bias(1, 9, x, first_key=6) is None  # keys 6..9: all in the window
-    assert windowed._score_bias(1, 9, x, first_key=5) is not None  # key 5 is out of it
-    assert CausalSelfAttention(16, 2, positions="alibi")._score_bias(1, 9, x) is not None
+    assert score_bias(9, 1) is None  # one query, every key visible
+    assert score_bias(9, 2) is not None  # two queries: the first must not see the second
+    assert score_bias(9, 1, first_key=6, window=4) is None  # keys 6..9: all in the window
+    assert score_bias(9, 1, first_key=5, window=4) is not None  # key 5 is out of it
+    assert score_bias(9, 1, slopes=alibi_slopes(2)) is not None  # ALiBi adds to every score
+    assert _attention(16, 2, positions="alibi").slopes.shape == (2,)
+    assert _attention(16, 2, positions="rope").slopes is None
 
 
 def test_a_rolling_cache_holds_a_bounded_buffer_however_long_it_runs():
@@ -431,10 +446,30 @@ def test_temperature_and_top_k_shape_the_distribution():
     assert torch.equal(next_token_probabilities(logits, top_k=10), plain)
 
 
-def test_language_model_loss_is_the_mean_cross_entropy():
+def test_the_loss_leaves_out_padding_targets():
     logits, targets = torch.randn(2, 5, 7), torch.randint(7, (2, 5))
-    expected = nn.functional.cross_entropy(logits.transpose(1, 2), targets)
-    torch.testing.assert_close(language_model_loss(logits, targets), expected)
+    targets[1, 3:] = -100  # PyTorch's ignore_index, the padding of chapter 10's rows
+    kept = targets != -100
+    expected = nn.functional.cross_entropy(logits[kept], targets[kept])
+    torch.testing.assert_close(token_cross_entropy(logits, targets), expected)
+
+
+def test_top_k_filter_keeps_the_k_largest_logits_of_each_row():
+    logits = torch.tensor([[2.0, 1.0, 0.0, -1.0], [0.0, 3.0, 3.0, 1.0]])
+    kept = top_k_filter(logits, 2)
+    assert torch.equal(kept[0], torch.tensor([2.0, 1.0, -math.inf, -math.inf]))
+    assert torch.equal(kept[1], torch.tensor([-math.inf, 3.0, 3.0, -math.inf]))
+    assert torch.equal(top_k_filter(logits, 1)[1], kept[1])  # ties at the k-th are kept
+    assert top_k_filter(logits, None) is logits and top_k_filter(logits, 4) is logits
+    torch.testing.assert_close(  # a softmax afterwards renormalizes over the kept ones
+        top_k_filter(logits, 2)[0].softmax(-1)[:2], logits[0, :2].softmax(-1)
+    )
+    with pytest.raises(ValueError, match="k must be a positive int, got 0"):
+        top_k_filter(logits, 0)
+    with pytest.raises(TypeError, match="k must be a positive int"):
+        top_k_filter(logits, 2.0)
+    with pytest.raises(TypeError, match="logits"):
+        top_k_filter(torch.tensor([[1, 2, 3]]), 2)
 
 
 # --------------------------------------------------------------------------- errors
@@ -459,16 +494,8 @@ def test_misuse_is_refused_clearly():
         model(torch.tensor([[1, 11]]))
     with pytest.raises(TypeError, match="int64"):
         model(torch.zeros(1, 3))
-    with pytest.raises(ValueError, match="positions must be one of"):
-        GPT(VOCAB, 8, positions="absolute")
-    with pytest.raises(ValueError, match="not divisible by num_kv_heads=3"):
-        GPT(VOCAB, 8, num_heads=4, num_kv_heads=3)
-    with pytest.raises(ValueError, match="d_model=64 is not divisible by num_heads=5"):
-        GPT(VOCAB, 8, num_heads=5)
     with pytest.raises(ValueError, match="one KVCache per layer"):
         model(_tokens(), [KVCache()])
-    with pytest.raises(ValueError, match="added to the embeddings"):
-        CausalSelfAttention(16, 4, positions="learned")
     with pytest.raises(ValueError, match="temperature must be > 0"):
         next_token_probabilities(torch.zeros(1, 4), temperature=0.0)
     with pytest.raises(ValueError, match="top_k must be a positive int"):
@@ -489,13 +516,60 @@ def test_misuse_is_refused_clearly():
         model(_tokens(batch=2, length=1), caches)
 
 
+# --------------------------------------------------------------------------- the configuration
+
+
+CONFIG_ERRORS = [
+    (dict(vocab_size=0), ValueError, "vocab_size must be a positive int, got 0"),
+    (dict(context_length=8.0), TypeError, "context_length must be a positive int"),
+    (dict(num_layers=True), TypeError, "num_layers must be a positive int"),
+    (dict(num_heads=5), ValueError, "d_model=64 is not divisible by num_heads=5"),
+    (dict(num_kv_heads=3), ValueError, r"not divisible by num_kv_heads=3.*among \[1, 2, 4\]"),
+    (dict(ffn_width=0), ValueError, "ffn_width must be a positive int"),
+    (dict(window=0), ValueError, "window must be a positive int"),
+    (dict(positions="absolute"), ValueError, "positions must be one of .*'rope' and 'alibi'"),
+    (dict(dropout=1.0), ValueError, r"dropout must be in \[0, 1\)"),
+    (dict(bias=1), TypeError, "bias must be True or False"),
+    (dict(tie_weights="yes"), TypeError, "tie_weights must be True or False"),
+    (dict(norm="batch"), ValueError, "norm must be one of .*'rms' .*'layer'"),
+    (dict(activation="swish"), ValueError, "activation must be one of"),
+    (dict(residual_init="GPT2"), ValueError, "residual_init must be None"),
+]
+
+
+@pytest.mark.parametrize(
+    "fields, error, message", CONFIG_ERRORS, ids=[next(iter(f)) for f, _, _ in CONFIG_ERRORS]
+)
+def test_a_config_says_what_is_wrong(fields, error, message):
+    with pytest.raises(error, match=message):
+        GPTConfig(**{"vocab_size": VOCAB, "context_length": 8, **fields})
+
+
+def test_a_config_is_checked_once_and_copied_with_replace():
+    config = GPTConfig(vocab_size=VOCAB, context_length=8)
+    assert config.d_model == 64 and config.positions == "learned" and config.norm == "rms"
+    with pytest.raises(TypeError):
+        GPTConfig(VOCAB, 8)  # keywords only: a config reads as what it sets
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.d_model = 32
+    grouped = config.replace(num_kv_heads=2)
+    assert grouped.num_kv_heads == 2 and config.num_kv_heads is None
+    with pytest.raises(ValueError, match="num_kv_heads=3"):
+        config.replace(num_kv_heads=3)  # a copy is checked too
+    model = GPT(grouped)
+    assert model.config is grouped and model.blocks[0].self_attn.num_kv_heads == 2
+    assert model.blocks[0].ffn.linear1.out_features == 4 * 64  # ffn_width None: 4 * d_model
+    with pytest.raises(TypeError, match=r"GPT takes one GPTConfig, got int.*GPT\(GPTConfig\("):
+        GPT(VOCAB)
+
+
 # --------------------------------------------------------------------------- source 002's mistakes
 
 
 def test_attention_is_sized_by_the_model_width():
     # Source 002 sizes attention by the vocabulary (input_dim=n_dims) while the tokens arrive
     # as embeddings of width n_embd: its first forward pass fails with a shape error.
-    model = GPT(65, 16, d_model=32, num_heads=4)
+    model = _gpt(65, 16, d_model=32, num_heads=4)
     assert model.blocks[0].self_attn.qkv_proj.in_features == 32
     assert model(torch.zeros(2, 8, dtype=torch.long)).shape == (2, 8, 65)
     sized_by_vocabulary = nn.Linear(65, 65, bias=False)
@@ -525,12 +599,12 @@ def test_sinusoidal_table_is_not_trained():
     # Source 002 keeps its table as a plain array field, which Equinox's filter hands to the
     # optimizer with the weights; in PyTorch terms, an nn.Parameter. Ours is a buffer.
     torch.manual_seed(0)
-    model = GPT(VOCAB, 16, d_model=16, num_heads=4, positions="sinusoidal")
+    model = _gpt(VOCAB, 16, d_model=16, num_heads=4, positions="sinusoidal")
     table = model.position_embedding.pe.clone()
     assert all(p is not model.position_embedding.pe for p in model.parameters())
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.1, weight_decay=0.5)
     tokens = _tokens(length=10)
-    language_model_loss(model(tokens[:, :-1]), tokens[:, 1:]).backward()
+    token_cross_entropy(model(tokens[:, :-1]), tokens[:, 1:]).backward()
     optimizer.step()
     assert torch.equal(model.position_embedding.pe, table)
     as_parameter = nn.Parameter(table.clone())  # the mistake: the optimizer moves it
@@ -554,7 +628,7 @@ def test_any_length_up_to_the_context_works(positions):
 def test_sinusoidal_positions_work_with_an_odd_vocabulary():
     # Source 002 pads the vocabulary partly to make it even "for the sine/cosine table", whose
     # width is the model width, not the vocabulary.
-    model = GPT(7, 16, d_model=16, num_heads=4, positions="sinusoidal")
+    model = _gpt(7, 16, d_model=16, num_heads=4, positions="sinusoidal")
     assert model.position_embedding.pe.shape == (16, 16)
     assert model(torch.zeros(1, 9, dtype=torch.long)).shape == (1, 9, 7)
 
@@ -563,11 +637,7 @@ def test_sinusoidal_positions_work_with_an_odd_vocabulary():
 
 
 def _sampling_solution(logits, temperature, top_k):
-    scaled = logits / temperature
-    if top_k is not None:
-        kth = scaled.topk(top_k, dim=-1).values[..., -1:]
-        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
-    return scaled.softmax(dim=-1)
+    return top_k_filter(logits / temperature, top_k).softmax(dim=-1)
 
 
 def _no_top_k(logits, temperature, top_k):
@@ -576,10 +646,7 @@ def _no_top_k(logits, temperature, top_k):
 
 def _cut_without_renormalizing(logits, temperature, top_k):
     probabilities = (logits / temperature).softmax(dim=-1)
-    if top_k is not None:
-        kth = probabilities.topk(top_k, dim=-1).values[..., -1:]
-        probabilities = probabilities.masked_fill(probabilities < kth, 0.0)
-    return probabilities
+    return top_k_filter(probabilities, top_k).clamp(min=0.0)  # the cut ones at 0, not -inf
 
 
 @pytest.mark.parametrize(

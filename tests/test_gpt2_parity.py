@@ -11,7 +11,7 @@ import torch
 from torch import nn
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from helpers.gpt import GPT
+from helpers.gpt import GPT, GPTConfig
 from helpers.interop import load_gpt2
 
 # initializer_range 0.2, not GPT-2's 0.02: activations of order 1, where GELU and its tanh
@@ -36,7 +36,10 @@ def reference(seed: int = 0, attn: str = "eager", **overrides) -> GPT2LMHeadMode
 def book_model(config: GPT2Config, **overrides) -> GPT:
     sizes = dict(d_model=config.n_embd, num_layers=config.n_layer, num_heads=config.n_head)
     kwargs = {**sizes, **GPT2_LIKE, **overrides}
-    return GPT(config.vocab_size, config.n_positions, **kwargs).eval()
+    gpt_config = GPTConfig(
+        vocab_size=config.vocab_size, context_length=config.n_positions, **kwargs
+    )
+    return GPT(gpt_config).eval()
 
 
 def loaded(ref: GPT2LMHeadModel) -> GPT:
@@ -96,7 +99,9 @@ def test_greedy_generation_matches_generate(use_cache):
 
 def test_gpt2_small_has_124_439_808_parameters():
     with torch.device("meta"):
-        model = GPT(50_257, 1024, 768, 12, 12, residual_init="gpt2", **GPT2_LIKE)
+        config = GPTConfig(vocab_size=50_257, context_length=1024, d_model=768, num_layers=12,
+                           num_heads=12, residual_init="gpt2", **GPT2_LIKE)  # fmt: skip
+        model = GPT(config)
     assert sum(p.numel() for p in model.parameters()) == 124_439_808
     assert isinstance(model.blocks[0].ffn.activation, nn.GELU)
 

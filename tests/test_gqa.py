@@ -14,7 +14,16 @@ from hypothesis import strategies as st
 
 from helpers.attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
 from helpers.efficient import kv_cache_bytes, sliding_window_mask
-from helpers.gpt import GPT, CausalSelfAttention
+from helpers.gpt import GPT, CausalSelfAttention, GPTConfig
+
+
+def _layer(d_model, num_heads, num_kv_heads, window=None) -> CausalSelfAttention:
+    fields = dict(d_model=d_model, num_heads=num_heads, num_kv_heads=num_kv_heads, window=window)
+    return CausalSelfAttention(GPTConfig(vocab_size=13, context_length=64, **fields))
+
+
+def _model(**fields) -> GPT:
+    return GPT(GPTConfig(vocab_size=13, context_length=40, d_model=32, num_heads=4, **fields))
 
 
 def _heads(layer: CausalSelfAttention, x: torch.Tensor):
@@ -52,7 +61,7 @@ def gqa_case(draw):
 def test_grouped_query_attention_equals_pytorchs_enable_gqa(case):
     num_heads, num_kv_heads, d_head, window, seed, batch, length = case
     torch.manual_seed(seed)
-    layer = CausalSelfAttention(num_heads * d_head, num_heads, num_kv_heads, window=window).eval()
+    layer = _layer(num_heads * d_head, num_heads, num_kv_heads, window=window).eval()
     x = torch.randn(batch, length, num_heads * d_head)
     q, k, v = _heads(layer, x)
     mask = sliding_window_mask(length, window if window is not None else length)
@@ -63,7 +72,7 @@ def test_grouped_query_attention_equals_pytorchs_enable_gqa(case):
 @pytest.mark.parametrize(("num_heads", "num_kv_heads"), [(4, 4), (4, 2), (4, 1), (6, 3)])
 def test_grouped_query_attention_equals_heads_repeated_by_hand(num_heads, num_kv_heads):
     torch.manual_seed(0)
-    layer = CausalSelfAttention(4 * num_heads, num_heads, num_kv_heads).eval()
+    layer = _layer(4 * num_heads, num_heads, num_kv_heads).eval()
     x = torch.randn(2, 7, 4 * num_heads)
     q, k, v = _heads(layer, x)
     group = num_heads // num_kv_heads
@@ -82,7 +91,7 @@ def test_grouped_query_attention_equals_heads_repeated_by_hand(num_heads, num_kv
 
 def test_as_many_kv_heads_as_query_heads_is_plain_multi_head_attention():
     torch.manual_seed(0)
-    layer = CausalSelfAttention(16, 4, num_kv_heads=4).eval()
+    layer = _layer(16, 4, num_kv_heads=4).eval()
     mha = MultiHeadAttention(16, 4).eval()
     mha.load_state_dict(layer.state_dict())  # the same (3D, D) and (D, D) matrices
     x = torch.randn(3, 8, 16)
@@ -91,21 +100,21 @@ def test_as_many_kv_heads_as_query_heads_is_plain_multi_head_attention():
 
 @pytest.mark.parametrize(("num_kv_heads", "rows"), [(4, 48), (2, 32), (1, 24)])
 def test_fewer_kv_heads_shrink_the_projection(num_kv_heads, rows):
-    layer = CausalSelfAttention(16, 4, num_kv_heads=num_kv_heads)
+    layer = _layer(16, 4, num_kv_heads=num_kv_heads)
     assert layer.qkv_proj.weight.shape == (rows, 16)  # D + 2 * H_kv * d_head
 
 
 @pytest.mark.parametrize("num_kv_heads", [3, 5])
 def test_num_heads_must_be_a_multiple_of_num_kv_heads(num_kv_heads):
     with pytest.raises(ValueError, match=r"num_heads=4 is not divisible by num_kv_heads") as error:
-        CausalSelfAttention(16, 4, num_kv_heads=num_kv_heads)
+        _layer(16, 4, num_kv_heads=num_kv_heads)
     assert "[1, 2, 4]" in str(error.value)  # the message lists the choices
 
 
 @pytest.mark.parametrize("num_kv_heads", [4, 2, 1])
 def test_cache_memory_is_what_kv_cache_bytes_computes(num_kv_heads):
     torch.manual_seed(0)
-    model = GPT(13, 40, d_model=32, num_layers=3, num_heads=4, num_kv_heads=num_kv_heads).eval()
+    model = _model(num_layers=3, num_kv_heads=num_kv_heads).eval()
     caches = model.new_caches(2)
     model(torch.zeros(2, 25, dtype=torch.long), caches)
     held = sum(cache.memory_bytes() for cache in caches)
@@ -116,7 +125,7 @@ def test_cache_memory_is_what_kv_cache_bytes_computes(num_kv_heads):
 
 def test_multi_query_generation_with_and_without_cache_agree():
     torch.manual_seed(1)
-    model = GPT(13, 40, d_model=32, num_layers=2, num_heads=4, num_kv_heads=1, positions="rope")
+    model = _model(num_layers=2, num_kv_heads=1, positions="rope")
     prompt = torch.randint(13, (2, 4), generator=torch.Generator().manual_seed(2))
     cached = model.generate(prompt, 12, greedy=True)
     assert torch.equal(cached, model.generate(prompt, 12, greedy=True, use_cache=False))

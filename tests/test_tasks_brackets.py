@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from helpers.gpt import GPT
+from helpers.gpt import GPT, GPTConfig
 from helpers.tasks.brackets import (
     ALPHABET,
     CLOSERS,
@@ -135,7 +135,8 @@ def test_closing_accuracy_scores_the_forced_closing_bracket():
 
 def test_model_measures_run_on_an_untrained_model():
     torch.manual_seed(0)
-    model = GPT(len(ALPHABET), 20, d_model=16, num_heads=2).eval()
+    model = GPT(GPTConfig(vocab_size=len(ALPHABET), context_length=20, d_model=16, num_heads=2))
+    model.eval()
     strings = make_strings(20, _generator(4), max_pairs=8)
     loss = per_token_loss(model, make_rows(strings, 20))
     assert abs(loss - math.log(len(ALPHABET))) < 0.1

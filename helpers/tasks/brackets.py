@@ -28,8 +28,8 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 from helpers import _validate as check
-from helpers.gpt import GPT, language_model_loss
-from helpers.training import cosine_warmup_schedule, fit
+from helpers.gpt import GPT, GPTConfig
+from helpers.training import cosine_warmup_schedule, fit, token_cross_entropy
 
 __all__ = [
     "ALPHABET",
@@ -456,12 +456,14 @@ def train_brackets(config: BracketConfig, train_rows: TensorDataset, val_rows=No
         raise TypeError(f"config must be a BracketConfig, got {type(config).__name__}")
     torch.manual_seed(config.seed)
     model = GPT(
-        len(ALPHABET),
-        config.context_length,
-        config.d_model,
-        config.num_layers,
-        config.num_heads,
-        positions=config.positions,
+        GPTConfig(
+            vocab_size=len(ALPHABET),
+            context_length=config.context_length,
+            d_model=config.d_model,
+            num_layers=config.num_layers,
+            num_heads=config.num_heads,
+            positions=config.positions,
+        )
     )
     loader = DataLoader(
         train_rows,
@@ -479,7 +481,7 @@ def train_brackets(config: BracketConfig, train_rows: TensorDataset, val_rows=No
     history = fit(
         model,
         loader,
-        loss_fn=language_model_loss,
+        loss_fn=token_cross_entropy,
         optimizer=optimizer,
         scheduler=scheduler,
         epochs=config.epochs,

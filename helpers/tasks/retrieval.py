@@ -28,10 +28,10 @@ import torch
 from torch import Tensor
 
 from helpers import _validate as check
-from helpers.gpt import GPT, POSITIONS, language_model_loss
+from helpers.gpt import GPT, GPTConfig
 from helpers.masks import earlier_mask
 from helpers.tasks import shipped_table
-from helpers.training import cosine_warmup_schedule, fit
+from helpers.training import cosine_warmup_schedule, fit, token_cross_entropy
 
 __all__ = [
     "IGNORE",
@@ -109,10 +109,11 @@ def make_retrieval_data(
 class RetrievalConfig:
     """The model and the training budget of chapter 11's length-generalization runs.
 
-    The model is ``GPT(vocab_size, context_length=max(test_lengths), d_model, num_layers,
-    num_heads, positions=...)``: built for the longest test length, so that every kind of
-    position can at least be *run* there (a learned table's rows beyond ``train_len`` are
-    never trained). Training sees ``steps`` fresh batches of length ``train_len``.
+    The model is ``GPT(GPTConfig(vocab_size=..., context_length=max(test_lengths), d_model=...,
+    num_layers=..., num_heads=..., positions=..., **extra))``: built for the longest test
+    length, so that every kind of position can at least be *run* there (a learned table's rows
+    beyond ``train_len`` are never trained). Training sees ``steps`` fresh batches of length
+    ``train_len``.
     """
 
     vocab_size: int = 64
@@ -127,7 +128,7 @@ class RetrievalConfig:
     warmup: float = 0.1
     num_test: int = 500
     repeated: bool = True
-    extra: dict = field(default_factory=dict)  # further keyword arguments for GPT
+    extra: dict = field(default_factory=dict)  # further fields of the GPTConfig
 
 
 SCALES = (None, "tokens", "encoding")
@@ -180,16 +181,22 @@ def train_retrieval(
     (the tied output head is unchanged); ``"encoding"`` shrinks the sinusoidal table to the
     tokens' initial root-mean-square size, 0.02 (``positions="sinusoidal"`` only).
     """
-    if positions not in POSITIONS:
-        raise ValueError(f"positions must be one of {POSITIONS}, got {positions!r}")
     check.non_negative_int("seed", seed)
     if not isinstance(config, RetrievalConfig):
         raise TypeError(f"config must be a RetrievalConfig, got {type(config).__name__}")
     if scale not in SCALES:
         raise ValueError(f"scale must be one of {SCALES}, got {scale!r}")
+    model_config = GPTConfig(
+        vocab_size=config.vocab_size,
+        context_length=max(config.test_lengths),
+        d_model=config.d_model,
+        num_layers=config.num_layers,
+        num_heads=config.num_heads,
+        positions=positions,  # checked here, before any training
+        **config.extra,
+    )
     torch.manual_seed(seed)
-    model = GPT(config.vocab_size, max(config.test_lengths), config.d_model, config.num_layers,
-                config.num_heads, positions=positions, **config.extra)  # fmt: skip
+    model = GPT(model_config)
     _rescale(model, positions, scale, config.d_model)
     tokens, targets = make_retrieval_data(
         config.steps * config.batch_size,
@@ -202,7 +209,7 @@ def train_retrieval(
     batches = list(zip(tokens.split(sizes), targets.split(sizes), strict=True))
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
     warmup = math.ceil(config.warmup * config.steps)
-    fit(model, batches, loss_fn=language_model_loss, optimizer=optimizer, epochs=1,
+    fit(model, batches, loss_fn=token_cross_entropy, optimizer=optimizer, epochs=1,
         scheduler=cosine_warmup_schedule(optimizer, warmup, config.steps),
         clip_grad_norm=1.0, progress=False, log_every=config.steps)  # fmt: skip
     accuracy = {

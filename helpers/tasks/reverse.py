@@ -26,13 +26,13 @@ from torch.utils.data import DataLoader, TensorDataset
 from helpers import _validate as check
 from helpers.positional import SinusoidalPositionalEncoding
 from helpers.tasks import shipped_table
-from helpers.training import cosine_warmup_schedule, fit
+from helpers.training import cosine_warmup_schedule, fit, token_cross_entropy
 from helpers.transformer import TransformerEncoder
 
 __all__ = [
     "make_reverse_dataset",
     "ReversePredictor",
-    "token_cross_entropy",
+    "token_cross_entropy",  # helpers.training's, imported here by chapter 7
     "token_accuracy",
     "bag_oracle_accuracy",
     "ReverseConfig",
@@ -118,12 +118,6 @@ class ReversePredictor(nn.Module):
         computed with attention dropout on (random, and not rows that sum to one).
         """
         return self.encoder.get_attention_maps(self.embed(tokens))
-
-
-def token_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Mean cross-entropy over every token: logits ``(B, T, C)``, targets ``(B, T)``."""
-    check.logits_targets(logits, targets)
-    return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
 
 
 def token_accuracy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

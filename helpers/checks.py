@@ -629,18 +629,39 @@ def check_patchify(fn) -> str:
 
     Patches numbered row by row, each flattened as (channel, row, column), as
     :func:`helpers.vit.patchify` does (the order that makes it equal to a strided ``Conv2d``).
-    Returns a line starting with "Correct:", or raises AssertionError with a hint.
+    Returns a line starting with "Correct:", or raises AssertionError with a hint. The grey
+    case has ``N != C * P * P`` (9 patches of 4 pixels), so a transposed result shows.
     """
     from helpers.vit import patchify
 
     if not callable(fn):
         raise TypeError(f"pass your patchify function itself, got {type(fn).__name__}")
-    cases = {"one grey image": (1, 1, 4, 2), "a batch of RGB images": (2, 3, 6, 3)}
-    for name, (batch, channels, side, patch) in cases.items():
+    cases = {"one grey image": (1, 1, 6, 2), "a batch of RGB images": (2, 3, 6, 3)}
+    for number, (name, (batch, channels, side, patch)) in enumerate(cases.items()):
         images = torch.arange(batch * channels * side * side, dtype=torch.float32)
         images = images.reshape(batch, channels, side, side)
         expected = patchify(images, patch)
-        got = fn(images, patch)
+        grid = side // patch
+        try:
+            got = fn(images, patch)
+        except Exception as error:
+            hint = (
+                "it ran on one grey image: take the batch size and the channels from "
+                "images.shape rather than fixing them"
+                if number
+                else "split each side with images.reshape(B, C, G, P, G, P), G = S // P, "
+                "then permute"
+            )
+            raise AssertionError(
+                f"{name}: your function raised {type(error).__name__}: {error} on images of "
+                f"shape {tuple(images.shape)} with patch_size={patch}; {hint}"
+            ) from None
+        transposed = expected.transpose(1, 2)  # N != C * P * P in both cases: it shows
+        if isinstance(got, Tensor) and got.shape == transposed.shape and got.equal(transposed):
+            raise AssertionError(
+                f"{name}: your result is (B, C * P * P, N), the layout "
+                "torch.nn.functional.unfold returns; transpose it with .transpose(1, 2)"
+            )
         if not isinstance(got, Tensor) or got.shape != expected.shape:
             raise AssertionError(
                 f"{name}: expected shape {tuple(expected.shape)} (B, number of patches, "
@@ -654,6 +675,12 @@ def check_patchify(fn) -> str:
                 f"{name}: your patches are runs of consecutive pixels (a reshape alone), not "
                 "squares: split each side into (grid, patch) and permute the two grid axes "
                 "before the patch axes"
+            )
+        blocks = images.unfold(2, patch, patch).unfold(3, patch, patch)  # (B, C, G, G, P, P)
+        if torch.equal(got, blocks.reshape(batch, grid * grid, -1)):
+            raise AssertionError(
+                f"{name}: Tensor.unfold gives (B, C, G, G, P, P), with the channels before the "
+                "grid axes: move them behind, .permute(0, 2, 3, 1, 4, 5), before flattening"
             )
         if torch.equal(got.sort(dim=-1).values, expected.sort(dim=-1).values):
             raise AssertionError(

@@ -51,13 +51,21 @@ PATCH_EMBEDDINGS = ("conv", "linear")
 # --------------------------------------------------------------------------- patches
 
 
+def _square_grid(images: Tensor, patch_size: int, who: str) -> int:
+    """Patches per side of square ``(B, C, S, S)`` images whose side ``P`` divides."""
+    height, width = images.shape[-2:]
+    grid = check.patch_grid(height, patch_size)
+    check.patch_grid(width, patch_size)
+    if height != width:
+        raise ValueError(f"{who} expects square images, got {height} x {width}")
+    return grid
+
+
 def patchify(images: Tensor, patch_size: int) -> Tensor:
     """Cut ``(B, C, S, S)`` images into ``(B, N, C * P * P)`` flattened patches, row by row."""
     check.images(images, None, None, "patchify")
-    batch, channels, height, width = images.shape
-    grid = check.patch_grid(height, patch_size)
-    if height != width:
-        raise ValueError(f"patchify expects square images, got {height} x {width}")
+    batch, channels = images.shape[:2]
+    grid = _square_grid(images, patch_size, "patchify")
     patches = images.reshape(batch, channels, grid, patch_size, grid, patch_size)
     patches = patches.permute(0, 2, 4, 1, 3, 5)  # (B, G_row, G_col, C, P, P)
     return patches.reshape(batch, grid * grid, channels * patch_size * patch_size)
@@ -88,7 +96,7 @@ class ConvPatchEmbedding(nn.Module):
 
     def forward(self, images: Tensor) -> Tensor:
         check.images(images, self.channels, None, type(self).__name__)
-        check.patch_grid(images.shape[-1], self.patch_size)
+        _square_grid(images, self.patch_size, type(self).__name__)  # else a stride drops pixels
         return self.proj(images).flatten(2).transpose(1, 2)  # (B, D, G, G) -> (B, N, D)
 
 
@@ -279,11 +287,19 @@ def patch_attention(model: VisionTransformer, images: Tensor) -> dict[str, Tenso
     """Attention over the image: ``{"heads": (B, L, H, G, G), "rollout": (B, G, G)}``.
 
     With a class token, the weights (and the rollout) of the class token's query over the
-    patches; with mean pooling, the mean over the patches' queries, the attention the pooled
-    vector receives from each patch. Call ``model.eval()`` first.
+    patches: where the classified vector reads from. With mean pooling the classified vector is
+    the mean of the patches' outputs, so the map is the mean of the patches' rows: how much
+    that mean draws on each patch. The model must be in eval mode (``model.eval()``): in
+    training mode, attention dropout would drop weights and the rollout would not be a
+    row-stochastic product.
     """
     if not isinstance(model, VisionTransformer):
         raise TypeError(f"model must be a VisionTransformer, got {type(model).__name__}")
+    if model.training:
+        raise ValueError(
+            "patch_attention reads a model in eval mode (no dropout in the weights it maps): "
+            "call model.eval() first"
+        )
     maps = model.attention_maps(images)
     first = 1 if model.cls_token is not None else 0  # index of the first patch token
     grid = model.config.grid

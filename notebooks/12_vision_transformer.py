@@ -20,15 +20,15 @@
 # Nothing in self-attention needs its tokens to be words. The Vision Transformer (ViT)
 # {cite}`dosovitskiy2021image` cuts an image into square patches, flattens each one, maps it
 # to a vector with one shared linear layer, adds a position, and hands the sequence to an
-# unchanged Transformer encoder. Dive into Deep Learning ends its attention chapter there
-# {cite}`d2l2023`; this chapter builds it from the pieces of the book and asks what such a
-# model gives up against a convolutional network, which knows from the start that nearby
-# pixels belong together.
+# unchanged Transformer encoder. Dive into Deep Learning builds it in section 11.8,
+# "Transformers for Vision", of its attention chapter {cite}`d2l2023`; this chapter builds it
+# from the pieces of the book and asks what such a model gives up against a convolutional
+# network, which knows from the start that nearby pixels belong together.
 #
 # Every data set so far was synthetic. This one is real and small enough for a laptop: the
-# handwritten digits that ship inside scikit-learn {cite}`pedregosa2011scikit`, 1,797
-# grey images of 8 x 8 pixels from the UCI optical digits collection
-# {cite}`alpaydin1998optdigits`, loaded without a download. The encoder is chapter 6's
+# handwritten digits that ship inside scikit-learn {cite}`pedregosa2011scikit`,
+# {glue:text}`ch12_num_images:,` grey images of 8 x 8 pixels from the UCI optical digits
+# collection {cite}`alpaydin1998optdigits`, loaded without a download. The encoder is chapter 6's
 # `TransformerEncoder`, imported, not rewritten.
 
 # %% tags=["hide-cell"]
@@ -68,6 +68,7 @@ from helpers import expect_error, glue, show_source
 from helpers.analysis import count_parameters
 from helpers.checks import check_patchify
 from helpers.parallel import run_in_processes
+from helpers.positional import angular_speeds
 from helpers.tasks.digits import (
     TEST_PER_CLASS,
     DigitsTrainConfig,
@@ -235,6 +236,9 @@ glue("ch12_d_model", VIT.d_model)
 glue("ch12_num_blocks", VIT.num_blocks)
 glue("ch12_num_heads", VIT.num_heads)
 assert abs(cnn_parameters - vit_parameters) / vit_parameters < 0.1
+# The departures from the ViT paper: positions for the patches only, ReLU in the FFNs.
+assert vit.positions.weight.shape == (VIT.grid**2, VIT.d_model)
+assert all(isinstance(block.ffn.activation, nn.ReLU) for block in vit.encoder.blocks)
 print(f"ViT {vit_parameters:,} parameters, CNN {cnn_parameters:,}")
 print(cnn)
 
@@ -246,6 +250,10 @@ print(cnn)
 # mean over the positions, so every unit sees only its neighbourhood, and the same filter
 # slides over the whole image. Those two assumptions, locality and translation equivariance,
 # are built in; the ViT has to learn whatever it needs of them from data.
+#
+# Two details differ from the ViT paper, and the cell above checks both: the class token gets
+# no position (the paper gives it one too), and the feed-forward networks use chapter 6's
+# ReLU where the paper uses GELU.
 #
 # The bad inputs a reader meets first are refused with a message that says what to do:
 
@@ -290,8 +298,11 @@ plt.show()
 # Every run in this chapter uses one recipe (`helpers.tasks.digits.train_digits`):
 # {glue:text}`ch12_steps` steps of AdamW on batches of {glue:text}`ch12_batch_size` images,
 # a warm-up and a cosine decay, no augmentation, the same for the ViT and the CNN. One run
-# takes a few seconds, but the comparisons below need many: each variant on
-# {glue:text}`ch12_shipped_seeds` seeds, and both models at four training-set sizes.
+# on all the training images takes {glue:text}`ch12_cnn_seconds` s (CNN) to
+# {glue:text}`ch12_vit_seconds` s (ViT) on one core of the machine that shipped them
+# (medians), but the comparisons below need many: each variant on
+# {glue:text}`ch12_shipped_seeds` seeds, and the models at {glue:text}`ch12_num_sizes`
+# training-set sizes.
 # `scripts/reproduce_digits.py` ran them all, {glue:text}`ch12_shipped_runs` runs on
 # {glue:text}`ch12_machine`; the file ships with the package
 # (`helpers.tasks.digits.seed_results`), and this page reads it. Further down the page
@@ -305,6 +316,12 @@ glue("ch12_batch_size", RECIPE.batch_size)
 glue("ch12_shipped_seeds", shipped["seed"].nunique())
 glue("ch12_shipped_runs", len(shipped))
 glue("ch12_machine", shipped["machine"].iloc[0])
+glue("ch12_num_sizes", shipped["num_train"].nunique())
+full_runs = (
+    shipped[shipped["experiment"] == "models"].groupby("model")["seconds"].median()
+)
+for name in ("ViT", "CNN"):
+    glue(f"ch12_{name.lower()}_seconds", round(full_runs[name]))
 print(shipped["command"].iloc[0])
 base = shipped[(shipped["experiment"] == "models") & (shipped["model"] == "ViT")]
 variants = pd.concat([base, shipped[shipped["experiment"] == "variant"]])
@@ -333,15 +350,27 @@ for name, values in (("default", default), ("mean", mean_pool), ("sinusoidal", s
     glue(f"ch12_{name}_median", round(values.median(), 3))
     glue(f"ch12_{name}_range", f"{values.min():.3f} to {values.max():.3f}")
 seeds = len(default)
-glue("ch12_mean_ahead", int((mean_pool > default).sum()))
-glue("ch12_mean_behind", int((mean_pool < default).sum()))
-glue("ch12_sinusoidal_ahead", int((sinusoidal > default).sum()))
-glue("ch12_sinusoidal_behind", int((sinusoidal < default).sum()))
 # Claims, on every seed of the shipped file: without positions the ViT is worse than any
-# variant with them; between the others, which one is ahead changes from seed to seed.
+# variant with them. Between the others, no winner: each is ahead on at least 3 seeds and
+# behind on at least 3, and the medians differ by less than the spread over seeds.
 assert no_positions.max() < min(default.min(), mean_pool.min(), sinusoidal.min()) - 0.1
-for other in (mean_pool, sinusoidal):
-    assert 0 < (other > default).sum() < seeds and 0 < (other < default).sum() < seeds
+for name, other in (("mean", mean_pool), ("sinusoidal", sinusoidal)):
+    ahead, behind = int((other > default).sum()), int((other < default).sum())
+    difference = other.median() - default.median()
+    spread = min(other.max() - other.min(), default.max() - default.min())
+    assert min(ahead, behind) >= 3 and abs(difference) < spread, (name, ahead, behind)
+    glue(f"ch12_{name}_ahead", ahead)
+    glue(f"ch12_{name}_behind", behind)
+    glue(f"ch12_{name}_difference", f"{abs(100 * difference):.1f}")
+glue("ch12_default_spread", round(100 * (default.max() - default.min()), 1))
+# The 2-D sinusoidal table over 4 positions per axis: most of its frequencies barely turn.
+speeds = angular_speeds(VIT.d_model // 2)  # the speeds of one axis's sin/cos pairs
+turns = (VIT.grid - 1) * speeds  # the angle from the first to the last patch of a row
+flat = int((turns < 0.1).sum())
+assert flat > len(speeds) / 2
+glue("ch12_axis_frequencies", len(speeds))
+glue("ch12_flat_frequencies", flat)
+glue("ch12_grid", VIT.grid)
 print("no positions: worse than every other variant, on every seed")
 
 # %% [markdown]
@@ -354,24 +383,37 @@ print("no positions: worse than every other variant, on every seed")
 #   {glue:text}`ch12_default_median` ({glue:text}`ch12_default_range`), 2-D sinusoidal ones
 #   {glue:text}`ch12_sinusoidal_median` ({glue:text}`ch12_sinusoidal_range`); seed by seed,
 #   sinusoidal positions are ahead on {glue:text}`ch12_sinusoidal_ahead` seeds and behind on
-#   {glue:text}`ch12_sinusoidal_behind`. With sixteen patches there are only sixteen vectors
-#   to learn, and the data teach them.
+#   {glue:text}`ch12_sinusoidal_behind`, and the medians differ by
+#   {glue:text}`ch12_sinusoidal_difference` points, less than the spread over seeds
+#   ({glue:text}`ch12_default_spread` points for learned positions). With
+#   {glue:text}`ch12_tokens_p2` patches there are only {glue:text}`ch12_tokens_p2` vectors to
+#   learn, and the data teach them. The sinusoidal table, for its part, spends much of its
+#   width on nothing: with base 10000 and {glue:text}`ch12_grid` positions per axis,
+#   {glue:text}`ch12_flat_frequencies` of each axis's {glue:text}`ch12_axis_frequencies`
+#   frequencies turn by less than 0.1 radian from the first patch to the last, so those
+#   features are nearly the same for every patch. The ViT paper found the same on ImageNet:
+#   no positions at all were clearly worse, while 1-D, 2-D and relative positions differed
+#   little {cite}`dosovitskiy2021image` (its Appendix D.4).
 # - **Class token or mean pooling: no winner either.** Mean pooling reaches
 #   {glue:text}`ch12_mean_median` ({glue:text}`ch12_mean_range`), ahead of the class token on
 #   {glue:text}`ch12_mean_ahead` seeds and behind on {glue:text}`ch12_mean_behind` (the rest
-#   are ties). The difference in medians is smaller than the spread over seeds.
+#   are ties); the medians differ by {glue:text}`ch12_mean_difference` points, again less
+#   than the spread over seeds.
 #
-# Neither choice is settled by ten runs on this data, so the chapter keeps the ViT paper's, a
+# Neither choice is settled by {glue:text}`ch12_shipped_seeds` runs on this data, so the
+# chapter keeps the ViT paper's, a
 # class token and learned positions, from here on. Claims of the kind "X pools better than Y"
 # made from one run each would here be decided by the seed.
 #
 # ## The ViT against the CNN
 #
-# Now both models, on the whole training set, trained here on three seeds side by side
-# ({glue:text}`ch12_live_seconds` s in all on the machine that built the page):
+# Now both models, the ViT with patches of 2 pixels, on the whole training set, trained here
+# on seeds {glue:text}`ch12_live_seeds` side by side ({glue:text}`ch12_live_seconds` s in all
+# on the machine that built the page), each beside the shipped run of the same seed:
 
 # %% tags=["nbval-ignore-output"]
 SEEDS = [0, 1, 2]
+glue("ch12_live_seeds", ", ".join(map(str, SEEDS)))
 start = time.perf_counter()
 live = run_in_processes(
     train_digits,
@@ -382,6 +424,9 @@ live = run_in_processes(
 glue("ch12_live_seconds", round(time.perf_counter() - start))
 runs = {(name, seed): run for (name, seed), run in
         zip([(n, s) for n in ("ViT", "CNN") for s in SEEDS], live, strict=True)}  # fmt: skip
+models = shipped[shipped["experiment"] == "models"].pivot_table(
+    index="seed", columns="model", values="test_accuracy"
+)
 per_seed = pd.DataFrame(
     {
         name: [runs[name, seed].test_accuracy for seed in SEEDS]
@@ -390,16 +435,15 @@ per_seed = pd.DataFrame(
     index=pd.Index(SEEDS, name="seed"),
 )
 per_seed["CNN - ViT"] = per_seed["CNN"] - per_seed["ViT"]
+for name in ("ViT", "CNN"):
+    per_seed[f"{name}, shipped"] = models.loc[SEEDS, name]
 per_seed.round(3)
 
 # %% [markdown]
-# **Table.** Test accuracy on the {glue:text}`ch12_num_test` test images, per seed, and the
-# CNN's lead.
+# **Table.** Test accuracy on the {glue:text}`ch12_num_test` test images, per seed, the
+# CNN's lead, and the shipped runs of the same seeds.
 
 # %% tags=["nbval-ignore-output"]
-models = shipped[shipped["experiment"] == "models"].pivot_table(
-    index="seed", columns="model", values="test_accuracy"
-)
 for name in ("ViT", "CNN"):
     low, high = models[name].min(), models[name].max()
     for seed in SEEDS:
@@ -422,7 +466,9 @@ print(
 )
 
 # %% [markdown]
-# On all {glue:text}`ch12_num_train:,` training images the CNN wins. Live, the ViT scores
+# On all {glue:text}`ch12_num_train:,` training images the CNN beats this ViT, whose patches
+# are 2 pixels wide (patches of 4 close the gap, as the last section shows). Live, the ViT
+# scores
 # {glue:text}`ch12_vit_live` and the CNN {glue:text}`ch12_cnn_live`, inside the spread of
 # the shipped seeds (the cell checks it). Over the {glue:text}`ch12_shipped_seeds` shipped
 # seeds the ViT scores {glue:text}`ch12_vit_shipped` and the CNN
@@ -458,19 +504,27 @@ plt.show()
 #
 # The CNN's assumptions are a head start: a model that knows that neighbouring pixels belong
 # together does not have to learn it from examples. If that is what separates the two, the
-# gap should be widest with few training images. The shipped runs train both models on the
-# first 50, 100 and 300 images of the balanced order, and on all of them, with the same
-# number of steps.
+# gap should be wider with few training images. The shipped runs train both models on the
+# first {glue:text}`ch12_sizes` images of the balanced order, and on all of them, with the
+# same number of steps; and, as a third model, the ViT with patches of 4 pixels, whose patch
+# embedding is itself a local filter (the last section measures patch sizes on all the images).
 
 # %%
-sizes = shipped[shipped["experiment"].isin(["models", "size"])]
-curve = sizes.pivot_table(
-    index=["num_train", "seed"], columns="model", values="test_accuracy"
+curves = shipped[shipped["experiment"].isin(["models", "size", "patch"])]
+curves = curves[(curves["model"] == "CNN") | curves["patch_size"].isin([2, 4])]
+CURVE_NAMES = ["ViT", "ViT, patches of 4", "CNN"]
+curves = curves.assign(
+    model=curves["model"].where(curves["patch_size"] == 2, CURVE_NAMES[1])
 )
+curve = curves.pivot_table(
+    index=["num_train", "seed"], columns="model", values="test_accuracy"
+)[CURVE_NAMES]
 gap = (curve["CNN"] - curve["ViT"]).unstack("num_train")  # seeds x sizes
+gap4 = (curve["CNN"] - curve["ViT, patches of 4"]).unstack("num_train")
 summary = curve.groupby("num_train").agg(["min", "median", "max"]).round(3)
 SIZES = list(summary.index)
-glue("ch12_sizes", ", ".join(f"{n:,}" for n in SIZES))
+assert curve.notna().all().all() and len(gap) == len(gap4) == seeds  # every run
+glue("ch12_sizes", f"{SIZES[0]}, {SIZES[1]} and {SIZES[2]}")
 summary
 
 # %% [markdown]
@@ -479,10 +533,14 @@ summary
 
 # %% tags=["hide-input"]
 fig, ax = plt.subplots(figsize=(5, 3.2))
-for name, color in (("ViT", "C0"), ("CNN", "C1")):
+for name, color, style in zip(
+    CURVE_NAMES, ("C0", "C2", "C1"), ("-", "--", "-"), strict=True
+):
     for _, values in curve[name].unstack("num_train").iterrows():
-        ax.plot(SIZES, values, color=color, lw=0.6, alpha=0.35)
-    ax.plot(SIZES, summary[name, "median"], color=color, lw=2, marker="o", label=name)
+        ax.plot(SIZES, values, color=color, ls=style, lw=0.6, alpha=0.35)
+    label = "ViT, patches of 2" if name == "ViT" else name
+    ax.plot(SIZES, summary[name, "median"], color=color, ls=style, lw=2, marker="o",
+            label=label)  # fmt: skip
 ax.set(xscale="log", xlabel="training images", ylabel="test accuracy")
 ax.set_xticks(SIZES, [f"{n:,}" for n in SIZES])
 ax.minorticks_off()
@@ -491,39 +549,78 @@ plt.show()
 
 # %% [markdown]
 # **Figure.** Test accuracy against the training-set size (log scale): thin lines one seed
-# each, thick lines the median. Look at the vertical distance between the two colours: wide on
-# the left, narrow on the right.
+# each, thick lines the median. Look at the vertical distance between the blue ViT (patches of
+# 2) and the CNN: wide on the left, narrow on the right; and at the dashed green ViT with
+# patches of 4, which stays close to the CNN at every size.
 
 # %%
 assert [50, 100, 300, len(data.train_labels)] == SIZES
+small, middle, large, full = SIZES
 for n in SIZES:
     glue(f"ch12_gap_{n}", f"{100 * gap[n].min():.0f} to {100 * gap[n].max():.0f}")
-    glue(f"ch12_vit_at_{n}", f"{summary.loc[n, ('ViT', 'median')]:.2f}")
-    glue(f"ch12_cnn_at_{n}", f"{summary.loc[n, ('CNN', 'median')]:.2f}")
-# Claims, on every seed: the CNN wins at every size; its lead on 100 images is larger than
-# any seed's on 300, and that larger than any seed's on all of them (no overlap).
+    glue(f"ch12_gap4_{n}", f"{100 * gap4[n].min():.0f} to {100 * gap4[n].max():.0f}")
+glue("ch12_small_size", small)
+assert torch.bincount(data.train_labels[:small]).tolist() == [small // 10] * 10
+glue("ch12_small_per_class", small // 10)
+for name, key in (("ViT", "vit"), ("CNN", "cnn"), ("ViT, patches of 4", "vit4")):
+    glue(f"ch12_{key}_at_small", f"{summary.loc[small, (name, 'median')]:.2f}")
+for n in (small, middle):
+    glue(f"ch12_gap_median_{n}", round(100 * gap[n].median(), 1))
+# Claims for patches of 2, on every seed: the CNN wins at every size; its lead on 50 and on
+# 100 images is larger than on 300, and that larger than on all; from 100 images on, the
+# ranges over seeds do not even overlap. Which of 50 and 100 gives the larger lead changes
+# from seed to seed.
 assert (gap > 0).all().all()
-assert gap[100].min() > gap[300].max()
-assert gap[300].min() > gap[SIZES[-1]].max()
-assert (gap[50] > gap[300]).all()  # seed by seed (the ranges of 50 and 300 overlap)
-print(
-    "lead of the CNN, in points, median over the seeds:",
-    (100 * gap.median()).round(1).to_dict(),
-)
+assert (gap[small] > gap[large]).all() and (gap[middle] > gap[large]).all()
+assert (gap[large] > gap[full]).all()
+assert gap[middle].min() > gap[large].max() and gap[large].min() > gap[full].max()
+wider_at_middle = int((gap[middle] > gap[small]).sum())
+assert 0 < wider_at_middle < seeds
+glue("ch12_wider_at_middle", wider_at_middle)
+# Claims for patches of 4, on every seed: better than patches of 2 at every size; behind
+# the CNN on 300 images; at 50, no winner (the CNN ahead on at least 3 seeds, behind on 3).
+assert (gap4 < gap).all().all()
+assert (gap4[large] > 0).all()
+cnn_ahead, cnn_behind = int((gap4[small] > 0).sum()), int((gap4[small] < 0).sum())
+assert min(cnn_ahead, cnn_behind) >= 3
+glue("ch12_p4_small_cnn_ahead", cnn_ahead)
+glue("ch12_p4_small_cnn_behind", cnn_behind)
+closest = 100 * gap4.median().abs().max()  # the largest median lead, either way
+assert closest < 5
+glue("ch12_gap4_median_max", round(closest, 1))
+print("lead of the CNN, in points, median over the seeds:")
+pd.DataFrame({"over the ViT": 100 * gap.median(),
+              "over the ViT with patches of 4": 100 * gap4.median()}).round(1).T  # fmt: skip
 
 # %% [markdown]
-# The CNN's built-in locality is worth most when data are scarce. On 50 training images (five
-# of each digit) the CNN reaches a median of {glue:text}`ch12_cnn_at_50` and the ViT
-# {glue:text}`ch12_vit_at_50`; the CNN's lead is {glue:text}`ch12_gap_50` points depending on
-# the seed, and {glue:text}`ch12_gap_100` on 100 images. It shrinks to
-# {glue:text}`ch12_gap_300` points on 300 images, smaller than on 50 or 100 seed by seed,
-# and to {glue:text}`ch12_gap_1297` on all {glue:text}`ch12_num_train:,`; from 100 images
-# on, the ranges do not even overlap. So attention does catch up as the data grow, but
-# within these images it does not close the gap on any seed. The ViT
-# paper saw the same thing at a far larger scale: trained on ImageNet alone its ViTs trailed
-# comparable convolutional networks, and overtook them only when pre-trained on tens to
-# hundreds of millions of images {cite}`dosovitskiy2021image`. We cannot test that end of the
-# curve with 1,797 images; what holds here is the direction.
+# For the ViT with patches of 2, the CNN's built-in locality is worth most when data are
+# scarce. On {glue:text}`ch12_small_size` training images ({glue:text}`ch12_small_per_class`
+# of each digit) the CNN reaches a median of {glue:text}`ch12_cnn_at_small` and the ViT
+# {glue:text}`ch12_vit_at_small`; the CNN's lead is {glue:text}`ch12_gap_50` points depending
+# on the seed (median {glue:text}`ch12_gap_median_50`), and {glue:text}`ch12_gap_100` on 100
+# images (median {glue:text}`ch12_gap_median_100`): largest at 50 to 100 images, with the
+# larger of the two changing from seed to seed (100 is ahead on
+# {glue:text}`ch12_wider_at_middle` of {glue:text}`ch12_shipped_seeds`). It then shrinks, on
+# every seed, to {glue:text}`ch12_gap_300` points on 300 images and to
+# {glue:text}`ch12_gap_1297` on all {glue:text}`ch12_num_train:,`; from 100 images on, the
+# ranges do not even overlap. So attention does catch up as the data grow, but within these
+# images it does not close the gap on any seed. The ViT paper saw the same thing at a far
+# larger scale: trained on ImageNet alone its ViTs trailed comparable convolutional networks,
+# and overtook them only when pre-trained on tens to hundreds of millions of images
+# {cite}`dosovitskiy2021image`. We cannot test that end of the curve with
+# {glue:text}`ch12_num_images:,` images; what holds here is the direction.
+#
+# Patches of 4 pixels change the picture. That ViT beats the one with patches of 2 at every
+# size on every seed, and its median stays within {glue:text}`ch12_gap4_median_max` points of
+# the CNN's at every size: on {glue:text}`ch12_small_size` images it
+# reaches a median of {glue:text}`ch12_vit4_at_small`, and the CNN is ahead on
+# {glue:text}`ch12_p4_small_cnn_ahead` seeds and behind on
+# {glue:text}`ch12_p4_small_cnn_behind` (its lead: {glue:text}`ch12_gap4_50` points, and
+# {glue:text}`ch12_gap4_100` on 100 images); on 300
+# images the CNN is ahead on every seed, by {glue:text}`ch12_gap4_300` points; on all of them
+# the lead is {glue:text}`ch12_gap4_1297`. A 4 x 4 patch embedding looks at a neighbourhood
+# of pixels with one shared filter, as a convolution does: what the ViT with small patches
+# had to learn from data, the larger patch builds in.
 #
 # ## What the ViT looks at
 #
@@ -555,7 +652,7 @@ print("rollout of two uniform blocks = 3/4 U + 1/4 I:", True)
 # ones it gets wrong.
 
 # %% tags=["nbval-ignore-output"]
-model = runs["ViT", 0].model.eval()
+model = runs["ViT", 0].model  # on the CPU, in eval mode, whatever device trained it
 with torch.no_grad():
     predicted = model(data.test_images).argmax(dim=-1)
 right = torch.nonzero(predicted == data.test_labels).flatten()
@@ -570,26 +667,40 @@ print(f"{len(right)} right, {len(wrong)} wrong of {len(data.test_labels)}")
 
 
 # %% tags=["hide-input"]
+def shares(maps: torch.Tensor) -> torch.Tensor:
+    """Each map (..., G, G) divided by its sum: the share of its weight on each patch."""
+    return maps / maps.sum(dim=(-2, -1), keepdim=True)
+
+
+raw_test = images[test_indices]  # raw pixels, 0 to 16, for the outlines
+assert torch.equal(labels[test_indices], data.test_labels)
+
+
 def show_attention(indices, title):
-    """Per image: the digit, the rollout over it, and the last block's heads."""
+    """Per image: the digit, the rollout over it, and the last block's heads, on one scale."""
     columns = 2 + VIT.num_heads
+    maps = [torch.cat([shares(found["rollout"][int(i)])[None],
+                       shares(found["heads"][int(i), -1])]) for i in indices]  # fmt: skip
+    top = max(m.max().item() for m in maps)  # one colour scale for the whole figure
+    assert all(m[0].max() < top / 2 for m in maps)  # the rollout: at most half the top
     fig, axes = plt.subplots(
-        len(indices), columns, figsize=(1.1 * columns, 1.15 * len(indices))
+        len(indices), columns, figsize=(1.1 * columns + 0.6, 1.15 * len(indices))
     )
-    for row, index in zip(axes, indices, strict=True):
+    for row, index, image_maps in zip(axes, indices, maps, strict=True):
         index = int(index)
         row[0].imshow(data.test_images[index, 0], cmap="gray_r")
         row[0].set_title(
             f"{int(data.test_labels[index])} as {int(predicted[index])}", fontsize=8
         )
-        maps = [found["rollout"][index]] + list(found["heads"][index, -1])
         names = ["rollout"] + [f"head {h}" for h in range(VIT.num_heads)]
-        for ax, weights, name in zip(row[1:], maps, names, strict=False):
-            ax.imshow(data.test_images[index, 0], cmap="gray_r", alpha=0.35)
-            ax.imshow(weights, cmap="magma", alpha=0.75, extent=(-0.5, 7.5, 7.5, -0.5))
+        for ax, weights, name in zip(row[1:], image_maps, names, strict=True):
+            shown = ax.imshow(weights, cmap="magma", vmin=0, vmax=top,
+                              extent=(-0.5, 7.5, 7.5, -0.5))  # fmt: skip
+            ax.contour(raw_test[index, 0], levels=[6], colors="cyan", linewidths=0.8)
             ax.set_title(name, fontsize=8)
         for ax in row:
             ax.axis("off")
+    fig.colorbar(shown, ax=axes, fraction=0.03, label="share of the map's weight")
     fig.suptitle(title, fontsize=9)
     plt.show()
 
@@ -598,32 +709,39 @@ show_attention(right[:4], "classified right (label as prediction)")
 
 # %% [markdown]
 # **Figure.** Four test digits the ViT classifies right. First column: the digit, titled
-# label "as" prediction; then, over it, the rollout of the class token's row, and the weights
-# of each head of the last block (brighter: more weight). Look at how each head picks a few
-# patches, different ones for different heads, and at how much broader the rollout is.
+# label "as" prediction; then the rollout of the class token's row, and the weights of each
+# head of the last block, each as the share of the map's weight on every patch, all on the
+# one colour scale of the bar (brighter: more weight), with the digit's strokes outlined in
+# cyan. Look at how each head puts most of its weight on a few patches, mostly different ones
+# for different heads, while the rollout spreads its weight so thinly that it barely shows on
+# the scale of the heads.
 
 # %% tags=["hide-input"]
 show_attention(wrong[:4], "classified wrong (label as prediction)")
 
 # %% [markdown]
-# **Figure.** Four test digits the ViT gets wrong, drawn as above. The maps are no less
-# focused than for the right ones: attention says where the model read, not whether what it
-# concluded was right.
+# **Figure.** Four test digits the ViT gets wrong, drawn as above.
 #
-# Two things about these maps can be measured on all {glue:text}`ch12_num_test` test images,
-# for the three ViTs trained above. **Focus:** the share of a map's weight that falls on its
-# four favourite patches of the {glue:text}`ch12_tokens_p2` (a quarter if it were spread
-# evenly), with untrained ViTs of the same three seeds as the control. **Ink:** the
-# correlation, within an image, between the rollout weight a patch receives and the ink it
-# holds (the sum of its raw pixels), averaged over the images.
-
+# Four things about these maps can be measured on all {glue:text}`ch12_num_test` test images,
+# for the ViTs of seeds {glue:text}`ch12_live_seeds` trained above. **Focus:** the share of a
+# map's weight that falls on its {glue:text}`ch12_top` favourite patches of the
+# {glue:text}`ch12_tokens_p2` ({glue:text}`ch12_even_share` if it were spread evenly), with
+# the same networks before training (same seeds, so the same initial weights) as the control.
+# **Heads apart:** how many different patches are the favourites of the last block's
+# {glue:text}`ch12_num_heads` heads, per image. **Right and wrong:** the heads' focus on the
+# images a ViT gets wrong, minus that on those it gets right. **Ink:** the correlation, within
+# an image, between the rollout weight a patch receives and the ink it holds (the sum of its
+# raw pixels), averaged over the images.
 
 # %%
-def focus(maps: torch.Tensor) -> float:
-    """Mean share of each map's weight on its 4 largest patches; maps (..., G, G)."""
-    weights = maps.flatten(-2)
-    weights = weights / weights.sum(-1, keepdim=True)
-    return weights.topk(4, dim=-1).values.sum(-1).mean().item()
+TOP = 4  # the favourite patches that "focus" counts
+glue("ch12_top", TOP)
+glue("ch12_even_share", TOP / VIT.grid**2)
+
+
+def focus(maps: torch.Tensor) -> torch.Tensor:
+    """Per map, the share of its weight on its TOP largest patches; maps (..., G, G)."""
+    return shares(maps).flatten(-2).topk(TOP, dim=-1).values.sum(-1)
 
 
 def ink_correlation(maps: torch.Tensor, raw_images: torch.Tensor) -> float:
@@ -639,56 +757,91 @@ def ink_correlation(maps: torch.Tensor, raw_images: torch.Tensor) -> float:
     )
 
 
+def distinct_favourites(heads: torch.Tensor) -> float:
+    """Mean over images of the number of different top patches among the heads (B, H, G, G)."""
+    favourite = heads.flatten(-2).argmax(-1)  # (B, H)
+    return float(np.mean([len(set(row.tolist())) for row in favourite]))
+
+
 # %% tags=["nbval-ignore-output"]
-assert torch.equal(labels[test_indices], data.test_labels)
 rows = []
 for seed in SEEDS:
+    # As train_digits does: the control is the same network, untrained.
     torch.manual_seed(seed)
     for kind, network in (
         ("trained", runs["ViT", seed].model),
-        ("untrained", VisionTransformer(VIT)),
+        ("untrained", VisionTransformer(VIT).eval()),
     ):
-        maps = patch_attention(network.eval(), data.test_images)
-        rows.append({"ViT": kind, "seed": seed, "head focus": focus(maps["heads"][:, -1]),
-                     "rollout focus": focus(maps["rollout"]),
-                     "rollout-ink correlation": ink_correlation(maps["rollout"], images[test_indices])})  # fmt: skip
+        maps = patch_attention(network, data.test_images)
+        with torch.no_grad():
+            correct = network(data.test_images).argmax(-1) == data.test_labels
+        heads = focus(maps["heads"][:, -1]).mean(-1)  # (B,), averaged over the heads
+        rows.append({"ViT": kind, "seed": seed, "head focus": heads.mean().item(),
+                     "rollout focus": focus(maps["rollout"]).mean().item(),
+                     "heads apart": distinct_favourites(maps["heads"][:, -1]),
+                     "wrong - right": (heads[~correct].mean() - heads[correct].mean()).item(),
+                     "ink correlation": ink_correlation(maps["rollout"], raw_test)})  # fmt: skip
 reading = pd.DataFrame(rows).set_index(["ViT", "seed"])
 trained, control = reading.loc["trained"], reading.loc["untrained"]
-for column in ("head focus", "rollout focus"):
+for column in ("head focus", "rollout focus", "ink correlation"):
     for kind, values in (("trained", trained), ("untrained", control)):
-        glue(f"ch12_{column.split()[0]}_focus_{kind}", f"{values[column].min():.2f} to {values[column].max():.2f}")  # fmt: skip
-ink = trained["rollout-ink correlation"]
-glue("ch12_ink_trained", f"{ink.min():.2f} to {ink.max():.2f}")
-# On every seed: training focuses the heads (by a margin) and the rollout; the trained
-# rollout is only weakly correlated with the ink, either way.
+        glue(f"ch12_{column.split()[0]}_{column.split()[1]}_{kind}",
+             f"{values[column].min():.2f} to {values[column].max():.2f}")  # fmt: skip
+apart, wrong_right = trained["heads apart"], trained["wrong - right"]
+glue("ch12_heads_apart", f"{apart.min():.1f} to {apart.max():.1f}")
+glue("ch12_wrong_right", f"{wrong_right.min():+.2f} to {wrong_right.max():+.2f}")
+ink, ink_before = trained["ink correlation"].abs(), control["ink correlation"].abs()
+glue("ch12_ink_abs_trained", f"{ink.max():.2f}")
+glue("ch12_ink_abs_untrained", f"{ink_before.min():.2f}")
+# Claims, on every seed: training focuses the heads (by a margin) and the rollout; the
+# rollout is broader than the heads; the heads' favourites mostly differ; the heads are
+# about as focused on wrong images as on right ones; trained rollouts follow the ink less
+# than any untrained one, and not even with one sign.
 assert trained["head focus"].min() > control["head focus"].max() + 0.1
 assert trained["rollout focus"].min() > control["rollout focus"].max()
-assert ink.abs().max() < 0.4
+assert (trained["rollout focus"] < trained["head focus"]).all()
+assert (
+    min(trained["heads apart"].min(), control["heads apart"].min()) > VIT.num_heads / 2
+)
+assert trained["wrong - right"].abs().max() < 0.1
+assert ink.max() < ink_before.min()
+assert trained["ink correlation"].min() < 0 < trained["ink correlation"].max()
 reading.round(2)
 
 # %% [markdown]
-# **Table.** Per ViT: the share of the weight of the last block's heads (averaged over the
-# heads) and of the rollout that falls on four of the sixteen patches, and the rollout's
-# correlation with the ink.
+# **Table.** Per ViT, trained and before training: the share of the weight of the last
+# block's heads (averaged over the heads) and of the rollout that falls on
+# {glue:text}`ch12_top` of the {glue:text}`ch12_tokens_p2` patches; the number of different
+# favourite patches among the heads; the heads' focus on wrong images minus that on right
+# ones; the rollout's correlation with the ink.
 #
-# Training focuses the heads: on their four favourite patches they put
+# Training focuses the heads: on their {glue:text}`ch12_top` favourite patches they put
 # {glue:text}`ch12_head_focus_trained` of their weight, against
-# {glue:text}`ch12_head_focus_untrained` before training (an even spread would be 0.25). The
-# rollout, which averages the heads and keeps the residual path, is broader, but still more
-# focused than before training ({glue:text}`ch12_rollout_focus_trained` against
-# {glue:text}`ch12_rollout_focus_untrained`). Yet the maps are not pictures of the strokes:
-# within an image, the rollout's correlation with the ink is weak,
-# {glue:text}`ch12_ink_trained` depending on the seed, not even of one sign. A trained ViT
-# reads a digit from a few chosen places, blank ones included (where a 0 has its hole, or a 1
-# has no ink, is evidence too), so "it looks at the digit" is the wrong way to read a bright
-# patch.
+# {glue:text}`ch12_head_focus_untrained` before training (an even spread would be
+# {glue:text}`ch12_even_share`). The heads look at different places, as they did before
+# training: the {glue:text}`ch12_num_heads` heads' favourites are
+# {glue:text}`ch12_heads_apart` different patches per image on average. The rollout, which
+# averages the heads and keeps the residual path, is broader than the heads on every seed, but
+# still more focused than before training ({glue:text}`ch12_rollout_focus_trained` against
+# {glue:text}`ch12_rollout_focus_untrained`). On the images a ViT gets wrong its heads are
+# about as focused as on those it gets right (the difference is {glue:text}`ch12_wrong_right`
+# depending on the seed): attention says where the model read, not whether what it concluded
+# was right.
+#
+# And the maps are not pictures of the strokes. Before training, the rollout follows the ink
+# strongly (a correlation of {glue:text}`ch12_ink_correlation_untrained`, depending on the
+# seed); training takes that away, leaving {glue:text}`ch12_ink_correlation_trained`, not even
+# of one sign, at most {glue:text}`ch12_ink_abs_trained` in size: weaker on every seed than
+# any untrained network's ({glue:text}`ch12_ink_abs_untrained` at the least). A trained ViT
+# reads a digit from a few chosen places that the ink does not predict, so "it looks at the
+# digit" is the wrong way to read a bright patch.
 
 # %% [markdown]
 # ## Patch size: tokens against time
 #
 # Smaller patches give more tokens, and self-attention pays for every pair of them. With
-# 8 x 8 images, patches of 4, 2 and 1 pixels give the class token plus 4, 16 and 64 patch
-# tokens:
+# 8 x 8 images, patches of 4, 2 and 1 pixels give the class token plus
+# {glue:text}`ch12_patch_tokens` patch tokens:
 
 # %%
 PATCH_SIZES = [4, 2, 1]
@@ -702,12 +855,20 @@ costs = pd.DataFrame(
 )
 costs["attention scores per head"] = costs["tokens"] ** 2
 assert costs["tokens"].tolist() == [5, 17, 65]
+patch_tokens = [str(t - 1) for t in costs["tokens"]]
+glue("ch12_patch_tokens", f"{', '.join(patch_tokens[:-1])} and {patch_tokens[-1]}")
+glue("ch12_tokens_p4", int(costs.loc[4, "tokens"]))
+glue("ch12_token_factor", round(costs.loc[1, "tokens"] / costs.loc[2, "tokens"], 1))
+score_factor = (costs.loc[1, "attention scores per head"]
+                / costs.loc[2, "attention scores per head"])  # fmt: skip
+glue("ch12_score_factor", round(score_factor, 1))
 costs
 
 # %% [markdown]
-# Going from patches of 2 pixels to single pixels multiplies the tokens by about four and the
-# attention scores by {glue:text}`ch12_score_factor`. What that costs in time, measured here
-# for one training step (forward and backward, a batch of {glue:text}`ch12_batch_size`):
+# Going from patches of 2 pixels to single pixels multiplies the tokens by
+# {glue:text}`ch12_token_factor` and the attention scores by {glue:text}`ch12_score_factor`.
+# What that costs in time, measured here for one training step (forward and backward, a batch
+# of {glue:text}`ch12_batch_size`):
 
 
 # %% tags=["nbval-ignore-output"]
@@ -724,13 +885,14 @@ def step_seconds(config: ViTConfig, repeats: int = 15) -> float:
     return float(np.median(times[3:]))  # the first steps warm up
 
 
-glue("ch12_score_factor", int(costs.loc[1, "attention scores per head"]
-                              / costs.loc[2, "attention scores per head"]))  # fmt: skip
 costs["ms per step"] = [1e3 * step_seconds(dataclasses.replace(VIT, patch_size=p))
                         for p in PATCH_SIZES]  # fmt: skip
 time_factor = costs.loc[1, "ms per step"] / costs.loc[2, "ms per step"]
 glue("ch12_time_factor", round(time_factor, 1))
-assert time_factor > 1.5
+# Claims: single pixels cost more per step than patches of 2, but less than the factor of the
+# scores; patches of 4 are the cheapest.
+assert 1.5 < time_factor < score_factor
+assert costs["ms per step"].idxmin() == 4
 costs.round(2)
 
 # %% [markdown]
@@ -740,7 +902,8 @@ costs.round(2)
 # Single pixels cost {glue:text}`ch12_time_factor` times as much per step as patches of 2
 # here: less than the {glue:text}`ch12_score_factor` times as many scores, because at this
 # size the feed-forward networks and the projections, which grow only with the number of
-# tokens, are much of the work. What the tokens buy, from the shipped seeds:
+# tokens, are much of the work; patches of 4 are the cheapest. What the tokens buy, from the
+# shipped seeds:
 
 # %%
 patch_runs = shipped[(shipped["model"] == "ViT")
@@ -761,19 +924,26 @@ for patch in PATCH_SIZES:
     )
     glue(
         f"ch12_patch{patch}_train",
-        f"{train_by_patch[patch].min():.2f} to {train_by_patch[patch].max():.2f}",
+        f"{train_by_patch[patch].min():.3f} to {train_by_patch[patch].max():.3f}",
     )
-cnn_range = models["CNN"]
-# Claims, on every seed: single pixels do not fit the training set in the recipe's steps, and
-# score below patches of 2 in the median; patches of 4 beat the best seed of patches of 2 in
-# the median, and their seeds overlap the CNN's.
-assert train_by_patch[1].max() < train_by_patch[2].min()
-assert test_by_patch[1].median() < test_by_patch[2].median()
-assert test_by_patch[4].median() > test_by_patch[2].max()
-assert (
-    test_by_patch[4].min() < cnn_range.max()
-    and cnn_range.min() < test_by_patch[4].max()
-)
+cnn_by_seed = models["CNN"]
+vit4_above = int((test_by_patch[4] > cnn_by_seed).sum())
+vit4_below = int((test_by_patch[4] < cnn_by_seed).sum())
+glue("ch12_vit4_above", vit4_above)
+glue("ch12_vit4_below", vit4_below)
+glue("ch12_vit4_median", round(test_by_patch[4].median(), 3))
+glue("ch12_cnn_median", round(cnn_by_seed.median(), 3))
+glue("ch12_patch4_pixels", 4 * 4)
+# Claims, on every seed: single pixels do not fit the training set in the recipe's steps,
+# the other sizes do (above 99%); test accuracy grows from patches of 1 to 2 to 4. Against
+# the CNN, patches of 4 have the higher median, and no winner seed by seed (each ahead on
+# at least 3 seeds).
+fits = min(train_by_patch[2].min(), train_by_patch[4].min())
+assert train_by_patch[1].max() < 0.99 < fits
+assert (test_by_patch[1] < test_by_patch[2]).all()
+assert (test_by_patch[2] < test_by_patch[4]).all()
+assert test_by_patch[4].median() > cnn_by_seed.median()
+assert min(vit4_above, vit4_below) >= 3
 patch_table.round(3)
 
 # %% [markdown]
@@ -782,15 +952,22 @@ patch_table.round(3)
 #
 # More tokens are not better here. With single pixels the ViT does not even fit its training
 # images in the recipe's {glue:text}`ch12_steps` steps (training accuracy
-# {glue:text}`ch12_patch1_train`; the other sizes fit them), and its test accuracy falls to
-# {glue:text}`ch12_patch1_test`, at {glue:text}`ch12_time_factor` times the cost per step.
-# Patches of 4 pixels are the cheapest and the best: {glue:text}`ch12_patch4_test`, against
-# {glue:text}`ch12_patch2_test` for patches of 2 and {glue:text}`ch12_cnn_shipped` for the
-# CNN, whose seeds they overlap. A 4 x 4 patch embedding is itself a local feature detector:
-# each token starts from sixteen neighbouring pixels, so a larger patch puts back some of the
-# locality a CNN has built in (and leaves attention only five tokens to relate). This is
-# about this budget and this data: with many more steps, single pixels might fit, and
-# whether patches of 4 also keep up with the CNN on 50 images is not measured here.
+# {glue:text}`ch12_patch1_train`; the other sizes fit them, {glue:text}`ch12_patch2_train`
+# and {glue:text}`ch12_patch4_train`), and its test accuracy falls to
+# {glue:text}`ch12_patch1_test`, below patches of 2 on every seed, at
+# {glue:text}`ch12_time_factor` times the cost per step. Patches of 4 pixels are the
+# cheapest and the best, above patches of 2 on every seed: {glue:text}`ch12_patch4_test`,
+# against {glue:text}`ch12_patch2_test` for patches of 2 and {glue:text}`ch12_cnn_shipped`
+# for the CNN. Against the CNN there is no winner: the median is {glue:text}`ch12_vit4_median`
+# against the CNN's {glue:text}`ch12_cnn_median`, and seed by seed the ViT is ahead on
+# {glue:text}`ch12_vit4_above` seeds and behind on {glue:text}`ch12_vit4_below`. A 4 x 4 patch
+# embedding is itself a local feature detector: each token starts from
+# {glue:text}`ch12_patch4_pixels` neighbouring pixels, so a larger patch puts back some of the
+# locality a CNN has built in (and leaves attention only {glue:text}`ch12_tokens_p4` tokens to
+# relate); the data-efficiency curves above show it staying within
+# {glue:text}`ch12_gap4_median_max` points of the CNN in the median down to
+# {glue:text}`ch12_small_size` training images. This is about this budget and this data: with
+# many more steps, single pixels might fit.
 
 # %% [markdown]
 # ## Conclusions
@@ -800,16 +977,23 @@ patch_table.round(3)
 #   encoder, unchanged.
 # - On {glue:text}`ch12_num_train:,` real 8 x 8 digits, a ViT of
 #   {glue:text}`ch12_vit_parameters:,` parameters with patches of 2 pixels trails a CNN of
-#   {glue:text}`ch12_cnn_parameters:,` on every seed. The CNN's lead is largest with little
-#   data and shrinks as data grow, without closing here: locality built in is worth data.
+#   {glue:text}`ch12_cnn_parameters:,` on every seed. The CNN's lead is largest with 50 to
+#   100 training images and shrinks as data grow, without closing here: for this ViT,
+#   locality built in is worth data.
+# - Patches of 4 pixels close the gap: on the full training set that ViT and the CNN have no
+#   winner seed by seed (medians {glue:text}`ch12_vit4_median` and
+#   {glue:text}`ch12_cnn_median`), and its median stays within
+#   {glue:text}`ch12_gap4_median_max` points of the CNN's down to
+#   {glue:text}`ch12_small_size` images. A larger patch is itself a local filter.
 # - Positions matter (a ViT without them is worse on every seed); whether they are learned
 #   or sinusoidal, and whether a class token or the mean is classified, does not, within the
 #   spread over seeds.
 # - Smaller patches cost more tokens and did worse in this budget; patches of 4 pixels were
-#   the cheapest and drew level with the CNN.
+#   the cheapest and the best of the three sizes.
 # - Attention rollout turns the blocks' weights into one map per image. Training makes the
-#   heads pick a few patches each, and those are not simply the ones with ink: a map shows
-#   where the model reads, not why it is right or wrong.
+#   heads pick a few patches each, different ones for different heads, and takes away the
+#   untrained network's strong correlation with the ink: a map shows where the model reads,
+#   not why it is right or wrong.
 #
 # ## Exercises
 #

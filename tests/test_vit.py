@@ -197,6 +197,21 @@ def test_a_patch_size_that_does_not_divide_the_image_is_refused():
         ConvPatchEmbedding(3, 1, 8)(torch.randn(1, 1, 8, 8))
 
 
+@pytest.mark.parametrize("embedding", [ConvPatchEmbedding, LinearPatchEmbedding])
+@pytest.mark.parametrize(
+    ("shape", "message"),
+    [
+        ((1, 1, 7, 8), "image size 7 is not divisible"),  # a stride would drop a row
+        ((1, 1, 8, 7), "image size 7 is not divisible"),  # ... or a column
+        ((1, 1, 8, 6), "square images, got 8 x 6"),
+        ((1, 1, 6, 8), "square images, got 6 x 8"),
+    ],
+)
+def test_both_patch_embeddings_refuse_images_the_patches_do_not_tile(embedding, shape, message):
+    with pytest.raises(ValueError, match=message):
+        embedding(2, 1, 8)(torch.randn(*shape))
+
+
 def test_a_wrong_number_of_channels_is_refused():
     model = VisionTransformer()
     with pytest.raises(ValueError, match=r"built for 1 channel\(s\) but the images have 3"):
@@ -283,6 +298,22 @@ def test_patch_attention_reads_the_class_tokens_row():
     torch.testing.assert_close(found["rollout"], attention_rollout(maps)[:, 0, 1:].reshape(2, 4, 4))
 
 
+def test_patch_attention_refuses_a_model_in_training_mode():
+    model = VisionTransformer()
+    with pytest.raises(ValueError, match=r"model.eval\(\)"):
+        patch_attention(model, torch.randn(2, 1, 8, 8))
+
+
+def test_patch_attention_with_mean_pooling_averages_the_patches_rows():
+    torch.manual_seed(0)
+    model = VisionTransformer(ViTConfig(pool="mean")).eval()
+    images = torch.randn(2, 1, 8, 8)
+    maps = model.attention_maps(images)
+    found = patch_attention(model, images)
+    torch.testing.assert_close(found["heads"][:, 0], maps[0].mean(dim=-2).reshape(2, 4, 4, 4))
+    torch.testing.assert_close(found["rollout"].sum(dim=(-2, -1)), torch.ones(2))
+
+
 # --------------------------------------------------------------------------- the CNN and data
 
 
@@ -339,6 +370,34 @@ def test_train_digits_learns_something_quickly():
     assert train_digits("ViT", seed=1, num_train=20, config=tiny).num_train == 20
 
 
+def test_train_digits_returns_the_model_on_the_cpu_in_eval_mode(monkeypatch):
+    """Whatever device trains it, the model comes back to the CPU, where the chapter's data
+    are (on a GPU, calling it on CPU images would fail). Checked with a spy on Module.cpu
+    everywhere, and for real on each accelerator this machine has."""
+    import helpers.tasks.digits as digits
+
+    calls = []
+    make = digits.make_digits_model
+
+    def spied(name, vit=digits.DIGITS_VIT):
+        network = make(name, vit)
+        to_cpu = network.cpu
+        network.cpu = lambda: calls.append("cpu") or to_cpu()
+        return network
+
+    monkeypatch.setattr(digits, "make_digits_model", spied)
+    tiny = DigitsTrainConfig(steps=2, batch_size=16)
+    run = digits.train_digits("CNN", seed=0, num_train=20, config=tiny)
+    assert calls == ["cpu"] and not run.model.training
+    devices = ["cpu"] + ["cuda"] * torch.cuda.is_available()
+    devices += ["mps"] * torch.backends.mps.is_available()
+    for device in devices:
+        run = train_digits("ViT", seed=0, num_train=20, config=tiny, device=device)
+        assert {p.device.type for p in run.model.parameters()} == {"cpu"}, device
+        assert not run.model.training
+        run.model(make_digits_data(20).test_images[:2])  # CPU data, no device error
+
+
 def load_script():
     path = ROOT / "scripts" / "reproduce_digits.py"
     spec = importlib.util.spec_from_file_location("reproduce_digits", path)
@@ -388,7 +447,38 @@ def test_check_patchify_accepts_the_right_answer_and_explains_mistakes():
         x = images.reshape(batch, channels, grid, patch, grid, patch)
         return x.permute(0, 4, 2, 1, 3, 5).reshape(batch, grid * grid, -1)
 
+    def with_f_unfold(images, patch):
+        return torch.nn.functional.unfold(images, patch, stride=patch).transpose(1, 2)
+
+    def with_tensor_unfold(images, patch):
+        blocks = images.unfold(2, patch, patch).unfold(3, patch, patch)  # (B, C, G, G, P, P)
+        batch, channels, grid = blocks.shape[:3]
+        blocks = blocks.permute(0, 2, 3, 1, 4, 5)
+        return blocks.reshape(batch, grid * grid, channels * patch * patch)
+
+    for right in (patchify, with_f_unfold, with_tensor_unfold):
+        assert checks.check_patchify(right).startswith("Correct"), right
+
+    def f_unfold_untransposed(images, patch):
+        return torch.nn.functional.unfold(images, patch, stride=patch)
+
+    def tensor_unfold_channels_first(images, patch):
+        blocks = images.unfold(2, patch, patch).unfold(3, patch, patch)
+        batch, channels, grid = blocks.shape[:3]
+        return blocks.reshape(batch, grid * grid, channels * patch * patch)
+
+    def fixed_sizes(images, patch):  # right for one grey image only
+        x = images.reshape(1, 1, 3, 2, 3, 2).permute(0, 2, 4, 1, 3, 5)
+        return x.reshape(1, 9, 4)
+
+    def crashes(images, patch):
+        return images.reshape(images.shape[0], 5, -1)
+
     for wrong, hint in [
+        (f_unfold_untransposed, r"functional.unfold returns; transpose it with .transpose\(1, 2\)"),
+        (tensor_unfold_channels_first, r"Tensor.unfold .*\.permute\(0, 2, 3, 1, 4, 5\)"),
+        (fixed_sizes, r"RGB images: your function raised RuntimeError.*images.shape"),
+        (crashes, r"grey image: your function raised RuntimeError.*reshape\(B, C, G, P, G, P\)"),
         (strips, "runs of consecutive pixels"),
         (channels_last, r"\(channel, row, column\)"),
         (column_major, "row by row"),

@@ -66,9 +66,10 @@ def load_digits_images() -> tuple[Tensor, Tensor]:
 def digits_split(labels: Tensor, test_per_class: int = TEST_PER_CLASS, seed: int = SPLIT_SEED):
     """A seeded split of ``range(len(labels))``: ``(train_indices, test_indices)``.
 
-    ``test_per_class`` images of each class go to the test set. The training indices are
-    ordered round-robin over the classes (one of each class, in a seeded order, then the next
-    one of each, ...), so every prefix is class-balanced to within one image.
+    ``test_per_class`` images of each class, drawn in a seeded order, go to the test set. The
+    training indices are ordered round-robin over the classes, in the fixed class order 0 to 9
+    (the next image of class 0, then of class 1, ..., class 9, then again), the order within a
+    class seeded; so every prefix is class-balanced to within one image.
     """
     check.tensor("labels", labels)
     check.positive_int("test_per_class", test_per_class)
@@ -168,7 +169,8 @@ class DigitsTrainConfig:
 
 @dataclass
 class DigitsRun:
-    """What :func:`train_digits` returns: the trained model (in eval mode) and its scores."""
+    """What :func:`train_digits` returns: the trained model (on the CPU, in eval mode, whatever
+    device trained it) and its scores."""
 
     model: nn.Module
     num_train: int
@@ -206,7 +208,8 @@ def train_digits(
     """Train one model (``"ViT"`` or ``"CNN"``) on the fixed split; score it on the test set.
 
     ``seed`` sets the initialization and the order of the batches; the split is the same for
-    every seed. ``num_train`` takes the first images of the balanced training order.
+    every seed. ``num_train`` takes the first images of the balanced training order. The
+    returned model is on the CPU, in eval mode, whatever ``device`` trained it.
     """
     if not isinstance(config, DigitsTrainConfig):
         raise TypeError(f"config must be a DigitsTrainConfig, got {type(config).__name__}")
@@ -232,7 +235,8 @@ def train_digits(
         score(data.test_images, data.test_labels),
         score(data.train_images, data.train_labels),
     )
-    return DigitsRun(network.eval(), len(data.train_labels), test, train, seconds, history)
+    # Back on the CPU, where the chapter's data live, whatever device trained it.
+    return DigitsRun(network.cpu().eval(), len(data.train_labels), test, train, seconds, history)
 
 
 SEEDS_FILE = "digits_seeds.csv"

@@ -21,7 +21,7 @@ export PYTHONHASHSEED := 0
 # Quiet, reproducible notebook kernels: no stray warnings about Jupyter's own paths.
 export JUPYTER_PLATFORM_DIRS := 1
 
-.PHONY: help venv book-venv book browser test test-portability lint drift unit notebooks site lab execute bench release release-tag freeze freeze-book clean
+.PHONY: help venv book-venv book browser test test-portability lint drift unit notebooks site lab execute bench release release-tag test-oldest freeze freeze-book clean
 
 help:
 	@echo "make book       build the website into _build/html (creates .venv-book on first use)"
@@ -36,6 +36,7 @@ help:
 	@echo "make unit       unit and property tests of helpers"
 	@echo "make notebooks  strict nbval: re-execute every notebook, compare outputs (NUMERICS=...)"
 	@echo "make test-portability  strict nbval under four numerics configurations"
+	@echo "make test-oldest  unit tests and chapters 1-4 on the lowest versions pyproject.toml allows"
 	@echo "make browser    install Debian's Chromium for the browser tests (when root)"
 	@echo "make site       build the website, then check it (pytest -m site, Chromium)"
 	@echo "make release VERSION=x.y.z      the new version in every file (CHANGELOG entry first)"
@@ -130,6 +131,28 @@ test-portability: $(STAMP)
 
 site: book browser
 	$(BIN)/pytest -q -m site tests/
+
+# The lowest versions pyproject.toml allows (scripts/oldest_constraints.py), in .venv-oldest:
+# the unit tests, and chapters 1-4 executed with their asserts (nbval-lax: older libraries print
+# some outputs differently, so outputs are not compared). PyPI's torch: the CUDA build on Linux
+# (about 3 GB), as a reader who installs the floor gets it.
+OLDEST_VENV := .venv-oldest
+OLDEST_SKIP := --ignore=tests/test_gpt2_parity.py --ignore=tests/test_environments.py \
+	--ignore=tests/test_notebooks.py --ignore=tests/test_site.py --ignore=tests/test_browser.py
+test-oldest:
+	@$(CHECK_PYTHON)
+	rm -rf $(OLDEST_VENV)
+	$(PYTHON) -m venv $(OLDEST_VENV)
+	$(OLDEST_VENV)/bin/python -m pip install -q --upgrade "pip>=24"
+	$(OLDEST_VENV)/bin/python scripts/oldest_constraints.py > $(OLDEST_VENV)/constraints.txt
+	$(OLDEST_VENV)/bin/python -m pip install -q -c $(OLDEST_VENV)/constraints.txt -e . \
+		pytest pytest-xdist hypothesis nbval ipykernel pyyaml
+	$(OLDEST_VENV)/bin/python -m pip list 2>/dev/null | grep -iE "^(torch|numpy|pandas|matplotlib|seaborn|altair|tqdm|scikit-learn) "
+	OMP_NUM_THREADS=1 $(OLDEST_VENV)/bin/pytest -q -m "not site" -n 2 --dist loadfile \
+		-p no:cacheprovider $(OLDEST_SKIP)
+	OMP_NUM_THREADS=1 $(OLDEST_VENV)/bin/pytest -q --nbval-lax --nbval-current-env -p no:randomly \
+		-p no:cacheprovider notebooks/01_*.ipynb notebooks/02_*.ipynb notebooks/03_*.ipynb \
+		notebooks/04_*.ipynb
 
 test: lint unit notebooks site
 

@@ -424,24 +424,24 @@ weights_layer = (
     .transform_filter(at_sigma)
 )
 left = (data_layer + truth_layer + probe_layer + fit_layer).properties(
-    width=280, height=220, title="estimate"
+    width=300, height=200, title="estimate"
 )
 right = weights_layer.properties(
-    width=280, height=220, title="weights of the three queries"
+    width=300, height=200, title="weights of the three queries"
 )
 (
-    alt.hconcat(left, right)
+    alt.vconcat(left, right)  # stacked: each panel keeps its size on a phone's column
     .add_params(sigma)
     .resolve_scale(color="shared")
     .resolve_legend(color="shared")
 )
 
 # %% [markdown]
-# **Figure.** Interactive: the slider sets the kernel width $\sigma$. The weights axis on the
-# right is fixed, so as $\sigma$ grows the three weight curves visibly spread out and flatten,
-# from a few spikes at $\sigma = 0.1$ to low, wide hills at $\sigma = 2$, while the estimate
-# on the left goes from chasing individual points to a smooth, flattened curve. Hover a line
-# for exact values.
+# **Figure.** Interactive: the slider sets the kernel width $\sigma$. The weights axis
+# (bottom) is fixed, so as $\sigma$ grows the three weight curves visibly spread out and
+# flatten, from a few spikes at $\sigma = 0.1$ to low, wide hills at $\sigma = 2$, while the
+# estimate (top) goes from chasing individual points to a smooth, flattened curve. Hover a
+# line for exact values.
 #
 # ## Soft lookup versus hard lookup
 #

@@ -701,12 +701,18 @@ head_choice = alt.param(
     .encode(
         x=alt.X("key:O", sort=None, title="key"),
         y=alt.Y("query:O", sort=None, title="query"),
-        color=alt.Color("weight:Q", scale=alt.Scale(domain=[0, 1], scheme="viridis")),
+        color=alt.Color(
+            "weight:Q",
+            scale=alt.Scale(domain=[0, 1], scheme="viridis"),
+            legend=alt.Legend(
+                orient="bottom"
+            ),  # below: the chart fits a phone's column
+        ),
         tooltip=["head:O", "query:N", "key:N", "weight:Q"],
     )
     .add_params(head_choice)
     .transform_filter(alt.datum.head == head_choice)
-    .properties(width=320, height=320)
+    .properties(width=290, height=290)
 )
 
 # %% [markdown]

@@ -552,9 +552,13 @@ pairs["distance"] = pairwise_distances(table_16).flatten().numpy().round(3)
 alt.Chart(pairs).mark_rect().encode(
     x=alt.X("other:O", title="position"),
     y=alt.Y("position:O", title="position"),
-    color=alt.Color("distance:Q", scale=alt.Scale(scheme="viridis")),
+    color=alt.Color(
+        "distance:Q",
+        scale=alt.Scale(scheme="viridis"),
+        legend=alt.Legend(orient="bottom"),  # below: the chart fits a phone's column
+    ),
     tooltip=["position", "other", "offset", "distance"],
-).properties(width=360, height=360, title="Distance between encodings (D = 16)")
+).properties(width=310, height=310, title="Distance between encodings (D = 16)")
 
 # %% [markdown]
 # **Figure.** The same stripes, interactively: the tooltip shows that any two cells with the

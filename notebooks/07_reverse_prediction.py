@@ -536,9 +536,13 @@ alt.Chart(
 ).mark_rect().encode(
     x=alt.X("key:O", title="key position"),
     y=alt.Y("query:O", title="query position"),
-    color=alt.Color("weight:Q", scale=alt.Scale(domain=[0, 1])),
+    color=alt.Color(
+        "weight:Q",
+        scale=alt.Scale(domain=[0, 1]),
+        legend=alt.Legend(orient="bottom"),  # below: the chart fits a phone's column
+    ),
     tooltip=["query", "key", "query token", "key token", "weight"],
-).properties(width=320, height=320)
+).properties(width=290, height=290)
 
 # %% [markdown]
 # **Figure.** The most anti-diagonal head, interactive: each cell is one attention weight;

@@ -612,3 +612,52 @@ def test_citations_link_both_ways(browser, site):
     anchor = page.url.split("#")[1]
     assert page.locator(f"[id='{anchor}'] a[href*='bibliography.html#{entry}']").count() >= 1
     context.close()
+
+
+# At 390 px: each Altair chart's width against its column and its smallest text as shown (the
+# font size times the SVG's scale); prose tables against their box; display equations and
+# DataFrames wider than their box, and whether that box shows edge shadows (custom.css).
+PHONE_READABILITY = """
+() => {
+  const article = document.querySelector("article.bd-article") || document.body;
+  const charts = [...article.querySelectorAll(".vega-embed svg.marks")].map((svg) => {
+    const shown = svg.getBoundingClientRect().width;
+    const box = svg.viewBox && svg.viewBox.baseVal;
+    const scale = box && box.width ? shown / box.width : 1;
+    let smallest = Infinity;
+    for (const text of svg.querySelectorAll("text")) {
+      if (text.textContent.trim()) {
+        smallest = Math.min(smallest, parseFloat(getComputedStyle(text).fontSize) * scale);
+      }
+    }
+    const column = (svg.closest(".cell_output") || article).clientWidth;
+    return {fill: shown / column, smallest};
+  });
+  const tables = [...article.querySelectorAll("table:not(.dataframe)")]
+    .filter((t) => !t.closest(".cell_output"))
+    .map((t) => ({width: t.scrollWidth, box: t.parentElement.clientWidth,
+                  text: t.innerText.slice(0, 40)}));
+  const scrolled = [...article.querySelectorAll(
+      'mjx-container[display="true"], div.output.text_html, div.pst-scrollable-table-container')]
+    .filter((e) => e.scrollWidth > e.clientWidth + 1)
+    .map((e) => ({kind: e.tagName.toLowerCase(), scrolls: getComputedStyle(e).overflowX === "auto",
+                  cue: getComputedStyle(e).backgroundImage.includes("gradient"),
+                  text: e.textContent.trim().slice(0, 40)}));
+  return {charts, tables, scrolled};
+}
+"""
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_on_a_phone_charts_are_readable_and_nothing_wide_hides(screen, site, page):
+    """Issue 30's phone goals: charts fill >= 90% of the column with text >= 9 px; prose tables
+    reflow into the column; what is wider (equations, DataFrames) scrolls in a box with a cue."""
+    tab = open_page(screen(390), f"{site}/{page}.html")
+    facts = tab.evaluate(PHONE_READABILITY)
+    tab.close()
+    small = [c for c in facts["charts"] if c["fill"] < 0.9 or c["smallest"] < 9]
+    assert not small, f"{page} at 390 px: charts too narrow or text under 9 px: {small}"
+    hidden = [t for t in facts["tables"] if t["width"] > t["box"] + 1]
+    assert not hidden, f"{page} at 390 px: prose tables wider than the column: {hidden}"
+    uncued = [e for e in facts["scrolled"] if not (e["scrolls"] and e["cue"])]
+    assert not uncued, f"{page} at 390 px: wide content without a scroll cue: {uncued}"

@@ -996,7 +996,7 @@ def attention_chart(index, pair=2):
             x=alt.X("position:Q", scale=x_scale, title=None),
             y=alt.Y("input:Q", axis=alt.Axis(minExtent=30, maxExtent=30)),
         )
-        .properties(width=300, height=70)
+        .properties(width=290, height=70)
     )
     strips = alt.Chart(labels).transform_calculate(end="datum.position + 1")
     color = alt.Color("shape:N", scale=shape_colors, title="shape")
@@ -1041,8 +1041,9 @@ def attention_chart(index, pair=2):
             ],
         )
     )
-    grid = alt.layer(heatmap, top, left).properties(width=300, height=300)
-    return alt.vconcat(signal, grid, spacing=4)
+    grid = alt.layer(heatmap, top, left).properties(width=290, height=290)
+    # legends below: the chart keeps its size in a phone's column
+    return alt.vconcat(signal, grid, spacing=4).configure_legend(orient="bottom")
 
 
 attention_chart(EXAMPLES[0])

@@ -56,7 +56,7 @@ __all__ = [
     "glue",
     "expect_error",
 ]
-__version__ = "0.4.0"
+__version__ = "0.5.0"
 
 
 def seed_everything(seed: int = 0) -> torch.Generator:

@@ -1043,7 +1043,9 @@ def attention_chart(index, pair=2):
     )
     grid = alt.layer(heatmap, top, left).properties(width=290, height=290)
     # legends below: the chart keeps its size in a phone's column
-    return alt.vconcat(signal, grid, spacing=4).configure_legend(orient="bottom")
+    return alt.vconcat(signal, grid, spacing=4).configure_legend(
+        orient="bottom", columns=2, gradientLength=120
+    )
 
 
 attention_chart(EXAMPLES[0])

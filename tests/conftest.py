@@ -16,9 +16,12 @@ Hypothesis strategies shared by several test modules are in ``strategies.py``.
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
 import pathlib
 import re
+import subprocess
 import sys
 
 import yaml
@@ -120,3 +123,24 @@ def glue_records(notebook: dict) -> list[tuple[str, str]]:
                 text = output.get("data", {}).get("application/papermill.record/text/plain", "")
                 records.append((name, text))
     return records
+
+
+def run_script(name: str, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    """``python scripts/<name> *args`` from the repository root, one thread, output captured."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / name), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=timeout,
+    )
+
+
+def load_script(name: str):
+    """``scripts/<name>`` imported as a module (scripts/ is not a package)."""
+    spec = importlib.util.spec_from_file_location(name.removesuffix(".py"), ROOT / "scripts" / name)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -5,12 +5,9 @@ reads no value back), whatever its timings."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pandas as pd
 from conftest import ROOT
+from conftest import run_script as run_script_named
 
 SCRIPT = ROOT / "scripts" / "bench_decode.py"
 COLUMNS = [
@@ -21,15 +18,7 @@ COLUMNS = [
 
 
 def run_script(*args):
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    return subprocess.run(
-        [sys.executable, str(SCRIPT), *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        timeout=300,
-    )
+    return run_script_named("bench_decode.py", *args)
 
 
 def test_a_tiny_run_writes_the_csv_and_the_cached_step_does_not_grow(tmp_path):

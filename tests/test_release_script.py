@@ -7,23 +7,14 @@ committed bump.
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import shutil
 import subprocess
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, load_script
 
-
-def _release():
-    spec = importlib.util.spec_from_file_location("release", ROOT / "scripts" / "release.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-release = _release()
+release = load_script("release.py")
 
 
 @pytest.fixture

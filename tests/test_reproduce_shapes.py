@@ -6,16 +6,15 @@ goes, and --collect rebuilds the file from those; the shipped file is the whole 
 from __future__ import annotations
 
 import fnmatch
-import os
 import re
-import subprocess
 import sys
 
 import pandas as pd
 import pytest
 import tomllib
 import torch
-from conftest import ROOT
+from conftest import ROOT, load_script
+from conftest import run_script as run_script_named
 
 from helpers.tasks.shapes import (
     FULL_SCALE_FILE,
@@ -32,15 +31,7 @@ MODELS = ["CNN", "CNN + attention", "bidirectional LSTM"]
 
 
 def run_script(*args):
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    return subprocess.run(
-        [sys.executable, str(SCRIPT), *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        timeout=300,
-    )
+    return run_script_named("reproduce_shapes.py", *args)
 
 
 def test_a_tiny_run_writes_every_epoch_and_collect_rebuilds_it(tmp_path):
@@ -151,21 +142,9 @@ def test_the_shipped_seed_results_cover_every_model_on_five_seeds():
     assert ratio.round(6).tolist() == table["ratio CNN / attention"].round(6).tolist()
 
 
-def _margins_shapes():
-    """scripts/margins_shapes.py as a module (scripts/ is not a package)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(
-        "margins_shapes", ROOT / "scripts" / "margins_shapes.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_overfit_check_logs_the_sources_steps_and_the_loss_falls():
     """--part overfit: the loss before step 0, every log_every steps and after the last step."""
-    margins = _margins_shapes()
+    margins = load_script("margins_shapes.py")
     assert margins.SOURCE_OVERFIT == {"steps": 5000, "lr": 1e-3, "log_every": 1000}
     train = make_shapes_dataset(20, seed=1)
     data = torch.utils.data.TensorDataset(train.inputs, train.targets)

@@ -28,7 +28,9 @@ help:
 	@echo "make test       every check: lint, unit (drift included), notebooks, site"
 	@echo "make lab        open the notebooks in JupyterLab"
 	@echo "make execute    re-execute notebooks in place and refresh their .py twins (NB=path)"
-	@echo "make bench      execute every notebook and record the times in book/benchmarks.csv"
+	@echo "make bench      every notebook executed, times in book/benchmarks.csv (quiet machine)"
+	@echo "                WHAT=reverse: chapter 7's time to 99.9% (book/bench_reverse.csv)"
+	@echo "                WHAT=decode: chapter 10's decoding step (book/bench_decode.csv)"
 	@echo "make venv       create .venv: requirements.txt, PyTorch's CPU build (TORCH_INDEX= for PyPI's)"
 	@echo "make book-venv  create .venv-book: requirements-book.txt, what the website build needs"
 	@echo "make lint       ruff on helpers, tests, scripts and the notebook twins; actionlint"
@@ -165,8 +167,16 @@ lab: $(STAMP)
 execute: $(STAMP)
 	$(BIN)/python scripts/execute.py $(NB)
 
+# The one benchmark entry point: each benchmark writes a CSV in book/ (the machine and the command
+# in it) that the performance page or a chapter renders. Run it on a quiet machine.
+BENCH_book    := $(BIN)/python scripts/execute.py --all --record book/benchmarks.csv
+BENCH_reverse := $(BIN)/python scripts/bench_reverse.py --record
+BENCH_decode  := OMP_NUM_THREADS=1 $(BIN)/python scripts/bench_decode.py --models chapter \
+	gpt2-small --steps 8 --repeats 3 --out book/bench_decode.csv
+WHAT ?= book
 bench: $(STAMP)
-	$(BIN)/python scripts/execute.py --all --record book/benchmarks.csv
+	$(if $(BENCH_$(WHAT)),,$(error make bench WHAT=$(WHAT): choose book, reverse or decode))
+	$(BENCH_$(WHAT))
 
 # A release: write CHANGELOG.md's entry first, then `make release VERSION=x.y.z` (the version in
 # every file that names it), `make test`, commit, `make release-tag VERSION=x.y.z`.

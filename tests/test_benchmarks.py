@@ -1,13 +1,17 @@
 """book/benchmarks.csv, written by `make bench`: every chapter measured, the total within the
-budget (DESIGN.md: 600 s for the whole book on a 2-core CPU), and the one figure the README
-quotes for the whole book equal to the file's total (the Performance page renders the file)."""
+budget (DESIGN.md: 600 s for the whole book on a 2-core CPU), and one figure for the book's time
+everywhere: the README quotes the file's total, and the pages read it at build time
+(book/_ext/book_time.py; tests/test_site.py checks the built pages)."""
 
 from __future__ import annotations
 
 import csv
+import importlib.util
 import re
+import subprocess
 
-from conftest import CHAPTERS, ROOT
+import pytest
+from conftest import CHAPTERS, NOTEBOOKS, ROOT
 
 BUDGET_S = 600
 
@@ -33,3 +37,65 @@ def test_the_readme_quotes_the_measured_total():
         f"README.md must quote the whole book's time from book/benchmarks.csv once, found "
         f"{quoted}; update it after `make bench`"
     )
+
+
+def book_time():
+    """book/_ext/book_time.py, the Sphinx extension that gives the pages the total."""
+    spec = importlib.util.spec_from_file_location("book_time", ROOT / "book/_ext/book_time.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_pages_read_the_total_from_the_file():
+    extension = book_time()
+    assert extension.total_seconds() == rows()["total"]
+    assert extension.BUDGET_SECONDS == BUDGET_S
+    for page in ("intro.md", "performance.md"):
+        assert "{{ book_seconds }}" in (ROOT / "book" / page).read_text(), page
+
+
+def test_no_page_types_the_books_time():
+    """A typed copy of the total goes stale at the next `make bench`: pages use the substitution."""
+    total = f"{rows()['total']:.0f}"
+    typed = re.compile(rf"\b{total}(\.\d)? ?(s|seconds)\b")
+    pages = [*(ROOT / "book").glob("*.md"), *(n.with_suffix(".py") for n in NOTEBOOKS)]
+    found = [p.name for p in pages if typed.search(p.read_text())]
+    assert not found, f"{found} type the book's time ({total} s): write {{{{ book_seconds }}}}"
+
+
+def test_a_missing_measurement_is_an_error_that_names_make_bench(tmp_path):
+    extension = book_time()
+    with pytest.raises(Exception, match="make bench"):
+        extension.total_seconds(tmp_path / "benchmarks.csv")
+    (tmp_path / "benchmarks.csv").write_text("notebook,wall time (s)\n01_x,3.0\n")
+    with pytest.raises(Exception, match="no 'total' row"):
+        extension.total_seconds(tmp_path / "benchmarks.csv")
+
+
+def make_bench(what: str) -> subprocess.CompletedProcess:
+    """``make -n bench WHAT=<what>``: the commands the benchmark entry point would run."""
+    return subprocess.run(
+        ["make", "--no-print-directory", "-n", "bench", f"WHAT={what}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+
+
+def test_one_entry_point_writes_every_shipped_benchmark():
+    """`make bench WHAT=...` runs each benchmark as its shipped CSV says it was made."""
+    book = make_bench("book").stdout
+    assert "scripts/execute.py --all --record book/benchmarks.csv" in book
+    assert "scripts/bench_reverse.py --record" in make_bench("reverse").stdout
+    with open(ROOT / "book" / "bench_decode.csv", newline="") as file:
+        recorded = {row["command"] for row in csv.DictReader(file)}
+    assert len(recorded) == 1, recorded
+    command = recorded.pop().removeprefix("python ")
+    assert command in " ".join(make_bench("decode").stdout.replace("\\\n", " ").split())
+
+
+def test_an_unknown_benchmark_names_the_choices():
+    result = make_bench("nope")
+    assert result.returncode != 0
+    assert "choose book, reverse or decode" in result.stdout + result.stderr

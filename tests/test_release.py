@@ -9,6 +9,7 @@ footer all name the same version. They read files only (no import of torch).
 
 import ast
 import re
+import subprocess
 
 import pytest
 import yaml
@@ -87,3 +88,31 @@ def test_licence_files_match_the_package_metadata():
     assert re.search(r'^license-files = \["LICENSE"\]', PYPROJECT, flags=re.M), "ship LICENSE"
     text = (ROOT / "LICENSE").read_text()
     assert "MIT License" in text and "CC BY 4.0" in text
+
+
+# Other projects' repositories that tracked text files link to (references, acknowledgements).
+THIRD_PARTY = {"karpathy/nanoGPT"}
+
+
+def test_the_repository_url_has_one_home():
+    """_config.yml's repository URL is the only one naming this project: every install line,
+    clone command, citation and setup cell uses exactly that value, so that moving the
+    repository is one edit there (and the failures here list every copy to update)."""
+    tracked = subprocess.run(
+        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    texts = [ROOT / name for name in tracked if name.endswith((".py", ".md", ".ipynb", ".cff",
+             ".yml", ".yaml", ".toml", ".cfg", ".txt", ".bib", "Makefile"))]  # fmt: skip
+    own = REPOSITORY.removeprefix("https://github.com/")
+    stray = {}
+    for path in texts:
+        if not path.is_file():
+            continue
+        for found in re.findall(r"github\.com/([\w.-]+/[\w-]+(?:\.[\w-]+)*)", path.read_text()):
+            if found.removesuffix(".git") not in (own, *THIRD_PARTY):
+                stray.setdefault(found, []).append(str(path.relative_to(ROOT)))
+    assert REPOSITORY.startswith("https://github.com/") and own.count("/") == 1, REPOSITORY
+    assert not stray, (
+        f"repositories other than _config.yml's {REPOSITORY}: {stray}; use that URL (or, for "
+        "another project's repository, add it to THIRD_PARTY)"
+    )

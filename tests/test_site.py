@@ -87,3 +87,13 @@ def test_performance_page_shows_the_benchmark_tables():
     tables = re.findall(r"<table.*?</table>", text, flags=re.S)
     assert any("08_cnn_attention_lstm" in table for table in tables), "benchmarks.csv not a table"
     assert any("source 000" in table for table in tables), "bench_reverse.csv not a table"
+
+
+@pytest.mark.parametrize("page", ["intro", "performance"])
+def test_pages_quote_the_measured_book_time(page):
+    """The substitution of book/_ext/book_time.py: the total of book/benchmarks.csv, rendered."""
+    with open(ROOT / "book" / "benchmarks.csv") as file:
+        total = float(next(line for line in file if line.startswith("total,")).split(",")[1])
+    text = re.sub(r"<[^>]+>|\s+", " ", (SITE / "book" / f"{page}.html").read_text())
+    assert f"{total:.0f} s ({total / 60:.1f} minutes)" in text, f"{page}: the total is not shown"
+    assert "book_seconds" not in text, f"{page}: a substitution was left unrendered"

@@ -41,11 +41,10 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from helpers.parallel import machine_label, run_in_processes
-from helpers.tasks.shapes import SHAPES_MODELS, make_shapes_dataset
+from helpers.tasks.shapes import SHAPES_MODELS, make_shapes_dataset, source_split
 from helpers.training import evaluate
 
 PROTOCOLS = ("source", "book")
-SOURCE_VALID_PCT = 0.2
 
 
 def make_optimizer(protocol: str, parameters, lr: float) -> torch.optim.Optimizer:
@@ -53,13 +52,6 @@ def make_optimizer(protocol: str, parameters, lr: float) -> torch.optim.Optimize
     if protocol == "source":
         return torch.optim.AdamW(parameters, lr=lr, betas=(0.9, 0.99), eps=1e-5, weight_decay=0.01)
     return torch.optim.Adam(parameters, lr=lr)
-
-
-def split_indices(count: int, valid_pct: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """A seeded random split of ``range(count)``: (train indices, validation indices)."""
-    order = torch.randperm(count, generator=torch.Generator().manual_seed(seed))
-    num_valid = int(valid_pct * count)
-    return order[num_valid:], order[:num_valid]
 
 
 def reset_state(model: nn.Module) -> None:
@@ -145,7 +137,7 @@ def datasets(protocol: str, num_train: int):
     test_set = TensorDataset((test.inputs - mean) / std, (test.targets - mean) / std)
     if protocol == "book":
         return TensorDataset(inputs, targets), None, test_set
-    train_idx, valid_idx = split_indices(num_train, SOURCE_VALID_PCT, seed=0)
+    train_idx, valid_idx = source_split(num_train)
     train_set = TensorDataset(inputs[train_idx], targets[train_idx])
     valid_set = TensorDataset(inputs[valid_idx], targets[valid_idx])
     return train_set, valid_set, test_set

@@ -51,6 +51,8 @@ __all__ = [
     "SHAPES_MODELS",
     "train_shapes_model",
     "attention_enrichment",
+    "SOURCE_VALID_PCT",
+    "source_split",
     "full_scale_results",
     "seed_results",
     "overfit_results",
@@ -526,6 +528,26 @@ def train_shapes_model(
 
 # --------------------------------------------------------------------------- full scale
 
+SOURCE_VALID_PCT = 0.2
+"""Source 004's validation share: fastai's ``RandomSplitter(valid_pct=0.2)``."""
+
+
+def source_split(
+    count: int, valid_pct: float = SOURCE_VALID_PCT, seed: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A seeded random split of ``range(count)``, as fastai's ``RandomSplitter`` makes one.
+
+    Returns (training indices, validation indices), the validation part ``int(valid_pct *
+    count)`` long. ``scripts/reproduce_shapes.py`` splits the blog post's 25,000 sequences with
+    it, and chapter 8 takes the same validation sequences to compute their oracle's floor.
+    """
+    if not 0 < valid_pct < 1:
+        raise ValueError(f"valid_pct must be a fraction between 0 and 1, got {valid_pct}")
+    order = torch.randperm(count, generator=torch.Generator().manual_seed(seed))
+    num_valid = int(valid_pct * count)
+    return order[num_valid:], order[:num_valid]
+
+
 FULL_SCALE_FILE = "shapes_full.csv"
 SEEDS_FILE = "shapes_seeds.csv"
 
@@ -546,11 +568,11 @@ def full_scale_results() -> pd.DataFrame:
 
 def seed_results() -> pd.DataFrame:
     """Chapter 8's recipe on five seeds of every model, as measured by
-    ``scripts/margins_shapes.py``: one row per seed with each model's test MSE, the ratios
+    ``scripts/margins.py shapes``: one row per seed with each model's test MSE, the ratios
     and attention enrichments the chapter asserts, the machine and the command.
     """
     return shipped_table(
-        SEEDS_FILE, f"python scripts/margins_shapes.py --out helpers/tasks/{SEEDS_FILE}"
+        SEEDS_FILE, f"python scripts/margins.py shapes --out helpers/tasks/{SEEDS_FILE}"
     )
 
 
@@ -559,11 +581,11 @@ OVERFIT_FILE = "shapes_overfit.csv"
 
 def overfit_results() -> pd.DataFrame:
     """Source 004's single-batch check (Adam at 1e-3 for 5,000 steps on 20 sequences) on the
-    chapter's three proper models, as measured by ``scripts/margins_shapes.py --part
+    chapter's three proper models, as measured by ``scripts/margins.py shapes --part
     overfit``: one row per model, seed and logged step (every 1,000) with the training loss.
     """
     return shipped_table(
         OVERFIT_FILE,
-        "python scripts/margins_shapes.py --part overfit --seeds 3 "
+        "python scripts/margins.py shapes --part overfit --seeds 3 "
         f"--out helpers/tasks/{OVERFIT_FILE}",
     )

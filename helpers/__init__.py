@@ -48,6 +48,8 @@ from contextlib import contextmanager
 import numpy as np
 import torch
 
+from helpers import _validate
+
 __all__ = [
     "seed_everything",
     "get_device",
@@ -65,9 +67,8 @@ def seed_everything(seed: int = 0) -> torch.Generator:
     Use the returned generator where a notebook wants its own stream of random numbers
     that later cells cannot disturb.
     """
-    if not isinstance(seed, int) or isinstance(seed, bool):
-        raise TypeError(f"seed must be an int, got {type(seed).__name__} ({seed!r})")
-    if not 0 <= seed < 2**32:
+    seed = _validate.non_negative_int("seed", seed)
+    if seed >= 2**32:
         raise ValueError(f"seed must be in [0, 2**32), got {seed}; pick a smaller non-negative int")
     random.seed(seed)
     np.random.seed(seed)  # noqa: NPY002 - seeds the legacy global generator on purpose
@@ -89,8 +90,7 @@ def get_device(prefer: str | None = None) -> torch.device:
         "cpu": True,
     }
     if prefer is not None:
-        if prefer not in available:
-            raise ValueError(f"prefer must be one of {sorted(available)}, got {prefer!r}")
+        _validate.one_of("prefer", prefer, sorted(available))
         if not available[prefer]:
             raise ValueError(f"device {prefer!r} is not available here; use prefer=None or 'cpu'")
         return torch.device(prefer)

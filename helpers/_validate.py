@@ -1,8 +1,20 @@
-"""Every argument and tensor check of the package, in one place.
+"""The package's argument and tensor checks: where they live, and how they fail.
+
+Where a check lives:
+
+* here, every *generic* check (a kind of number, a tensor's shape or dtype, a choice among
+  names with :func:`one_of`, an instance of a class with :func:`instance`, a callable with
+  :func:`function`), written once; ``tests/test_structure.py`` fails if another module
+  writes one of these messages itself;
+* here too, the checks of the classes a chapter shows with ``show_source`` (``MultiHeadAttention``,
+  ``GPT``, ``VisionTransformer`` ...), so that a shown class is its computation plus one line
+  of checks;
+* beside its code, a check that belongs to one function or class the chapters do not show
+  (``helpers.interop``'s comparisons of foreign modules, a task's own data rules): it reads
+  best next to what it protects, and nothing else needs it.
 
 A value is checked once, where it enters the package (a constructor, a public function, the
-first line of a ``forward``), so the classes a chapter shows contain the computation and one
-line of checks. One rule for the exception type:
+first line of a ``forward``). One rule for the exception type:
 
 * ``TypeError``: the value is of the wrong kind (a float where an int is needed, a string
   where a number is, a class where an instance is, an int64 tensor where a float one is);
@@ -809,10 +821,33 @@ def self_attention_input(layer: nn.Module, x, cache, cache_type: type) -> None:
         )
 
 
-def one_of(name: str, value, choices: tuple, hint: str):
-    """``value`` if it is one of ``choices``, else a ValueError that names them and ``hint``."""
+def one_of(name: str, value, choices, hint: str = ""):
+    """``value`` if it is one of ``choices``, else a ValueError that names them (and ``hint``)."""
     if value not in choices:
-        raise ValueError(f"{name} must be one of {choices}, got {value!r}: {hint}")
+        choices = tuple(choices)
+        raise ValueError(
+            f"{name} must be one of {choices}, got {value!r}" + (f": {hint}" if hint else "")
+        )
+    return value
+
+
+def instance(name: str, value, cls: type):
+    """``value`` if it is a ``cls`` (a configuration, a dataset), else a TypeError naming it."""
+    if not isinstance(value, cls):
+        raise TypeError(
+            f"{name} must be a {cls.__name__}, got {type(value).__name__}; "
+            f"build one with {cls.__name__}(...)"
+        )
+    return value
+
+
+def function(name: str, value):
+    """``value`` if it can be called, else a TypeError: pass the function, not its result."""
+    if not callable(value):
+        raise TypeError(
+            f"{name} must be callable, got {type(value).__name__}; pass the function itself, "
+            "not the result of calling it"
+        )
     return value
 
 

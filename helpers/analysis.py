@@ -98,8 +98,7 @@ def peak_cpu_bytes(fn: Callable, *args, **kwargs) -> int:
     creation. Not the process's resident memory (RSS): Python objects and the allocator's own
     caching are not included.
     """
-    if not callable(fn):
-        raise TypeError(f"fn must be callable, got {type(fn).__name__}; pass the function")
+    check.function("fn", fn)
     with _quiet_stderr(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         result = fn(*args, **kwargs)
         del result

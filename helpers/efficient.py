@@ -212,8 +212,7 @@ def median_seconds(fn: Callable, *args, repeats: int = 5, warmup: int = 1, **kwa
     dispatch). The median, not the mean: one call slowed by another process on a shared
     machine does not move it.
     """
-    if not callable(fn):
-        raise TypeError(f"fn must be callable, got {type(fn).__name__}; pass the function")
+    check.function("fn", fn)
     repeats = check.positive_int("repeats", repeats)
     check.non_negative_int("warmup", warmup)
     for _ in range(warmup):

@@ -40,8 +40,7 @@ def run_in_processes(
     the jobs here, one after the other, on the current thread settings.
     """
     check.positive_int("workers", workers)
-    if not callable(function):
-        raise TypeError(f"function must be callable, got {type(function).__name__}")
+    check.function("function", function)
     jobs = list(jobs)
     for index, job in enumerate(jobs):
         if not isinstance(job, Mapping):

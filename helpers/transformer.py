@@ -84,11 +84,9 @@ def make_norm(kind: str, d_model: int, eps: float = 1e-5, bias: bool = True) -> 
     """
     check.positive_int("d_model", d_model)
     eps = check.positive_number("eps", eps, "1e-5 is usual")
-    if kind == "layer":
+    if check.one_of("norm", kind, NORMS) == "layer":
         return nn.LayerNorm(d_model, eps=eps, bias=bias)
-    if kind == "rms":
-        return RMSNorm(d_model, eps=eps)
-    raise ValueError(f"norm must be one of {NORMS}, got {kind!r}")
+    return RMSNorm(d_model, eps=eps)
 
 
 def make_activation(kind: str) -> nn.Module:

@@ -196,12 +196,6 @@ class ViTConfig:
         return self.grid**2 + (self.pool == "cls")
 
 
-def _choice(name: str, value, choices: tuple) -> str:
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
-    return value
-
-
 class VisionTransformer(nn.Module):
     """Patches, positions, chapter 6's encoder and a linear head: ``(B, C, S, S) -> (B, K)``.
 
@@ -211,12 +205,11 @@ class VisionTransformer(nn.Module):
 
     def __init__(self, config: ViTConfig = ViTConfig()) -> None:
         super().__init__()
-        if not isinstance(config, ViTConfig):
-            raise TypeError(f"config must be a ViTConfig, got {type(config).__name__}")
+        check.instance("config", config, ViTConfig)
         check.patch_grid(config.image_size, config.patch_size)
-        _choice("pool", config.pool, POOLS)
-        _choice("positions", config.positions, POSITIONS)
-        embedding = _choice("patch_embedding", config.patch_embedding, PATCH_EMBEDDINGS)
+        check.one_of("pool", config.pool, POOLS)
+        check.one_of("positions", config.positions, POSITIONS)
+        embedding = check.one_of("patch_embedding", config.patch_embedding, PATCH_EMBEDDINGS)
         self.config, num_patches, width = config, config.grid**2, config.d_model
         embed = ConvPatchEmbedding if embedding == "conv" else LinearPatchEmbedding
         self.patch_embedding = embed(config.patch_size, config.channels, width)
@@ -293,8 +286,7 @@ def patch_attention(model: VisionTransformer, images: Tensor) -> dict[str, Tenso
     training mode, attention dropout would drop weights and the rollout would not be a
     row-stochastic product.
     """
-    if not isinstance(model, VisionTransformer):
-        raise TypeError(f"model must be a VisionTransformer, got {type(model).__name__}")
+    check.instance("model", model, VisionTransformer)
     if model.training:
         raise ValueError(
             "patch_attention reads a model in eval mode (no dropout in the weights it maps): "

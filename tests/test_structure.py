@@ -7,6 +7,8 @@
 * Weights from PyTorch's modules come in through ``helpers.interop`` only, which imports the
   model classes and is imported by none of them.
 * Every object a chapter shows with ``show_source`` is at most :data:`MAX_SHOWN_LINES` lines.
+* The generic checks (a choice among names, an instance of a class, a callable) are written
+  once, in ``helpers._validate``; the rule is in that module's docstring.
 """
 
 from __future__ import annotations
@@ -242,3 +244,57 @@ def test_known_long_shown_objects_are_still_long():
     assert not short, (
         f"short enough now (or no longer shown), remove from KNOWN_LONG_SHOWN: {short}"
     )
+
+
+# --------------------------------------------------------------------------- where checks live
+
+# Messages of the generic checks of helpers._validate (one_of, instance, function): a module
+# that writes one of them itself has a second copy of a generic check.
+GENERIC_MESSAGES = {
+    "one_of": re.compile(r"must be one of"),
+    "instance": re.compile(r"\bmust be an? \w+, got\b"),
+    "function": re.compile(r"must be callable"),
+}
+
+
+def raised_messages(tree: ast.AST):
+    """(line, text) of every ``raise X("...")`` in ``tree``, f-strings' literal parts joined."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call) and node.exc.args:
+            parts = [
+                n.value
+                for n in ast.walk(node.exc.args[0])
+                if isinstance(n, ast.Constant) and isinstance(n.value, str)
+            ]
+            yield node.lineno, "".join(parts)
+
+
+def generic_checks_outside_validate(files) -> list[str]:
+    found = []
+    for path in files:
+        for line, text in raised_messages(ast.parse(path.read_text())):
+            for check, pattern in GENERIC_MESSAGES.items():
+                if pattern.search(text):
+                    found.append(f"{path.name}:{line} ({check})")
+    return found
+
+
+def test_generic_checks_are_written_once_in_validate():
+    files = [p for p in PACKAGE.rglob("*.py") if p.name not in ("_validate.py", "checks.py")]
+    found = generic_checks_outside_validate(files)
+    assert not found, f"generic checks written outside helpers._validate: {found}; call check.*"
+
+
+def test_the_generic_check_rule_sees_a_copy(tmp_path):
+    copy = tmp_path / "module.py"
+    copy.write_text(
+        "def make(name, config, fn):\n"
+        "    if name not in NAMES:\n"
+        "        raise ValueError(f'name must be one of {NAMES}, got {name!r}')\n"
+        "    if not isinstance(config, TaskConfig):\n"
+        "        raise TypeError(f'config must be a TaskConfig, got {type(config)}')\n"
+        "    if not callable(fn):\n"
+        "        raise TypeError('fn must be callable')\n"
+    )
+    found = generic_checks_outside_validate([copy])
+    assert found == ["module.py:3 (one_of)", "module.py:5 (instance)", "module.py:7 (function)"]

@@ -452,8 +452,7 @@ def train_brackets(config: BracketConfig, train_rows: TensorDataset, val_rows=No
     AdamW with a cosine schedule and warm-up, next-character cross-entropy, a history row
     every 20 steps with the validation loss at the end of each epoch.
     """
-    if not isinstance(config, BracketConfig):
-        raise TypeError(f"config must be a BracketConfig, got {type(config).__name__}")
+    check.instance("config", config, BracketConfig)
     torch.manual_seed(config.seed)
     model = GPT(
         GPTConfig(

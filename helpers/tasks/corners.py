@@ -195,8 +195,7 @@ def train_corners(config: CornerConfig, train_points: torch.Tensor, val_points=N
     Adam, mean squared error on the two target points, a shuffled loader seeded by
     ``config.seed`` (as is the initialization), one history row per epoch.
     """
-    if not isinstance(config, CornerConfig):
-        raise TypeError(f"config must be a CornerConfig, got {type(config).__name__}")
+    check.instance("config", config, CornerConfig)
     torch.manual_seed(config.seed)
     model = CornerTransformer(
         config.d_model, config.num_heads, config.ffn_width, config.num_blocks, config.residual

@@ -145,11 +145,9 @@ DIGITS_VIT = ViTConfig()
 
 def make_digits_model(name: str, vit: ViTConfig = DIGITS_VIT) -> nn.Module:
     """``"ViT"``: :class:`VisionTransformer` with ``vit``; ``"CNN"``: :func:`make_digits_cnn`."""
-    if name == "ViT":
+    if check.one_of("name", name, DIGITS_MODELS) == "ViT":
         return VisionTransformer(vit)
-    if name == "CNN":
-        return make_digits_cnn()
-    raise ValueError(f"name must be one of {DIGITS_MODELS}, got {name!r}")
+    return make_digits_cnn()
 
 
 # --------------------------------------------------------------------------- training
@@ -211,8 +209,7 @@ def train_digits(
     every seed. ``num_train`` takes the first images of the balanced training order. The
     returned model is on the CPU, in eval mode, whatever ``device`` trained it.
     """
-    if not isinstance(config, DigitsTrainConfig):
-        raise TypeError(f"config must be a DigitsTrainConfig, got {type(config).__name__}")
+    check.instance("config", config, DigitsTrainConfig)
     data = make_digits_data(num_train)
     torch.manual_seed(check.non_negative_int("seed", seed))
     network = make_digits_model(model, vit)

@@ -21,7 +21,7 @@ export PYTHONHASHSEED := 0
 # Quiet, reproducible notebook kernels: no stray warnings about Jupyter's own paths.
 export JUPYTER_PLATFORM_DIRS := 1
 
-.PHONY: help venv book-venv book browser test test-portability lint drift unit notebooks site lab execute bench release release-tag test-oldest freeze freeze-book clean
+.PHONY: help venv book-venv book browser test test-portability lint drift unit notebooks site lab execute bench margins release release-tag test-oldest freeze freeze-book clean
 
 help:
 	@echo "make book       build the website into _build/html (creates .venv-book on first use)"
@@ -31,6 +31,7 @@ help:
 	@echo "make bench      every notebook executed, times in book/benchmarks.csv (quiet machine)"
 	@echo "                WHAT=reverse: chapter 7's time to 99.9% (book/bench_reverse.csv)"
 	@echo "                WHAT=decode: chapter 10's decoding step (book/bench_decode.csv)"
+	@echo "make margins    a chapter's claims over seeds: CHAPTER=shapes ARGS=\"--part overfit --seeds 3\""
 	@echo "make venv       create .venv: requirements.txt, PyTorch's CPU build (TORCH_INDEX= for PyPI's)"
 	@echo "make book-venv  create .venv-book: requirements-book.txt, what the website build needs"
 	@echo "make lint       ruff on helpers, tests, scripts and the notebook twins; actionlint"
@@ -177,6 +178,13 @@ WHAT ?= book
 bench: $(STAMP)
 	$(if $(BENCH_$(WHAT)),,$(error make bench WHAT=$(WHAT): choose book, reverse or decode))
 	$(BENCH_$(WHAT))
+
+# A chapter's asserted claims over seeds (scripts/margins.py: CHAPTER is reverse, shapes,
+# encoder-decoder, lm or long, or the chapter's number; ARGS its options, `--help` lists them).
+# At full scale most parts take hours.
+margins: $(STAMP)
+	$(if $(CHAPTER),,$(error make margins CHAPTER=...: reverse, shapes, encoder-decoder, lm or long))
+	$(BIN)/python scripts/margins.py $(CHAPTER) $(ARGS)
 
 # A release: write CHANGELOG.md's entry first, then `make release VERSION=x.y.z` (the version in
 # every file that names it), `make test`, commit, `make release-tag VERSION=x.y.z`.

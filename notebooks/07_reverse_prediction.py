@@ -80,6 +80,7 @@ from helpers.tasks.reverse import (
     steps_to_accuracy,
     token_accuracy,
     token_cross_entropy,
+    train_and_test,
     train_reverse,
 )
 from helpers.training import (
@@ -582,17 +583,10 @@ assert (source_mass - mass[0]).abs().max() > 0.05
 # ## Three ways to break it
 #
 # Each ablation changes one thing, trains with the same budget, and is asserted. They share
-# one small function:
-
+# one small function, from the package (`scripts/margins.py` trains with it too):
 
 # %%
-def train_and_test(config):
-    model, history = train_reverse(config, train_set, device=device)  # fit, as above
-    scores = evaluate(
-        model, test_loader, token_cross_entropy, {"accuracy": token_accuracy}
-    )
-    return model, history, scores
-
+show_source(train_and_test)
 
 # %% [markdown]
 # ### Without positional encoding
@@ -608,7 +602,9 @@ def train_and_test(config):
 
 # %% tags=["nbval-ignore-output"]
 start = time.perf_counter()
-_, _, blind_scores = train_and_test(config.replace(positional=False))
+_, _, blind_scores = train_and_test(
+    config.replace(positional=False), train_set, test_loader, device
+)
 blind_accuracy = blind_scores["accuracy"]
 print(f"trained in {time.perf_counter() - start:.1f} s")
 
@@ -640,7 +636,7 @@ print(
 # %% tags=["nbval-ignore-output"]
 start = time.perf_counter()
 dropout_model, dropout_history, dropout_scores = train_and_test(
-    config.replace(dropout=0.1)
+    config.replace(dropout=0.1), train_set, test_loader, device
 )
 print(f"trained in {time.perf_counter() - start:.1f} s")
 
@@ -667,7 +663,7 @@ print(
 # near {glue:text}`ch7_dropout_train_accuracy`: some outputs lose the one path that carries
 # their answer. But switch dropout off and the model reverses
 # {glue:text}`ch7_dropout_test_accuracy:.4f` of the test tokens, and
-# {glue:text}`ch7_dropout_sequence_accuracy:.4f` of the test sequences without a mistake. One run could be lucky. `scripts/margins_reverse.py --part ablations`
+# {glue:text}`ch7_dropout_sequence_accuracy:.4f` of the test sequences without a mistake. One run could be lucky. `scripts/margins.py reverse --part ablations`
 # trains every ablation of this section (the positions above, dropout 0.1, and a heavier 0.3)
 # next to the plain recipe on {glue:text}`ch7_ablation_seeds` seeds, and the package ships the
 # file it writes, which `ablation_results` reads; the command and the machine that produced
@@ -944,7 +940,7 @@ plt.show()
 # the dashed green ones, since over these first steps the cosine has hardly decayed.)
 
 # %% [markdown]
-# Two seeds draw curves; they do not settle a claim. `scripts/margins_reverse.py --part
+# Two seeds draw curves; they do not settle a claim. `scripts/margins.py reverse --part
 # schedules` ran every run of the experiment on five seeds, and the package ships its file:
 
 # %%

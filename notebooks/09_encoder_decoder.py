@@ -386,7 +386,7 @@ print(f"training labels right on test sequences: {agreement:.0%} of {paired}")
 # floor, {glue:text}`ch9_rule_mse`. (Without the snap, $-p_t$ carries the given point's noise
 # too and doubles the error, to {glue:text}`ch9_negate_mse`.) This is the baseline a learned
 # model must beat, and the trained model does not: it is {glue:text}`ch9_model_minus_rule`
-# above the rule (over five seeds, `scripts/margins_encoder_decoder.py`, between
+# above the rule (over five seeds, `scripts/margins.py encoder-decoder`, between
 # {glue:text}`ch9_rule_gap_min` and {glue:text}`ch9_rule_gap_max`). On its
 # {glue:text}`ch9_corner_num_train` training sequences,
 # what it learns is an approximation of a rule that could be written down.
@@ -406,7 +406,7 @@ negate_mse = nn.functional.mse_loss(-given, truth).item()
 glue("ch9_rule_mse", round(rule_mse, 4))
 glue("ch9_negate_mse", round(negate_mse, 4))
 glue("ch9_model_minus_rule", round(corner_tf - rule_mse, 4))
-seeds = seed_results()  # five seeds, shipped: scripts/margins_encoder_decoder.py
+seeds = seed_results()  # five seeds, shipped: scripts/margins.py encoder-decoder
 rule_gap = seeds["model - rule mse"]
 glue("ch9_rule_gap_min", round(rule_gap.min(), 4))
 glue("ch9_rule_gap_max", round(rule_gap.max(), 4))
@@ -480,7 +480,7 @@ plt.show()
 # be 0.5) on the given point *two steps back*, the corner diagonally opposite the one being
 # predicted: the point the rule above reads, the answer being that point reflected through
 # the centre. How sharp that head is
-# varies from run to run (`scripts/margins_encoder_decoder.py` trains five), and in some runs
+# varies from run to run (`scripts/margins.py encoder-decoder` trains five), and in some runs
 # the other head shares the work; the encoder's and the decoder's self-attention differ from
 # seed to seed, so we claim nothing about them.
 #

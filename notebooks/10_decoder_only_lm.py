@@ -635,7 +635,7 @@ glue("ch10_val_loss", round(val_loss, 3))
 glue("ch10_perplexity", round(math.exp(val_loss), 2))
 train_val_gap = abs(val_loss - history["train_loss"].iloc[-1])
 glue("ch10_train_val_gap", round(train_val_gap, 3))
-# scripts/margins_lm.py, seeds 0-3 (default numerics) and 0-2 (scalar): validation loss
+# scripts/margins.py lm, seeds 0-3 (default numerics) and 0-2 (scalar): validation loss
 # 1.107-1.124
 assert val_loss < 1.14 and train_val_gap < 0.05
 print(f"{train_seconds:.0f} s; validation loss {val_loss:.3f} nats, "
@@ -705,7 +705,7 @@ glue("ch10_above_floor", round(above_floor, 3))
 glue("ch10_above_floor_share", f"{above_floor / (math.log(7) - val_floor):.1%}")
 above_packed = val_loss - packed_floor
 glue("ch10_above_packed", round(above_packed, 3))
-# margins_lm.py --quick, seeds 0-4 (default numerics) and 0-2 (scalar): 0.016-0.034 above
+# margins.py lm --part quick, seeds 0-4 (default numerics) and 0-2 (scalar): 0.016-0.034 above
 # the generator's loss, so 0.028-0.045 above the packed one (0.011 lower, the same strings)
 assert 0 < above_floor < 0.05 and 0 < above_packed < 0.06
 print(f"the model's loss is {above_floor:.3f} nats above the floor, "
@@ -743,7 +743,7 @@ gap = epochs["val_loss"].iloc[-1] - epochs["train_loss"].iloc[-1]
 glue("ch10_overfit_best_epoch", best_epoch)
 glue("ch10_overfit_rise", round(rise, 2))
 glue("ch10_overfit_gap", round(gap, 2))
-# margins_lm.py, 7 runs: rise 0.24-0.30, final gap 0.73-0.78
+# margins.py lm, 7 runs: rise 0.24-0.30, final gap 0.73-0.78
 assert rise > 0.15 and gap > 0.4
 print(f"best validation loss at epoch {best_epoch}; then up by {rise:.2f}, "
       f"final gap {gap:.2f}")  # fmt: skip
@@ -882,8 +882,8 @@ valid_new = dict(
 )
 glue("ch10_valid_new_t1", f"{valid_new['τ = 1']:.1%}")
 glue("ch10_valid_new_t15", f"{valid_new['τ = 1.5']:.1%}")
-# margins_lm.py, 7 runs: valid at τ = 1 0.70-0.87, at τ = 0.7 0.94-0.98, at τ = 1.5
-# 0.28-0.38. Valid and new at τ = 1 (margins_lm.py --quick, seeds 0-4 default, 0-2
+# margins.py lm, 7 runs: valid at τ = 1 0.70-0.87, at τ = 0.7 0.94-0.98, at τ = 1.5
+# 0.28-0.38. Valid and new at τ = 1 (margins.py lm --part quick, seeds 0-4 default, 0-2
 # scalar): 0.64-0.79, so -0.13 to +0.03 from the generator's 0.764 with seeded(3)
 assert valid["τ = 1"] > 0.6 and valid["τ = 0.7"] > valid["τ = 1"] > valid["τ = 1.5"]
 assert len(set(samples["greedy"])) == 1
@@ -925,7 +925,7 @@ glue("ch10_over_support", f"{over:.1%}")
 glue("ch10_first_length", round(first_mean, 1))
 assert first_mean > generator_mean + 3  # the data's fact: 21.5 against 17.0
 assert abs(model_mean - first_mean) < abs(model_mean - generator_mean)
-# margins_lm.py --quick, 8 runs: valid samples' mean length 20.0-21.7 against the
+# margins.py lm --part quick, 8 runs: valid samples' mean length 20.0-21.7 against the
 # generator's 16.8-17.2; longer than 32: 4.7-8.1%
 assert model_mean > generator_mean + 2 and over > 0.02 and max(generator_lengths) <= 32
 print(f"mean length: model {model_mean:.1f}, generator {generator_mean:.1f}; "
@@ -1011,7 +1011,7 @@ glue("ch10_ngram_loss", round(ngram_losses[best_n], 3))
 glue("ch10_ngram_above_floor", round(ngram_above_floor, 3))
 # the n-gram counts are the same in every run: 0.275 nats above the floor
 assert ngram_above_floor > 5 * above_floor
-# margins_lm.py, 7 runs: GPT closing 0.984-0.994, 0.951-0.986 when the opener is far;
+# margins.py lm, 7 runs: GPT closing 0.984-0.994, 0.951-0.986 when the opener is far;
 # the n-gram model (counts, the same in every run) 0.861, 0.999 near, 0.327 far; the
 # validity gap 0.48-0.62
 assert lm_closing > 0.96 and ngram_closing < 0.92 and lm_far > 0.9

@@ -156,7 +156,7 @@ glue(
     "ch11_fused_speedup",
     round(at_longest.loc["naive", "ms"] / at_longest.loc["fused", "ms"], 1),
 )
-# Margins (scripts/margins_long.py, default and scalar numerics, three repeats each): the
+# Margins (scripts/margins.py long, default and scalar numerics, three repeats each): the
 # fused kernel was 3.4 to 3.6 times faster than the naive one at T = 4096 (1.6 to 2.0 under
 # scalar numerics); the naive peak was 54 times the tiled one, 100 times the fused one.
 assert at_longest.loc["naive", "peak MiB"] > 10 * at_longest.loc["fused", "peak MiB"]
@@ -378,7 +378,7 @@ glue("ch11_block", BLOCK)
 matrix = attention_cost(LENGTHS[-1], NUM_HEADS, D_HEAD, bytes_per_element=4)
 glue("ch11_matrix_mib", matrix["weights_bytes"] // MIB)  # float32, both heads
 glue("ch11_matrix_mib_per_head", matrix["weights_bytes"] // MIB // NUM_HEADS)
-# Margins (scripts/margins_long.py): 0.0185 (1/54) in every repeat, default and scalar numerics.
+# Margins (scripts/margins.py long): 0.0185 (1/54) in every repeat, default and scalar numerics.
 assert memory_ratio <= 0.1
 # The naive peak holds two T x T matrices (scores and weights): 2.02 of one, every run.
 assert 1.9 < at_longest.loc["naive", "peak MiB"] * MIB / matrix["weights_bytes"] < 2.5
@@ -571,7 +571,7 @@ seconds = median_seconds(generators["MHA"].generate, prompt, GEN["new"], greedy=
 speed["MHA, no cache"] = GEN["new"] / seconds
 glue("ch11_cache_speedup", round(speed["MHA"] / speed["MHA, no cache"], 1))
 glue("ch11_mqa_over_mha", round(speed["MQA"] / speed["MHA"], 2))
-# Margins (scripts/margins_long.py): with the cache, 3.2 to 3.6 times faster than without
+# Margins (scripts/margins.py long): with the cache, 3.2 to 3.6 times faster than without
 # (2.6 to 8.9 under scalar numerics, on a busy machine).
 assert speed["MHA"] > 1.3 * speed["MHA, no cache"]
 pd.Series(speed, name="tokens per second").round(0).to_frame()
@@ -754,7 +754,7 @@ for window, mse in window_mse.items():
     print(
         f"window {window:3}: test MSE {mse:.4f}, {mse / oracle_mse:.2f} of the local oracle"
     )
-# Margins (scripts/margins_long.py, seeds 0-2, default and scalar numerics): the small window
+# Margins (scripts/margins.py long, seeds 0-2, default and scalar numerics): the small window
 # ended at 1.02 times the oracle's error on every seed, the full one at 0.26 to 0.38.
 assert window_mse[WINDOWS[0]] > 0.9 * oracle_mse
 assert window_mse[WINDOWS[1]] < 0.6 * oracle_mse
@@ -805,7 +805,7 @@ print("targets", example_targets[0].tolist(), "(-100: nothing to retrieve)")
 # One run per kind would say little: in this budget some kinds learn the rule on one seed
 # and not on another. Each kind was therefore trained on {glue:text}`ch11_retrieval_seeds`
 # seeds, {glue:text}`ch11_retrieval_runs` runs in all (with the two variants of sinusoidal
-# positions met below), by `scripts/margins_long.py` on {glue:text}`ch11_retrieval_machine`
+# positions met below), by `scripts/margins.py long` on {glue:text}`ch11_retrieval_machine`
 # (the cell below prints the command). Training them
 # here would take longer than this page may, so the runs ship with the book's package
 # (`helpers.tasks.retrieval.seed_results`) and the page reads them; at the end of the

@@ -18,14 +18,16 @@ from conftest import run_script as run_script_named
 
 from helpers.tasks.shapes import (
     FULL_SCALE_FILE,
+    SHAPES_MODELS,
     full_scale_results,
     make_shapes_dataset,
     overfit_results,
     seed_results,
+    source_split,
 )
 
 SCRIPT = ROOT / "scripts" / "reproduce_shapes.py"
-PROTOCOL = "--epochs 50 --seeds 3 --num-train 25000 --batch-size 128 --lr 0.001"
+PROTOCOL = "--protocol source --epochs 50 --seeds 3 --num-train 25000 --batch-size 128 --lr 0.001"
 COLUMNS = ["model", "seed", "epoch", "valid_mse", "test_mse", "seconds", "machine", "command"]
 MODELS = ["CNN", "CNN + attention", "bidirectional LSTM"]
 
@@ -80,10 +82,13 @@ def test_the_source_protocol_is_fastais_defaults():
     group = optimizer.param_groups[0]
     assert (group["betas"], group["eps"], group["weight_decay"]) == ((0.9, 0.99), 1e-5, 0.01)
     assert type(script.make_optimizer("book", [parameter], 1e-3)) is torch.optim.Adam
-    train, valid = script.split_indices(25_000, script.SOURCE_VALID_PCT, seed=0)
+    train, valid = source_split(25_000)
     assert (len(train), len(valid)) == (20_000, 5_000)
     assert sorted(torch.cat([train, valid]).tolist()) == list(range(25_000))
-    assert torch.equal(valid, script.split_indices(25_000, 0.2, seed=0)[1])
+    assert torch.equal(valid, source_split(25_000, 0.2, seed=0)[1])
+    assert not torch.equal(valid, source_split(25_000, 0.2, seed=1)[1])
+    with pytest.raises(ValueError, match="valid_pct"):
+        source_split(100, valid_pct=20)
 
 
 def test_an_unknown_model_is_refused_by_name(tmp_path):
@@ -110,14 +115,15 @@ def results():
 
 
 def test_the_shipped_results_are_one_whole_run_at_the_blog_posts_scale(results):
-    """Three models, three seeds each, 50 epochs each, from one command and one machine."""
+    """The source's protocol: all four models (the post's batch-axis LSTM too), three seeds
+    each, 50 epochs each, validated on the post's split, from one command and one machine."""
     assert results["command"].nunique() == 1 and results["machine"].nunique() == 1
     assert PROTOCOL in results["command"].iloc[0]
     assert list(results.columns) == COLUMNS
     runs = results.groupby(["model", "seed"])["epoch"].apply(list)
-    assert sorted(runs.index) == [(model, seed) for model in MODELS for seed in range(3)]
+    assert sorted(runs.index) == sorted((m, s) for m in SHAPES_MODELS for s in range(3))
     assert all(epochs == list(range(1, 51)) for epochs in runs)
-    assert results["test_mse"].between(0, 2).all()
+    assert results["test_mse"].between(0, 2).all() and results["valid_mse"].between(0, 2).all()
     assert (results.groupby(["model", "seed"])["seconds"].diff().dropna() > 0).all()
 
 
@@ -130,7 +136,7 @@ def test_a_missing_results_file_says_how_to_make_it(monkeypatch):
 
 
 def test_the_shipped_seed_results_cover_every_model_on_five_seeds():
-    """scripts/margins_shapes.py's file, which chapter 8 states its spread from: every model on
+    """The file of scripts/margins.py shapes, which chapter 8 states its spread from: every model on
     the same five seeds at the chapter's budget, from one command and one machine."""
     table = seed_results()
     assert list(table["seed"]) == list(range(5))
@@ -144,7 +150,7 @@ def test_the_shipped_seed_results_cover_every_model_on_five_seeds():
 
 def test_the_overfit_check_logs_the_sources_steps_and_the_loss_falls():
     """--part overfit: the loss before step 0, every log_every steps and after the last step."""
-    margins = load_script("margins_shapes.py")
+    margins = load_script("margins.py")
     assert margins.SOURCE_OVERFIT == {"steps": 5000, "lr": 1e-3, "log_every": 1000}
     train = make_shapes_dataset(20, seed=1)
     data = torch.utils.data.TensorDataset(train.inputs, train.targets)

@@ -6,10 +6,12 @@ The checker of chapter 7's exercise is tested in tests/test_checks.py.
 from __future__ import annotations
 
 import itertools
+import json
 
 import pandas as pd
 import pytest
 import torch
+from conftest import ROOT, glue_records
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils.data import TensorDataset
@@ -23,6 +25,7 @@ from helpers.tasks.reverse import (
     ReversePredictor,
     ablation_results,
     bag_oracle_accuracy,
+    bare_loop,
     build_reverse_training,
     make_reverse_dataset,
     mirror_routing,
@@ -30,9 +33,18 @@ from helpers.tasks.reverse import (
     steps_to_accuracy,
     token_accuracy,
     token_cross_entropy,
+    train_and_test,
     train_reverse,
 )
 from helpers.training import fit
+
+# The command column records what produced a file: files written before release 0.6.0 name
+# the per-chapter script that scripts/margins.py replaced.
+MARGINS_COMMANDS = (
+    "python scripts/margins_reverse.py",
+    "python scripts/margins.py reverse",
+    "python scripts/margins.py 7",
+)
 
 
 def generator(seed: int = 0) -> torch.Generator:
@@ -333,7 +345,7 @@ def test_the_shipped_ablation_results_cover_every_ablation_on_three_seeds_or_mor
     assert list(table["run"].unique()) == list(ABLATIONS)
     seeds = table.groupby("run")["seed"].nunique()
     assert (seeds >= 3).all() and seeds.nunique() == 1
-    assert table["command"].str.startswith("python scripts/margins_reverse.py").all()
+    assert table["command"].str.startswith(MARGINS_COMMANDS).all()
     assert table["machine"].nunique() == 1 and table["machine"].iloc[0]
     measured = ["train accuracy", "test accuracy", "test sequence accuracy"]
     measured += ["bag oracle", "best other-length accuracy", "max anti-diagonal mass"]
@@ -347,7 +359,7 @@ def test_the_shipped_schedule_results_cover_every_run_on_five_seeds():
     assert list(table["run"].unique()) == list(SCHEDULE_EXPERIMENT)
     seeds = table.groupby("run")["seed"].nunique()
     assert (seeds >= 5).all() and seeds.nunique() == 1
-    assert table["command"].str.startswith("python scripts/margins_reverse.py").all()
+    assert table["command"].str.startswith(MARGINS_COMMANDS).all()
     assert table["machine"].nunique() == 1
     assert table["final"].between(0, 1).all()
     reached = table["steps to 99%"].dropna()
@@ -377,3 +389,33 @@ def test_mirror_routing_finds_a_planted_mirror_head_and_counts_its_reads():
     assert mirror_routing(model, inputs, seq_len)[3](longer) <= 1  # uniform: argmax is key 0
     with pytest.raises(ValueError, match="training length"):
         mirror_routing(model, longer, seq_len)
+
+
+def test_bare_loop_is_the_chapters_loop():
+    """helpers' copy of chapter 7's inline loop gives the numbers the chapter glued."""
+    config = BOOK_CONFIG
+    train_set = make_reverse_dataset(
+        config.num_train, config.seq_len, config.num_classes, generator(0)
+    )
+    val_set = make_reverse_dataset(1_000, config.seq_len, config.num_classes, generator(1))
+    losses, accuracy = bare_loop(config, train_set, val_set)
+    notebook = json.loads((ROOT / "notebooks/07_reverse_prediction.ipynb").read_text())
+    glued = dict(glue_records(notebook))
+    assert len(losses) == 100
+    assert losses[0] == pytest.approx(float(glued["ch7_bare_first_loss"]), abs=0.01)
+    assert accuracy == pytest.approx(float(glued["ch7_bare_accuracy"]), abs=0.01)
+
+
+def test_train_and_test_scores_the_trained_model_in_eval_mode():
+    config = ReverseConfig(
+        num_train=64, batch_size=32, seq_len=6, num_classes=5, d_model=16, warmup_steps=1, epochs=1
+    )
+    train_set = make_reverse_dataset(64, 6, 5, generator(0))
+    test_set = make_reverse_dataset(40, 6, 5, generator(1))
+    loader = torch.utils.data.DataLoader(test_set, batch_size=16)
+    model, history, scores = train_and_test(config, train_set, loader)
+    assert not model.training and len(history) >= 1
+    with torch.no_grad():
+        expected = token_accuracy(model(test_set.tensors[0]), test_set.tensors[1]).item()
+    assert scores["accuracy"] == pytest.approx(expected)
+    assert set(scores) == {"loss", "accuracy"}

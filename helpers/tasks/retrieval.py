@@ -182,10 +182,8 @@ def train_retrieval(
     tokens' initial root-mean-square size, 0.02 (``positions="sinusoidal"`` only).
     """
     check.non_negative_int("seed", seed)
-    if not isinstance(config, RetrievalConfig):
-        raise TypeError(f"config must be a RetrievalConfig, got {type(config).__name__}")
-    if scale not in SCALES:
-        raise ValueError(f"scale must be one of {SCALES}, got {scale!r}")
+    check.instance("config", config, RetrievalConfig)
+    check.one_of("scale", scale, SCALES)
     model_config = GPTConfig(
         vocab_size=config.vocab_size,
         context_length=max(config.test_lengths),
@@ -228,7 +226,7 @@ SEEDS_FILE = "retrieval_seeds.csv"
 
 
 def seed_results() -> pd.DataFrame:
-    """Chapter 11's runs on five seeds, as measured by ``scripts/margins_long.py``.
+    """Chapter 11's runs on five seeds, as measured by ``scripts/margins.py long``.
 
     One row per run: ``positions``, ``scale`` (``"-"``, ``"tokens"`` or ``"encoding"``, see
     :func:`train_retrieval`), ``seed``, the accuracy at each test length (columns ``"32"``,
@@ -238,6 +236,6 @@ def seed_results() -> pd.DataFrame:
     """
     return shipped_table(
         SEEDS_FILE,
-        "python scripts/margins_long.py --parts retrieval --seeds 5 "
-        f"--csv helpers/tasks/{SEEDS_FILE}",
+        "python scripts/margins.py long --part retrieval --seeds 5 "
+        f"--out helpers/tasks/{SEEDS_FILE}",
     )

@@ -26,7 +26,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from helpers import _validate as check
 from helpers.positional import SinusoidalPositionalEncoding
 from helpers.tasks import shipped_table
-from helpers.training import cosine_warmup_schedule, fit, token_cross_entropy
+from helpers.training import cosine_warmup_schedule, evaluate, fit, token_cross_entropy
 from helpers.transformer import TransformerEncoder
 
 __all__ = [
@@ -46,6 +46,8 @@ __all__ = [
     "build_reverse_training",
     "steps_to_accuracy",
     "train_reverse",
+    "train_and_test",
+    "bare_loop",
 ]
 
 
@@ -212,7 +214,7 @@ ABLATIONS_FILE = "reverse_ablations.csv"
 
 
 def ablation_results() -> pd.DataFrame:
-    """Chapter 7's ablations on several seeds, as measured by ``scripts/margins_reverse.py``.
+    """Chapter 7's ablations on several seeds, as measured by ``scripts/margins.py reverse``.
 
     One row per run of :data:`ABLATIONS` and seed: the training accuracy at the end (mean of
     the last five logged rows, dropout active) and its standard deviation over the last ten,
@@ -222,7 +224,7 @@ def ablation_results() -> pd.DataFrame:
     """
     return shipped_table(
         ABLATIONS_FILE,
-        f"python scripts/margins_reverse.py --part ablations --out helpers/tasks/{ABLATIONS_FILE}",
+        f"python scripts/margins.py reverse --part ablations --out helpers/tasks/{ABLATIONS_FILE}",
     )
 
 
@@ -250,7 +252,7 @@ SCHEDULES_FILE = "reverse_schedules.csv"
 
 
 def schedule_results() -> pd.DataFrame:
-    """The schedule experiment on several seeds, as measured by ``scripts/margins_reverse.py``.
+    """The schedule experiment on several seeds, as measured by ``scripts/margins.py reverse``.
 
     One row per run of :data:`SCHEDULE_EXPERIMENT` and seed: the steps to 99% training
     accuracy (empty if not reached), the accuracy at step 100 and over the last ten steps,
@@ -258,7 +260,7 @@ def schedule_results() -> pd.DataFrame:
     """
     return shipped_table(
         SCHEDULES_FILE,
-        f"python scripts/margins_reverse.py --part schedules --out helpers/tasks/{SCHEDULES_FILE}",
+        f"python scripts/margins.py reverse --part schedules --out helpers/tasks/{SCHEDULES_FILE}",
     )
 
 
@@ -311,8 +313,7 @@ def build_reverse_training(config: ReverseConfig, train_set: TensorDataset):
     loader seeded by ``config.seed`` that drops the last partial batch. The model is
     initialized from ``config.seed`` too.
     """
-    if not isinstance(config, ReverseConfig):
-        raise TypeError(f"config must be a ReverseConfig, got {type(config).__name__}")
+    check.instance("config", config, ReverseConfig)
     if not isinstance(train_set, TensorDataset) or len(train_set) != config.num_train:
         raise ValueError(
             f"train_set must be a TensorDataset of config.num_train={config.num_train} "
@@ -355,7 +356,7 @@ def train_reverse(
 ):
     """Train one run of ``config`` with :func:`helpers.training.fit`; return ``(model, history)``.
 
-    The run of chapter 7's ablations and of ``scripts/margins_reverse.py``: the model,
+    The run of chapter 7's ablations and of ``scripts/margins.py reverse``: the model,
     optimizer, schedule and loader of :func:`build_reverse_training`, token cross-entropy,
     token accuracy as the metric, the configured gradient clipping, a row every 10 steps.
     ``max_steps`` stops the run early: its first steps are those of the full run, with the
@@ -385,3 +386,45 @@ def train_reverse(
         log_every=10,
     )
     return model, history
+
+
+def train_and_test(config: ReverseConfig, train_set: TensorDataset, test_loader, device=None):
+    """Train one run of ``config`` (:func:`train_reverse`) and score it on ``test_loader``.
+
+    Chapter 7's ablations share it, and so does ``scripts/margins.py reverse``. Returns
+    ``(model, history, scores)``: the trained model in ``eval()`` mode, ``fit``'s history, and
+    :func:`helpers.training.evaluate`'s ``{"loss": ..., "accuracy": ...}`` on the test set.
+    """
+    model, history = train_reverse(config, train_set, device=device)
+    scores = evaluate(model, test_loader, token_cross_entropy, {"accuracy": token_accuracy})
+    return model.eval(), history, scores
+
+
+def bare_loop(
+    config: ReverseConfig, train_set: TensorDataset, val_set: TensorDataset, num_steps: int = 100
+) -> tuple[list[float], float]:
+    """Chapter 7's bare training loop ("The loop, bare"), which the chapter writes out inline.
+
+    Adam at a constant learning rate of 0.01 on the first ``num_steps`` shuffled batches of
+    ``train_set``, the model initialized from ``config.seed``: no schedule, no clipping, no
+    device. Returns the loss of every step and the token accuracy on ``val_set`` afterwards.
+    ``scripts/margins.py reverse`` measures the chapter's two numbers with it; keep the two
+    copies in step (``tests/test_tasks_reverse.py`` compares them with the chapter's output).
+    """
+    torch.manual_seed(config.seed)
+    model = ReversePredictor(
+        config.num_classes, config.d_model, config.num_heads, config.num_blocks, config.ffn_width
+    )
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    loader = DataLoader(train_set, batch_size=config.batch_size, shuffle=True)
+    losses = []
+    for inputs, targets in itertools.islice(loader, num_steps):
+        loss = F.cross_entropy(model(inputs).flatten(0, 1), targets.flatten())
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    val_inputs, val_targets = val_set.tensors
+    with torch.no_grad():
+        accuracy = token_accuracy(model(val_inputs), val_targets).item()
+    return losses, accuracy

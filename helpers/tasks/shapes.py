@@ -235,8 +235,7 @@ def local_oracle(data: ShapesData, min_height_gap: float = 4.0) -> torch.Tensor:
     mean height, so this conditional mean is the prediction with the lowest expected squared
     error: a floor for any model that cannot look as far as the partner.
     """
-    if not isinstance(data, ShapesData):
-        raise TypeError(f"data must be a ShapesData, got {type(data).__name__}")
+    check.instance("data", data, ShapesData)
     guessed = []
     for shapes in (data.triangles, data.boxes):
         shapes = shapes.double().clone()
@@ -494,8 +493,7 @@ def train_shapes_model(
     side by side. ``window`` (only for "CNN + attention") makes its attention local, as in
     chapter 11; None, the default, is chapter 8's model.
     """
-    if name not in SHAPES_MODELS:
-        raise ValueError(f"name must be one of {sorted(SHAPES_MODELS)}, got {name!r}")
+    check.one_of("name", name, sorted(SHAPES_MODELS))
     check.non_negative_int("seed", seed)
     if window is not None and name != "CNN + attention":
         raise ValueError(

@@ -217,8 +217,7 @@ def train_sorting(config: SortingConfig, train_set: TensorDataset, val_set=None)
     AdamW, cosine schedule with warm-up, cross-entropy ignoring ``PAD``, sequence accuracy
     (teacher-forced) as the metric, a history row every 10 steps.
     """
-    if not isinstance(config, SortingConfig):
-        raise TypeError(f"config must be a SortingConfig, got {type(config).__name__}")
+    check.instance("config", config, SortingConfig)
     torch.manual_seed(config.seed)
     model = EncoderDecoderTransformer(
         VOCAB_SIZE,
@@ -308,7 +307,7 @@ SEEDS_FILE = "encoder_decoder_seeds.csv"
 
 
 def seed_results() -> pd.DataFrame:
-    """Chapter 9's measures on five seeds, as written by ``scripts/margins_encoder_decoder.py``.
+    """Chapter 9's measures on five seeds, as written by ``scripts/margins.py encoder-decoder``.
 
     One row per seed (initialization and batch order; the data are the chapter's): both
     tasks at the chapter's budget, the sorting model at the short budget with and without
@@ -318,5 +317,5 @@ def seed_results() -> pd.DataFrame:
     without training twenty models.
     """
     return shipped_table(
-        SEEDS_FILE, f"python scripts/margins_encoder_decoder.py --out helpers/tasks/{SEEDS_FILE}"
+        SEEDS_FILE, f"python scripts/margins.py encoder-decoder --out helpers/tasks/{SEEDS_FILE}"
     )

@@ -560,7 +560,7 @@ plt.show()
 
 # %%
 # The threshold has a margin: over five seeds and two numerics configurations the worst
-# ratio seen was 0.095 (scripts/margins_shapes.py; CONTRIBUTING.md, "Numerics").
+# ratio seen was 0.095 (scripts/margins.py shapes; CONTRIBUTING.md, "Numerics").
 assert (overfit_table["final / first"] < 0.12).all()
 
 # %% [markdown]
@@ -572,7 +572,7 @@ assert (overfit_table["final / first"] < 0.12).all()
 # 0.001 for 5,000 steps, printing the loss every 1,000. Its printout starts at
 # {glue:text}`ch8_source_overfit_first` and ends at {glue:text}`ch8_source_overfit_last`, and
 # it concludes: "The loss is slowly approaching zero, so I it seems that our model is
-# working." `scripts/margins_shapes.py --part overfit` runs that check as the post's code
+# working." `scripts/margins.py shapes --part overfit` runs that check as the post's code
 # states it on the book's three models, three seeds each; the package ships the file
 # (`overfit_results`), and the table puts the post's printout beside it.
 
@@ -664,7 +664,7 @@ show_source(train_shapes_model)
 # (its 100 recurrent steps run one after another; the results table gives the times) and gets
 # {glue:text}`ch8_lstm_seeds` here. What we claim about it rests on
 # {glue:text}`ch8_margin_seeds` seeds of every model, trained with this same recipe outside CI
-# by `scripts/margins_shapes.py` (the package ships its results,
+# by `scripts/margins.py shapes` (the package ships its results,
 # `helpers.tasks.shapes.seed_results`); this page's runs are checked against them.
 #
 # The runs are independent, so on a CPU `helpers.parallel.run_in_processes` runs them side by
@@ -770,7 +770,7 @@ glue("ch8_lstm_over_oracle", round(mse["bidirectional LSTM"] / oracle_mse, 2))
 ratios.round(1).to_frame()
 
 # %% [markdown]
-# More seeds of every model, trained with the same recipe by `scripts/margins_shapes.py`
+# More seeds of every model, trained with the same recipe by `scripts/margins.py shapes`
 # outside CI, give the spread that this page's few seeds cannot. The package ships that file;
 # the cell reads it, says where it comes from, and checks on *every* seed in it the claims
 # this section makes.

@@ -87,6 +87,7 @@ from helpers.tasks.shapes import (
     make_shapes_dataset,
     overfit_results,
     seed_results,
+    source_split,
     train_shapes_model,
 )
 
@@ -868,7 +869,8 @@ plt.show()
 #   network on the entire signal, with a state that leaks from one sample to the next. It
 #   beats copying the input ({glue:text}`ch8_copy_mse:.3f`), but not the CNN. The blog post
 #   says its LSTM "fared a bit better than the base cnn" after 50 epochs; at this budget, on
-#   every seed, the same model does worse than the CNN.
+#   every seed, the same model does worse than the CNN, and under the post's own protocol
+#   {ref}`at the end of the chapter <ch8-full-scale>` too.
 
 # %% tags=["hide-input"]
 fig, ax = plt.subplots(figsize=(6, 3.4))
@@ -1169,62 +1171,68 @@ for name, values in (
 
 # %% [markdown]
 # (ch8-full-scale)=
-# ## At the blog post's scale: fifty epochs
+# ## At the blog post's scale: fifty epochs, the post's protocol
 #
 # Everything above was measured at a budget that CI can afford, {glue:text}`ch8_steps:,`
-# steps per run. The blog post's code trains for {glue:text}`ch8_full_epochs` epochs on
-# {glue:text}`ch8_full_num_train:,` sequences (of which fastai's
-# `RandomSplitter(valid_pct=0.2)` keeps a fifth aside to validate) in batches of
-# {glue:text}`ch8_full_batch_size` at a flat learning rate of {glue:text}`ch8_full_lr`, with
-# fastai's default optimizer (Adam with decoupled weight decay). It reports no error per
-# epoch: it shows the loss curves and says of the attention model that "the loss is much lower
-# this time around", and of its LSTM that it "fared a bit better than the base cnn".
+# steps per run. The blog post's code generates {glue:text}`ch8_full_num_train:,` sequences,
+# keeps a fifth of them aside to validate (fastai's `RandomSplitter(valid_pct=0.2)`), and
+# trains for {glue:text}`ch8_full_epochs` epochs in batches of
+# {glue:text}`ch8_full_batch_size` at a flat learning rate of {glue:text}`ch8_full_lr` with
+# fastai's default optimizer (Adam with decoupled weight decay 0.01 and betas (0.9, 0.99)). It
+# reports no error per epoch: it shows the loss curves, says of the attention model that "the
+# loss is much lower this time around", and concludes that its LSTM, the one that reads the
+# batch axis as time, "fared a bit better than the base cnn, but was not nearly as good as our
+# attention model".
 #
-# `scripts/reproduce_shapes.py` trains the book's data and models at that scale,
-# {glue:text}`ch8_full_seeds` seeds of each, and measures the test MSE after every epoch. The
-# run drawn here used the script's `--protocol book`: the same epochs, batch size and
-# learning rate, but plain Adam on all {glue:text}`ch8_full_num_train:,` sequences, and
-# without the blog post's LSTM. The script's default, `--protocol source`, follows the post's
-# code (the split, fastai's optimizer settings, all four models); it takes hours on this CPU
-# and has not been run to the end yet (it runs in parts: the same command skips the runs it
-# finished), so the figure below is *the post's scale, the book's recipe*, not
-# the post's protocol. The package ships the file the run wrote
+# `scripts/reproduce_shapes.py` runs that protocol as the post's code states it, on this
+# chapter's data (noise-free targets) and its four models, {glue:text}`ch8_full_seeds` seeds
+# of each, and measures the MSE on the post's validation split and on this chapter's test set
+# after every epoch. It takes hours on a CPU, so it ran outside CI, in parts (the same command
+# skips the runs it finished). The package ships the file it wrote
 # (`helpers.tasks.shapes.full_scale_results`), and this section only reads it: nothing here is
-# trained, and the numbers are those of that one run on the machine it names.
+# trained, and the numbers are those of that run on the machine it names.
 
 # %%
-# The blog post's scale, as its code states it (`Learner.fit(50, 1e-3)`, `bs=128`, and
-# `generate_sequences(25000)`):
-SOURCE_SCALE = {"epochs": 50, "num-train": 25_000, "batch-size": 128, "lr": 0.001}
+# The blog post's protocol, as its code states it (`generate_sequences(25000)`, `bs=128`,
+# `RandomSplitter(valid_pct=0.2)` and `Learner.fit(50, 1e-3)`):
+SOURCE_SCALE = {
+    "protocol": "source",
+    "epochs": 50,
+    "num-train": 25_000,
+    "batch-size": 128,
+    "lr": 0.001,
+}
 full = full_scale_results()
 (full_command,) = full["command"].unique()
 (full_machine,) = full["machine"].unique()
-options = full_command.split()[
-    2:
-]  # "--epochs 50 --seeds 3 ..." -> {"epochs": "50", ...}
-protocol = {
-    key[2:]: value for key, value in zip(options[::2], options[1::2], strict=True)
-}
-# The file is at the post's scale, with the protocol the text names, and every run complete:
+options = full_command.split()[2:]  # "--protocol source --epochs 50 ..."
+protocol = dict(zip([key[2:] for key in options[::2]], options[1::2], strict=True))
+# The file is that protocol, with every run of every model complete:
 assert {key: type(value)(protocol[key]) for key, value in SOURCE_SCALE.items()} == (
     SOURCE_SCALE
 )
-assert protocol["protocol"] == "book"
 full_epochs, full_seeds = SOURCE_SCALE["epochs"], int(protocol["seeds"])
-full_models = ["CNN", "CNN + attention", "bidirectional LSTM"]
+full_models = list(MODEL_COLORS)  # the four models, the post's LSTM included
 epochs_run = full.groupby(["model", "seed"])["epoch"].apply(list)
-assert list(epochs_run.index) == [
+assert sorted(epochs_run.index) == sorted(
     (m, s) for m in full_models for s in range(full_seeds)
-]
+)
 assert all(epochs == list(range(1, full_epochs + 1)) for epochs in epochs_run)
 for key, value in SOURCE_SCALE.items():
-    glue(f"ch8_full_{key.replace('-', '_')}", value)
+    if key != "protocol":
+        glue(f"ch8_full_{key.replace('-', '_')}", value)
 glue("ch8_full_seeds", full_seeds)
-# The script normalizes by the statistics of its own training set (seed 1, like ours, but
-# 25,000 sequences): the local oracle's floor in those units.
-full_train = make_shapes_dataset(SOURCE_SCALE["num-train"], seed=1)
-full_std = torch.cat([full_train.inputs, full_train.targets]).std().item()
-full_oracle_mse = oracle_mse * (STD / full_std) ** 2
+# The script normalizes with the statistics of all 25,000 sequences (seed 1) and validates on
+# a seeded fifth of them: the local oracle's floor on those sequences, and on our test set, in
+# the same units.
+full_data = make_shapes_dataset(SOURCE_SCALE["num-train"], seed=1)
+full_std = torch.cat([full_data.inputs, full_data.targets]).std().item()
+_, valid_index = source_split(SOURCE_SCALE["num-train"])
+oracle_errors = ((local_oracle(full_data) - full_data.targets) / full_std) ** 2
+full_floor = {
+    "valid_mse": oracle_errors[valid_index].mean().item(),
+    "test_mse": oracle_mse * (STD / full_std) ** 2,
+}
 run_seconds = full.groupby(["model", "seed"])["seconds"].max()
 print(full_command)
 print(full_machine)
@@ -1233,31 +1241,24 @@ print(
 )
 
 # %% tags=["hide-input"]
-fig, ax = plt.subplots(figsize=(6.2, 3.9))
+fig, ax = plt.subplots(figsize=(6.2, 4.1))
 for name in full_models:
     of_model = full[full["model"] == name]
     for _, run in of_model.groupby("seed"):
         ax.plot(
-            run["epoch"], run["test_mse"], color=MODEL_COLORS[name], lw=0.7, alpha=0.5
+            run["epoch"], run["valid_mse"], color=MODEL_COLORS[name], lw=0.7, alpha=0.5
         )
-    median = of_model.groupby("epoch")["test_mse"].median()
-    seeds = of_model["seed"].nunique()
-    ax.plot(
-        median.index,
-        median,
-        color=MODEL_COLORS[name],
-        lw=2,
-        label=f"{name} ({seeds} seeds)",
-    )
-ax.axhline(full_oracle_mse, color="black", ls="--", lw=1, label="local oracle")
+    median = of_model.groupby("epoch")["valid_mse"].median()
+    ax.plot(median.index, median, color=MODEL_COLORS[name], lw=2, label=name)
+ax.axhline(full_floor["valid_mse"], color="black", ls="--", lw=1, label="local oracle")
 ax.set(
     xlabel="epoch",
-    ylabel="test MSE (normalized)",
+    ylabel="validation MSE (normalized)",
     yscale="log",
     xlim=(0, full_epochs + 1),
 )
 ax.legend(
-    fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2, frameon=False
+    fontsize=9, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=3, frameon=False
 )
 label = textwrap.fill(full_command, 95) + "\n" + full_machine
 fig.text(
@@ -1267,102 +1268,131 @@ fig.tight_layout(rect=(0, 0.08, 1, 1))
 plt.show()
 
 # %% [markdown]
-# **Figure.** Test MSE after every epoch of fifty at the blog post's scale (thin lines: one per
-# seed; thick lines: the median over the seeds), with the local oracle's floor (dashed). Look
-# at the order in which the curves cross {glue:text}`ch8_full_level` and at where they end:
-# the CNN never leaves the floor, every attention seed falls first, and the LSTM's seeds
-# follow and end among the attention model's. The command and the machine that produced the
-# file are printed under the figure.
+# **Figure.** Validation MSE after every epoch of fifty under the blog post's protocol (thin
+# lines: one per seed; thick lines: the median over the {glue:text}`ch8_full_seeds` seeds),
+# with the local oracle's floor on the same validation sequences (dashed). Two models never
+# get far from the floor (the CNN just under it, the post's batch-axis LSTM above it); two go
+# far below it, attention first. The command and the machine that produced the file are
+# printed under the figure.
 
 # %%
 milestones = [5, 20, full_epochs]
-at = full[full["epoch"].isin(milestones)]
-summary = at.pivot_table(
-    index="model", columns="epoch", values="test_mse", aggfunc=["median", "min", "max"]
-)
+columns = [("valid_mse", epoch) for epoch in milestones] + [("test_mse", full_epochs)]
 full_table = pd.DataFrame(
     {
-        f"epoch {epoch}": [
-            f"{summary['median', epoch][name]:.2g} "
-            f"({summary['min', epoch][name]:.2g}–{summary['max', epoch][name]:.2g})"
+        f"{'validation' if column == 'valid_mse' else 'test'}, epoch {epoch}": [
+            "{:.2g} ({:.2g}–{:.2g})".format(
+                *full.loc[
+                    (full["model"] == name) & (full["epoch"] == epoch), column
+                ].agg(["median", "min", "max"])
+            )
             for name in full_models
         ]
-        for epoch in milestones
+        for column, epoch in columns
     },
     index=pd.Index(full_models, name="median (lowest–highest)"),
 )
 full_table
 
 # %% tags=["hide-input"]
-short = {"CNN": "cnn", "CNN + attention": "attention", "bidirectional LSTM": "lstm"}
-curves = full.pivot_table(index="epoch", columns=["model", "seed"], values="test_mse")
-median = full.pivot_table(
-    index="epoch", columns="model", values="test_mse", aggfunc="median"
-)
-glue(
-    "ch8_full_attention_50", float(f"{median.loc[full_epochs, 'CNN + attention']:.2g}")
-)
-# The first epoch at which each seed is below LEVEL (the CNN never is):
-LEVEL = 0.01
-glue("ch8_full_level", LEVEL)
-first_below = {
-    name: [
-        curves[name, seed].index[curves[name, seed] < LEVEL].min()
-        for seed in curves[name]
-    ]
-    for name in full_models
+short = {
+    "CNN": "cnn",
+    "CNN + attention": "attention",
+    "bidirectional LSTM": "lstm",
+    "batch-axis LSTM": "batch",
 }
-for name in ("CNN + attention", "bidirectional LSTM"):
-    glue(f"ch8_full_{short[name]}_first_low", int(min(first_below[name])))
-    glue(f"ch8_full_{short[name]}_first_high", int(max(first_below[name])))
-final = curves.loc[full_epochs]
-for name in ("CNN + attention", "bidirectional LSTM"):
-    glue(f"ch8_full_{short[name]}_final_low", float(f"{final[name].min():.2g}"))
-    glue(f"ch8_full_{short[name]}_final_high", float(f"{final[name].max():.2g}"))
-# At a flat learning rate, a seed's error can jump from one epoch to the next:
-JUMPS_AFTER = 10
+LEVEL = 0.01  # a level every attention and bidirectional LSTM seed crosses
+JUMPS_AFTER = 10  # from here on, a flat learning rate's jumps are not the first descent
+glue("ch8_full_level", LEVEL)
 glue("ch8_full_jumps_after", JUMPS_AFTER)
-attention_curves = curves["CNN + attention"]
-jump = (attention_curves / attention_curves.shift()).loc[JUMPS_AFTER:].max().max()
-glue("ch8_full_jump", round(jump, 1))
-# The CNN over 50 epochs, against the local oracle's floor, and against attention at the end:
-cnn_over_floor = full.loc[full["model"] == "CNN", "test_mse"].min() / full_oracle_mse
-glue("ch8_full_cnn_over_floor", round(cnn_over_floor, 2))
-worst_ratio = final["CNN"].min() / final["CNN + attention"].max()
-glue("ch8_full_ratio", int(worst_ratio))
+test_median = full[full["epoch"] == full_epochs].groupby("model")["test_mse"].median()
+glue("ch8_full_attention_50", float(f"{test_median['CNN + attention']:.2g}"))
 
-# The claims of the text below, checked on the file, on every seed:
-assert all(map(math.isnan, first_below["CNN"]))
-assert max(first_below["CNN + attention"]) < min(first_below["bidirectional LSTM"])
-assert (
-    final["bidirectional LSTM"].min() < final["CNN + attention"].max()
-)  # they overlap
-assert (final["bidirectional LSTM"] < full_oracle_mse / 10).all()
-assert 0.8 < cnn_over_floor < 1 and worst_ratio > 10
-assert jump > 2
+
+def full_claims(column):
+    """The numbers behind the statements below, on one split, every seed counted."""
+    curves = full.pivot_table(index="epoch", columns=["model", "seed"], values=column)
+    final, floor = curves.loc[full_epochs], full_floor[column]
+    first_below = {
+        name: [run.index[run < LEVEL].min() for _, run in curves[name].items()]
+        for name in full_models
+    }
+    jumps = curves["CNN + attention"] / curves["CNN + attention"].shift()
+    return {
+        "final": final,
+        "first_below": first_below,
+        "cnn_over_floor": curves["CNN"].min().min() / floor,
+        "ratio": final["CNN"].min() / final["CNN + attention"].max(),
+        "lstm_over_attention": final["bidirectional LSTM"].min()
+        / final["CNN + attention"].max(),
+        "batch_over_cnn": final["batch-axis LSTM"].min() / final["CNN"].max(),
+        "batch_over_floor": curves["batch-axis LSTM"].min().min() / floor,
+        "jump_low": jumps.loc[JUMPS_AFTER:].max().min(),
+    }
+
+
+claims = {column: full_claims(column) for column in ("valid_mse", "test_mse")}
+# The statements below, checked on the validation split and on the test set, on every seed:
+for c in claims.values():
+    assert all(map(math.isnan, c["first_below"]["CNN"]))  # the CNN never gets there
+    assert 0.8 < c["cnn_over_floor"] < 1  # ... and ends just under the oracle's floor
+    assert c["ratio"] > 50  # every attention seed far below every CNN seed
+    attention_first = c["first_below"]["CNN + attention"]
+    assert max(attention_first) < min(c["first_below"]["bidirectional LSTM"])
+    assert c["lstm_over_attention"] > 1.5  # still above attention after fifty epochs
+    assert c["batch_over_cnn"] > 1 and c["batch_over_floor"] > 1  # the post's LSTM
+    assert c["jump_low"] > 1.3  # every attention seed's error jumps at least once
+valid = claims["valid_mse"]
+glue("ch8_full_cnn_over_floor", round(valid["cnn_over_floor"], 2))
+glue("ch8_full_batch_over_floor", round(valid["batch_over_floor"], 2))
+# "at least" figures are rounded down, so that the text never overstates them:
+glue("ch8_full_batch_over_cnn", math.floor(valid["batch_over_cnn"] * 100) / 100)
+glue("ch8_full_ratio", math.floor(valid["ratio"]))
+glue("ch8_full_lstm_over_attention", math.floor(valid["lstm_over_attention"] * 10) / 10)
+glue("ch8_full_jump_low", math.floor(valid["jump_low"] * 10) / 10)
+for name in ("CNN + attention", "bidirectional LSTM"):
+    glue(f"ch8_full_{short[name]}_first_low", int(min(valid["first_below"][name])))
+    glue(f"ch8_full_{short[name]}_first_high", int(max(valid["first_below"][name])))
+    glue(
+        f"ch8_full_{short[name]}_final_low", float(f"{valid['final'][name].min():.3g}")
+    )
+    glue(
+        f"ch8_full_{short[name]}_final_high", float(f"{valid['final'][name].max():.3g}")
+    )
 
 # %% [markdown]
-# What the fifty epochs show (the cell above checks each statement on the file, on every seed):
+# What the fifty epochs show (the cell above checks each statement on the validation split
+# and on the test set, on every seed; the numbers quoted are the validation split's):
 #
-# - **The blog post's ranking of attention over the CNN holds, by far.** The CNN stays near
+# - **The blog post's ranking of attention over the CNN holds, by far.** The CNN never leaves
 #   the floor: the best epoch of any of its seeds is {glue:text}`ch8_full_cnn_over_floor` of
 #   the local oracle's floor, since fifty epochs buy it the partners that fall inside its
 #   {glue:text}`ch8_receptive_field` samples and nothing more. After the last epoch every
 #   attention seed is at least {glue:text}`ch8_full_ratio` times below every CNN seed.
-# - **The bidirectional LSTM learns more slowly, and then catches up.** Every attention seed
-#   goes below {glue:text}`ch8_full_level` first (at epoch
+# - **The bidirectional LSTM learns more slowly, and is still behind after fifty epochs.**
+#   Every attention seed goes below {glue:text}`ch8_full_level` first (at epoch
 #   {glue:text}`ch8_full_attention_first_low` to {glue:text}`ch8_full_attention_first_high`),
 #   every LSTM seed later (epoch {glue:text}`ch8_full_lstm_first_low` to
-#   {glue:text}`ch8_full_lstm_first_high`). After {glue:text}`ch8_full_epochs` epochs the two
-#   overlap: the LSTM's seeds end between {glue:text}`ch8_full_lstm_final_low` and
-#   {glue:text}`ch8_full_lstm_final_high`, the attention model's between
-#   {glue:text}`ch8_full_attention_final_low` and {glue:text}`ch8_full_attention_final_high`.
-#   "Attention first, the LSTM far behind" is a statement about a small budget: a recurrent
-#   network that reads the whole signal can solve this task; it takes longer to learn it.
-# - **At a flat learning rate the error never settles.** After epoch
-#   {glue:text}`ch8_full_jumps_after`, an attention seed's error jumped by up to
-#   {glue:text}`ch8_full_jump` times from one epoch to the next; this chapter's recipe, with
-#   its warm-up and cosine decay, ends where the schedule ends.
+#   {glue:text}`ch8_full_lstm_first_high`). It does get far below the floor, so a recurrent
+#   network that reads the whole signal can solve this task; but at epoch
+#   {glue:text}`ch8_full_epochs` its seeds end between {glue:text}`ch8_full_lstm_final_low`
+#   and {glue:text}`ch8_full_lstm_final_high`, at least
+#   {glue:text}`ch8_full_lstm_over_attention` times the worst attention seed (which ends
+#   between {glue:text}`ch8_full_attention_final_low` and
+#   {glue:text}`ch8_full_attention_final_high`).
+# - **The post's own LSTM does not beat the CNN here.** The post says it "fared a bit better
+#   than the base cnn". Under the post's protocol, on this chapter's data, the same model (the
+#   one that runs along the batch axis) ends above every CNN seed, at least
+#   {glue:text}`ch8_full_batch_over_cnn` times the worst of them, and never goes below the
+#   local oracle's floor (its best epoch is {glue:text}`ch8_full_batch_over_floor` times the
+#   floor): the ranking found at this chapter's small budget holds at the post's scale too.
+#   The data differ from the post's (noise-free targets, distinct heights for both kinds of
+#   shape), so this says what the post's model does on this task, not what it did on the
+#   post's.
+# - **At a flat learning rate the error does not settle.** After epoch
+#   {glue:text}`ch8_full_jumps_after`, every attention seed's error rose at least once by a
+#   factor of {glue:text}`ch8_full_jump_low` or more from one epoch to the next; this
+#   chapter's recipe, with its warm-up and cosine decay, ends where the schedule ends.
 
 # %% [markdown]
 # ## Conclusions
@@ -1386,10 +1416,11 @@ assert jump > 2
 #   after another: it learns more slowly than attention and costs more time per step.
 # - Check the axis an `nn.LSTM` runs along: without `batch_first=True` a `[B, 1, T]` tensor
 #   is read as a sequence of $B$ samples. The model still trains, and it ends last.
-# - Every ranking above is stated at its budget. At the blog post's scale of fifty epochs,
-#   {ref}`measured outside CI <ch8-full-scale>`, the CNN stays near the oracle's floor, every
-#   attention seed gets below {glue:text}`ch8_full_level` before any seed of the bidirectional LSTM, and by the last
-#   epoch the LSTM's seeds end among the attention model's.
+# - Every ranking above is stated at its budget. Under the blog post's own protocol, fifty
+#   epochs {ref}`measured outside CI <ch8-full-scale>`, the ranking is the same on every
+#   seed: the CNN stays at the oracle's floor, the post's batch-axis LSTM above it, and
+#   attention ends lowest; the bidirectional LSTM gets far below the floor, later than
+#   attention, and is still above it after fifty epochs.
 #
 # ## Exercises
 #

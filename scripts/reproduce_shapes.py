@@ -22,11 +22,9 @@ thread each (`helpers.parallel.run_in_processes`): on a 2-core CPU the protocol 
 a GPU (``--workers 1 --device cuda``) minutes. Each run's rows are saved after every epoch in a
 ``.partial`` folder beside ``--out``; ``--collect`` merges them after an interruption, and
 the same command run again skips every run it finished before (so the CPU protocol can be run
-in parts, a few runs per sitting). The runs of ``--protocol source`` finished so far are
-committed in ``helpers/tasks/shapes_full.partial/`` (every model's seed 0, the CNN's three
-seeds; on one quiet core an epoch takes about 12 s for the CNN, 20 s for the CNN + attention,
-31 s for the bidirectional LSTM); ``python scripts/reproduce_shapes.py`` continues from them,
-and once every run is there its merge replaces ``shapes_full.csv``.
+in parts, a few runs per sitting). The shipped file is the whole ``--protocol source`` run
+(four models, three seeds, fifty epochs), made in three sittings on a 2-core CPU; its
+``seconds`` column says how long each run trained (on a machine that was not always quiet).
 """
 
 from __future__ import annotations

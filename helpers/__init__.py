@@ -58,7 +58,7 @@ __all__ = [
     "glue",
     "expect_error",
 ]
-__version__ = "0.5.0"
+__version__ = "0.6.0"
 
 
 def seed_everything(seed: int = 0) -> torch.Generator:

@@ -1275,7 +1275,7 @@ plt.show()
 # far below it, attention first. The command and the machine that produced the file are
 # printed under the figure.
 
-# %%
+# %% tags=["hide-input"]
 milestones = [5, 20, full_epochs]
 columns = [("valid_mse", epoch) for epoch in milestones] + [("test_mse", full_epochs)]
 full_table = pd.DataFrame(

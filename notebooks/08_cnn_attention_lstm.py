@@ -1364,7 +1364,7 @@ for name in ("CNN + attention", "bidirectional LSTM"):
 # What the fifty epochs show (the cell above checks each statement on the validation split
 # and on the test set, on every seed; the numbers quoted are the validation split's):
 #
-# - **The blog post's ranking of attention over the CNN holds, by far.** The CNN never leaves
+# - **The blog post's ranking of attention over the CNN holds, by far.** The CNN stays at
 #   the floor: the best epoch of any of its seeds is {glue:text}`ch8_full_cnn_over_floor` of
 #   the local oracle's floor, since fifty epochs buy it the partners that fall inside its
 #   {glue:text}`ch8_receptive_field` samples and nothing more. After the last epoch every

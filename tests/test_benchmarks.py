@@ -66,10 +66,10 @@ def test_no_page_types_the_books_time():
 
 def test_a_missing_measurement_is_an_error_that_names_make_bench(tmp_path):
     extension = book_time()
-    with pytest.raises(Exception, match="make bench"):
+    with pytest.raises(FileNotFoundError, match="make bench"):
         extension.total_seconds(tmp_path / "benchmarks.csv")
     (tmp_path / "benchmarks.csv").write_text("notebook,wall time (s)\n01_x,3.0\n")
-    with pytest.raises(Exception, match="no 'total' row"):
+    with pytest.raises(ValueError, match="no 'total' row"):
         extension.total_seconds(tmp_path / "benchmarks.csv")
 
 

@@ -6,13 +6,12 @@ the last measurement rather than a typed copy: ``{{ book_seconds }}`` (for examp
 ``{{ book_minutes }}`` (``8.8``) and ``{{ book_budget_seconds }}`` (the 600-second budget,
 DESIGN.md). The README, which GitHub renders without Sphinx, quotes the same total and
 ``tests/test_benchmarks.py`` keeps it equal to the file's. A missing file or total is a build
-error that names ``make bench``.
+error that names ``make bench``. The module imports nothing from Sphinx, so that the unit tests
+(``tests/test_benchmarks.py``) read the same figure without the website's environment.
 """
 
 import csv
 import pathlib
-
-from sphinx.errors import ConfigError
 
 BENCHMARKS = pathlib.Path(__file__).resolve().parents[1] / "benchmarks.csv"
 BUDGET_SECONDS = 600
@@ -21,11 +20,11 @@ BUDGET_SECONDS = 600
 def total_seconds(path: pathlib.Path = BENCHMARKS) -> float:
     """The ``total`` row of a benchmarks file written by ``make bench``."""
     if not path.is_file():
-        raise ConfigError(f"{path} is missing: run `make bench` to measure the book")
+        raise FileNotFoundError(f"{path} is missing: run `make bench` to measure the book")
     with path.open(newline="") as handle:
         rows = {row[0]: row[1] for row in csv.reader(handle) if len(row) >= 2}
     if "total" not in rows:
-        raise ConfigError(f"{path} has no 'total' row: run `make bench` to measure the book")
+        raise ValueError(f"{path} has no 'total' row: run `make bench` to measure the book")
     return float(rows["total"])
 
 

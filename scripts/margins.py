@@ -144,7 +144,7 @@ import time
 import pandas as pd
 import torch
 import torch.nn.functional as F
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader
 
 from helpers.analysis import peak_cpu_bytes
 from helpers.attention import scaled_dot_product_attention
@@ -195,6 +195,7 @@ from helpers.tasks.shapes import (
     attention_enrichment,
     local_oracle,
     make_shapes_dataset,
+    standardize,
     train_shapes_model,
 )
 from helpers.tasks.sorting import (
@@ -240,8 +241,11 @@ def best_other_length_accuracy(model, num_classes: int) -> float:
     return best
 
 
-def attention_dropout_accuracy(model, inputs, targets, dropout: float) -> float:
-    """The chapter's mechanism check: attention dropout 0.3 switched on in the trained model."""
+def attention_dropout_accuracy(model, inputs, targets, trained_dropout: float) -> float:
+    """The chapter's mechanism check: attention dropout 0.3 switched on in the trained model.
+
+    The model is put back as it was: eval mode, attention dropout ``trained_dropout``.
+    """
     for block in model.encoder.blocks:
         block.self_attn.dropout = 0.3
     model.train()
@@ -249,7 +253,7 @@ def attention_dropout_accuracy(model, inputs, targets, dropout: float) -> float:
     with torch.no_grad():
         accuracy = token_accuracy(model(inputs), targets).item()
     for block in model.encoder.blocks:
-        block.self_attn.dropout = dropout
+        block.self_attn.dropout = trained_dropout
     model.eval()
     return accuracy
 
@@ -372,11 +376,7 @@ def shapes_data(num_train: int = 20_000):
     """
     sizes_and_seeds = ((num_train, 1), (1000, 2), (1000, 3))
     train, val, test = (make_shapes_dataset(n, seed=s) for n, s in sizes_and_seeds)
-    values = torch.cat([train.inputs, train.targets])
-    mean, std = values.mean().item(), values.std().item()
-    sets = [
-        TensorDataset((d.inputs - mean) / std, (d.targets - mean) / std) for d in (train, val, test)
-    ]
+    sets, std = standardize(train, train, val, test)
     oracle = (((local_oracle(test) - test.targets) / std) ** 2).mean().item()
     copy = (((test.inputs - test.targets) / std) ** 2).mean().item()
     return *sets, test, oracle, copy
@@ -483,7 +483,6 @@ def corner_data():
 
 
 def sorting_data():
-
     config = SortingConfig()
     train = make_sorting_dataset(config.num_train, config.max_len, torch.Generator().manual_seed(1))
     test = make_sorting_dataset(2000, config.max_len, torch.Generator().manual_seed(2))

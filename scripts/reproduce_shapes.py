@@ -39,7 +39,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from helpers.parallel import machine_label, run_in_processes
-from helpers.tasks.shapes import SHAPES_MODELS, make_shapes_dataset, source_split
+from helpers.tasks.shapes import SHAPES_MODELS, make_shapes_dataset, source_split, standardize
 from helpers.training import evaluate
 
 PROTOCOLS = ("source", "book")
@@ -129,12 +129,10 @@ def datasets(protocol: str, num_train: int):
     does: with the mean and standard deviation of all ``num_train`` sequences, inputs and
     targets together, computed before the split."""
     data, test = make_shapes_dataset(num_train, seed=1), make_shapes_dataset(1000, seed=3)
-    values = torch.cat([data.inputs, data.targets])
-    mean, std = values.mean().item(), values.std().item()
-    inputs, targets = (data.inputs - mean) / std, (data.targets - mean) / std
-    test_set = TensorDataset((test.inputs - mean) / std, (test.targets - mean) / std)
+    (all_set, test_set), _ = standardize(data, data, test)
     if protocol == "book":
-        return TensorDataset(inputs, targets), None, test_set
+        return all_set, None, test_set
+    inputs, targets = all_set.tensors
     train_idx, valid_idx = source_split(num_train)
     train_set = TensorDataset(inputs[train_idx], targets[train_idx])
     valid_set = TensorDataset(inputs[valid_idx], targets[valid_idx])

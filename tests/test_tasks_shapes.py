@@ -30,6 +30,7 @@ from helpers.tasks.shapes import (
     partner_mean_height,
     render_shapes,
     shapes_collide,
+    standardize,
 )
 
 # ----------------------------------------------------------------------------- the data
@@ -487,3 +488,19 @@ def test_conv_self_attention_is_attention_on_linear_projections(
     output, weights = scaled_dot_product_attention(q, k, v, scale=None if scaled else 1.0)
     torch.testing.assert_close(layer(x), output.transpose(1, 2), rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(layer.attention(x), weights, rtol=1e-5, atol=1e-5)
+
+
+def test_standardize_puts_every_set_on_the_reference_scale():
+    reference, other = make_shapes_dataset(300, seed=1), make_shapes_dataset(200, seed=2)
+    (ref_set, other_set), std = standardize(reference, reference, other)
+    values = torch.cat(ref_set.tensors)
+    assert values.mean().item() == pytest.approx(0.0, abs=1e-5)
+    assert values.std().item() == pytest.approx(1.0, abs=1e-5)
+    raw = torch.cat([reference.inputs, reference.targets])
+    assert std == pytest.approx(raw.std().item())
+    mean = raw.mean().item()
+    # the other set is on the reference's scale, not on its own
+    assert torch.allclose(other_set.tensors[1], (other.targets - mean) / std)
+    assert torch.cat(other_set.tensors).mean().item() != pytest.approx(0.0, abs=1e-5)
+    with pytest.raises(TypeError, match="data must be a ShapesData"):
+        standardize(reference, other.tensor_dataset())

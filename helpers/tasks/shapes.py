@@ -41,6 +41,7 @@ __all__ = [
     "render_shapes",
     "shapes_collide",
     "make_shapes_dataset",
+    "standardize",
     "partner_mean_height",
     "local_oracle",
     "ConvSelfAttention",
@@ -89,6 +90,22 @@ class ShapesData:
     def tensor_dataset(self) -> TensorDataset:
         """``TensorDataset(inputs, targets)``, ready for a ``DataLoader``."""
         return TensorDataset(self.inputs, self.targets)
+
+
+def standardize(reference: ShapesData, *datasets: ShapesData) -> tuple[list[TensorDataset], float]:
+    """``datasets`` as ``TensorDataset(inputs, targets)``, on the scale of ``reference``.
+
+    Inputs and targets are shifted and divided by the mean and the standard deviation of
+    ``reference``'s inputs and targets together (the training set's, as chapter 8 and the blog
+    post normalize), so that every set shares one scale and an MSE on it is comparable.
+    Returns the sets and that standard deviation (divide a raw MSE by its square).
+    """
+    for data in (reference, *datasets):
+        check.instance("data", data, ShapesData)
+    values = torch.cat([reference.inputs, reference.targets])
+    mean, std = values.mean().item(), values.std().item()
+    sets = [TensorDataset((d.inputs - mean) / std, (d.targets - mean) / std) for d in datasets]
+    return sets, std
 
 
 def _shape_profiles(

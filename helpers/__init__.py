@@ -41,7 +41,9 @@ table below), and no two modules import each other.
 from __future__ import annotations
 
 import inspect
+import pathlib
 import random
+import textwrap
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -69,7 +71,9 @@ def seed_everything(seed: int = 0) -> torch.Generator:
     """
     seed = _validate.non_negative_int("seed", seed)
     if seed >= 2**32:
-        raise ValueError(f"seed must be in [0, 2**32), got {seed}; pick a smaller non-negative int")
+        raise ValueError(
+            f"seed must be in [0, 2**32), got {seed}; pick a smaller non-negative int"
+        )
     random.seed(seed)
     np.random.seed(seed)  # noqa: NPY002 - seeds the legacy global generator on purpose
     torch.manual_seed(seed)  # also seeds every CUDA device
@@ -92,7 +96,9 @@ def get_device(prefer: str | None = None) -> torch.device:
     if prefer is not None:
         _validate.one_of("prefer", prefer, sorted(available))
         if not available[prefer]:
-            raise ValueError(f"device {prefer!r} is not available here; use prefer=None or 'cpu'")
+            raise ValueError(
+                f"device {prefer!r} is not available here; use prefer=None or 'cpu'"
+            )
         return torch.device(prefer)
     for name in ("cuda", "mps"):
         if available[name]:
@@ -112,23 +118,38 @@ def use_one_thread(device: torch.device) -> None:
 
 
 def show_source(obj) -> object:
-    """Display the source code of a function, class or module, highlighted.
+    """Display the source code of a function, class or module, headed by where it lives.
 
-    Returns an IPython ``Markdown`` object (a fenced code block), so the rendered book shows
-    it as code; outside IPython it returns the source as a plain string.
+    The first line of the block names the file inside the repository, the lines and the
+    book's version (``# helpers/gpt.py, lines 270-327 (v0.6.0)``), so a chapter never has to
+    say where its code is. Returns an IPython ``Markdown`` object (a fenced code block), so
+    the rendered book shows it as code; outside IPython it returns the same text as a string.
     """
     try:
-        source = inspect.getsource(obj)
+        lines, first = inspect.getsourcelines(obj)
+        path = pathlib.Path(inspect.getsourcefile(obj)).resolve()
     except (TypeError, OSError) as error:
         raise TypeError(
             f"cannot show the source of {obj!r}: pass a function, class or module "
             f"defined in Python ({error})"
         ) from None
+    first = max(first, 1)  # a module starts at line 0
+    package = pathlib.Path(__file__).resolve().parent
+    try:
+        where = path.relative_to(package.parent).as_posix()
+    except (
+        ValueError
+    ):  # defined outside the package (a notebook's own module, say)
+        where = path.name
+    header = (
+        f"# {where}, lines {first}-{first + len(lines) - 1} (v{__version__})"
+    )
+    source = header + "\n" + textwrap.dedent("".join(lines)).rstrip()
     try:
         from IPython.display import Markdown
     except ImportError:  # pragma: no cover - IPython ships with every notebook
         return source
-    return Markdown(f"```python\n{source.rstrip()}\n```")
+    return Markdown(f"```python\n{source}\n```")
 
 
 def glue(name: str, value, display: bool = False) -> None:
@@ -140,7 +161,9 @@ def glue(name: str, value, display: bool = False) -> None:
     everywhere. Returns None, so a glue call at the end of a cell displays nothing.
     """
     if not isinstance(name, str) or not name.isidentifier():
-        raise ValueError(f"glue name must be an identifier-like string, got {name!r}")
+        raise ValueError(
+            f"glue name must be an identifier-like string, got {name!r}"
+        )
     if isinstance(value, (np.generic, torch.Tensor)):
         if isinstance(value, torch.Tensor) and value.numel() != 1:
             raise ValueError(
@@ -164,10 +187,14 @@ def expect_error(kind: type[BaseException]) -> Iterator[None]:
     each demonstration is also a check.
     """
     if not (isinstance(kind, type) and issubclass(kind, BaseException)):
-        raise TypeError(f"kind must be an exception class such as ValueError, got {kind!r}")
+        raise TypeError(
+            f"kind must be an exception class such as ValueError, got {kind!r}"
+        )
     try:
         yield
     except kind as error:
         print(f"{kind.__name__}: {error}")
     else:
-        raise AssertionError(f"expected a {kind.__name__}, but nothing was raised")
+        raise AssertionError(
+            f"expected a {kind.__name__}, but nothing was raised"
+        )

@@ -43,16 +43,22 @@ def _kind(value) -> str:
 def positive_int(name: str, value) -> int:
     """``value`` as an int >= 1: TypeError unless it is an int (not a bool), ValueError if < 1."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be a positive int, got {_kind(value)}; pass e.g. {name}=8")
+        raise TypeError(
+            f"{name} must be a positive int, got {_kind(value)}; pass e.g. {name}=8"
+        )
     if value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value}; pass a value >= 1")
+        raise ValueError(
+            f"{name} must be a positive int, got {value}; pass a value >= 1"
+        )
     return int(value)
 
 
 def non_negative_int(name: str, value) -> int:
     """``value`` as an int >= 0 (TypeError / ValueError as :func:`positive_int`)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be a non-negative int, got {_kind(value)}")
+        raise TypeError(
+            f"{name} must be a non-negative int, got {_kind(value)}"
+        )
     if value < 0:
         raise ValueError(f"{name} must be >= 0, got {value}")
     return int(value)
@@ -74,7 +80,9 @@ def positive_number(name: str, value, hint: str = "") -> float:
     """``value`` as a finite float > 0 (TypeError for non-numbers, ValueError otherwise)."""
     value = real(name, value)
     if value <= 0:
-        raise ValueError(f"{name} must be > 0, got {value}" + (f"; {hint}" if hint else ""))
+        raise ValueError(
+            f"{name} must be > 0, got {value}" + (f"; {hint}" if hint else "")
+        )
     return value
 
 
@@ -82,11 +90,15 @@ def non_negative_number(name: str, value, hint: str = "") -> float:
     """``value`` as a finite float >= 0."""
     value = real(name, value)
     if value < 0:
-        raise ValueError(f"{name} must be >= 0, got {value}" + (f"; {hint}" if hint else ""))
+        raise ValueError(
+            f"{name} must be >= 0, got {value}" + (f"; {hint}" if hint else "")
+        )
     return value
 
 
-def probability(name: str, value, hint: str = "use 0.0 to switch it off") -> float:
+def probability(
+    name: str, value, hint: str = "use 0.0 to switch it off"
+) -> float:
     """``value`` as a float in [0, 1): TypeError for non-numbers, ValueError outside."""
     value = real(name, value)
     if not 0.0 <= value < 1.0:
@@ -117,7 +129,11 @@ def even_width(d_model) -> None:
     """A width for sine/cosine pairs."""
     positive_int("d_model", d_model)
     if d_model % 2:
-        nearest = f"{d_model + 1}" if d_model == 1 else f"{d_model + 1} (or {d_model - 1})"
+        nearest = (
+            f"{d_model + 1}"
+            if d_model == 1
+            else f"{d_model + 1} (or {d_model - 1})"
+        )
         raise ValueError(
             f"d_model must be even: sine/cosine encodings fill the width in (sin, cos) pairs, "
             f"got d_model={d_model}; use d_model={nearest} or project the input to an even "
@@ -137,10 +153,14 @@ def encoding_base(base) -> None:
 # --------------------------------------------------------------------------- tensors
 
 
-def tensor(name: str, value, *, floating: bool = False, min_ndim: int = 0) -> Tensor:
+def tensor(
+    name: str, value, *, floating: bool = False, min_ndim: int = 0
+) -> Tensor:
     """``value`` if it is a tensor (of a float dtype if ``floating``) of >= ``min_ndim`` dims."""
     if not isinstance(value, Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
+        raise TypeError(
+            f"{name} must be a torch.Tensor, got {type(value).__name__}"
+        )
     if floating and not value.is_floating_point():
         raise TypeError(
             f"{name} must be a floating-point tensor, got dtype {value.dtype}; "
@@ -174,10 +194,14 @@ def module_dtype(name: str, x: Tensor, module: nn.Module) -> None:
         )
 
 
-def sequence(name: str, x, d_model: int, who: str, max_len: int | None = None) -> Tensor:
+def sequence(
+    name: str, x, d_model: int, who: str, max_len: int | None = None
+) -> Tensor:
     """A float ``(B, T, D)`` batch of sequences with ``D == d_model`` (and ``T <= max_len``)."""
     if not isinstance(x, Tensor):
-        raise TypeError(f"{who} expects a torch.Tensor of shape (B, T, D), got {type(x).__name__}")
+        raise TypeError(
+            f"{who} expects a torch.Tensor of shape (B, T, D), got {type(x).__name__}"
+        )
     if not x.is_floating_point():
         raise TypeError(
             f"{who} expects a floating-point {name}, got dtype {x.dtype}; token ids go through "
@@ -245,7 +269,11 @@ def kernel_width(width) -> None:
     """A kernel width: a number or tensor, every entry > 0."""
     if not isinstance(width, Tensor):
         real("width", width)
-    values = width.detach() if isinstance(width, Tensor) else torch.tensor(float(width))
+    values = (
+        width.detach()
+        if isinstance(width, Tensor)
+        else torch.tensor(float(width))
+    )
     if not (values > 0).all():  # NaN fails this test too
         raise ValueError(
             f"width must be > 0, got {width}; a kernel of width 0 is a hard lookup, "
@@ -268,14 +296,22 @@ def lengths(lengths, max_len):
     Returns the lengths as a tensor and ``max_len`` (the longest length when it is None).
     """
     if not isinstance(lengths, Tensor):
-        if isinstance(lengths, (str, bytes)) or not isinstance(lengths, Sequence):
+        if isinstance(lengths, (str, bytes)) or not isinstance(
+            lengths, Sequence
+        ):
             raise TypeError(
                 f"lengths must be a 1-D integer tensor or a list of ints, got {lengths!r}"
             )
-        if not all(isinstance(n, int) and not isinstance(n, bool) for n in lengths):
+        if not all(
+            isinstance(n, int) and not isinstance(n, bool) for n in lengths
+        ):
             raise TypeError(f"lengths must contain ints, got {list(lengths)!r}")
         lengths = torch.tensor(list(lengths), dtype=torch.long)
-    if lengths.dtype.is_floating_point or lengths.dtype == torch.bool or lengths.is_complex():
+    if (
+        lengths.dtype.is_floating_point
+        or lengths.dtype == torch.bool
+        or lengths.is_complex()
+    ):
         raise TypeError(
             f"lengths must be an integer tensor, got dtype {lengths.dtype}; use lengths.long()"
         )
@@ -285,7 +321,9 @@ def lengths(lengths, max_len):
             f"{tuple(lengths.shape)}"
         )
     if (lengths < 0).any():
-        raise ValueError(f"lengths must be non-negative, got {lengths.tolist()}")
+        raise ValueError(
+            f"lengths must be non-negative, got {lengths.tolist()}"
+        )
     longest = int(lengths.max())
     if max_len is None:
         max_len = longest
@@ -311,7 +349,10 @@ def tokens(value, vocab_size: int, max_len: int | None = None) -> Tensor:
             f"tokens must have shape (B, T), got {tuple(value.shape)}; "
             "add a batch dimension with tokens.unsqueeze(0)"
         )
-    if value.numel() and not 0 <= int(value.min()) <= int(value.max()) < vocab_size:
+    if (
+        value.numel()
+        and not 0 <= int(value.min()) <= int(value.max()) < vocab_size
+    ):
         raise ValueError(
             f"tokens must lie in 0 .. {vocab_size - 1}, got values from "
             f"{int(value.min())} to {int(value.max())}"
@@ -327,7 +368,9 @@ def tokens(value, vocab_size: int, max_len: int | None = None) -> Tensor:
 def logits_targets(logits, targets) -> None:
     """Per-token logits ``(B, T, C)`` and integer targets ``(B, T)``."""
     if not isinstance(logits, Tensor) or not isinstance(targets, Tensor):
-        raise TypeError("logits and targets must be tensors of shapes (B, T, C) and (B, T)")
+        raise TypeError(
+            "logits and targets must be tensors of shapes (B, T, C) and (B, T)"
+        )
     if logits.ndim != 3 or logits.shape[:2] != targets.shape:
         raise ValueError(
             f"logits must be (B, T, C) and targets (B, T), got {tuple(logits.shape)} and "
@@ -341,7 +384,9 @@ def logits_targets(logits, targets) -> None:
 def bool_mask(value) -> Tensor:
     """A boolean tensor; float masks are refused because 0/1 and 0/-inf masks look alike."""
     if not isinstance(value, Tensor):
-        raise TypeError(f"mask must be a boolean torch.Tensor or None, got {type(value).__name__}")
+        raise TypeError(
+            f"mask must be a boolean torch.Tensor or None, got {type(value).__name__}"
+        )
     if value.dtype != torch.bool:
         raise TypeError(
             f"mask must be boolean (True = may attend), got dtype {value.dtype}. "
@@ -372,7 +417,9 @@ def attention_mask(value, scores_shape: torch.Size) -> Tensor:
         )
     size = value.shape[-1]
     if value.ndim >= 2 and size > 1 and value.shape[-2] == size:
-        pytorch_causal = torch.ones(size, size, dtype=torch.bool, device=value.device).triu(1)
+        pytorch_causal = torch.ones(
+            size, size, dtype=torch.bool, device=value.device
+        ).triu(1)
         if bool((value == pytorch_causal).all()):
             raise ValueError(
                 "this mask is PyTorch's causal mask torch.triu(ones, 1), where True means "
@@ -412,7 +459,9 @@ def attention_arguments(q, k, v, mask, dropout_p, training, scale):
             f"v {tuple(v.shape)}; each key needs exactly one value"
         )
     try:
-        batch_shape = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+        batch_shape = torch.broadcast_shapes(
+            q.shape[:-2], k.shape[:-2], v.shape[:-2]
+        )
     except RuntimeError:
         raise ValueError(
             f"the leading (batch) dimensions of q {tuple(q.shape)}, k {tuple(k.shape)} and "
@@ -424,7 +473,11 @@ def attention_arguments(q, k, v, mask, dropout_p, training, scale):
         scale = positive_number("scale", scale, SCALE_HINT)
     if mask is not None:
         scores_shape = torch.Size((*batch_shape, q.shape[-2], k.shape[-2]))
-        if isinstance(mask, Tensor) and mask.ndim == 3 and len(scores_shape) == 4:
+        if (
+            isinstance(mask, Tensor)
+            and mask.ndim == 3
+            and len(scores_shape) == 4
+        ):
             # (B, Tq, Tk) against (B, H, Tq, Tk): one mask per sequence, shared by the heads
             # (as in MultiHeadAttention), not lined up with H by right-aligned broadcasting.
             mask = mask[:, None]
@@ -445,8 +498,16 @@ def multi_head_inputs(layer, query, key, value, mask) -> Tensor | None:
             f"mask must be 2-D (Tq, Tk), 3-D (B, Tq, Tk) or 4-D (B, H, Tq, Tk), got shape "
             f"{tuple(mask.shape)}"
         )
-    mask = mask[None, None] if mask.ndim == 2 else mask[:, None] if mask.ndim == 3 else mask
-    scores = torch.Size((query.shape[0], layer.num_heads, query.shape[1], key.shape[1]))
+    mask = (
+        mask[None, None]
+        if mask.ndim == 2
+        else mask[:, None]
+        if mask.ndim == 3
+        else mask
+    )
+    scores = torch.Size(
+        (query.shape[0], layer.num_heads, query.shape[1], key.shape[1])
+    )
     return attention_mask(mask, scores)
 
 
@@ -479,11 +540,15 @@ def loss_function(value):
             f"{value.__name__} itself; call it: loss_fn={value.__name__}()"
         )
     if not callable(value):
-        raise TypeError(f"loss_fn must be callable, e.g. nn.MSELoss(), got {type(value).__name__}")
+        raise TypeError(
+            f"loss_fn must be callable, e.g. nn.MSELoss(), got {type(value).__name__}"
+        )
     return value
 
 
-def optimizer_of(value, for_model: nn.Module | None = None) -> torch.optim.Optimizer:
+def optimizer_of(
+    value, for_model: nn.Module | None = None
+) -> torch.optim.Optimizer:
     """An optimizer; with ``for_model``, one that updates at least one of its parameters."""
     if not isinstance(value, torch.optim.Optimizer):
         raise TypeError(
@@ -492,7 +557,9 @@ def optimizer_of(value, for_model: nn.Module | None = None) -> torch.optim.Optim
         )
     if for_model is not None:
         mine = {id(p) for p in for_model.parameters()}
-        theirs = {id(p) for group in value.param_groups for p in group["params"]}
+        theirs = {
+            id(p) for group in value.param_groups for p in group["params"]
+        }
         if mine and not mine & theirs:
             raise ValueError(
                 "the optimizer holds none of this model's parameters (was it built for another "
@@ -510,13 +577,19 @@ def metric_functions(value) -> dict:
             f"metrics must be a dict {{name: fn(output, target)}}, got {type(value).__name__}"
         )
     for name, metric in value.items():
-        if not isinstance(name, str) or not name.isidentifier() or name == "loss":
+        if (
+            not isinstance(name, str)
+            or not name.isidentifier()
+            or name == "loss"
+        ):
             raise ValueError(
                 f"metric names must be identifiers other than 'loss', got {name!r}; "
                 "rename it, e.g. 'accuracy'"
             )
         if not callable(metric):
-            raise TypeError(f"metric {name!r} must be callable, got {type(metric).__name__}")
+            raise TypeError(
+                f"metric {name!r} must be callable, got {type(metric).__name__}"
+            )
     return dict(value)
 
 
@@ -534,7 +607,11 @@ def model_output(output) -> Tensor:
 def fit_arguments(arguments: dict) -> dict:
     """The arguments of :func:`helpers.training.fit`, by name (its ``locals()`` on entry);
     returns its metrics as a dict of functions."""
-    model, epochs, seed = arguments["model"], arguments["epochs"], arguments["seed"]
+    model, epochs, seed = (
+        arguments["model"],
+        arguments["epochs"],
+        arguments["seed"],
+    )
     module(model)
     loader("train_loader", arguments["train_loader"])
     if arguments["val_loader"] is not None:
@@ -544,7 +621,11 @@ def fit_arguments(arguments: dict) -> dict:
     positive_int("epochs", epochs)
     positive_int("log_every", arguments["log_every"])
     if arguments["clip_grad_norm"] is not None:
-        positive_number("clip_grad_norm", arguments["clip_grad_norm"], "1.0 is a common choice")
+        positive_number(
+            "clip_grad_norm",
+            arguments["clip_grad_norm"],
+            "1.0 is a common choice",
+        )
     scheduler = arguments["scheduler"]
     if scheduler is not None and not callable(getattr(scheduler, "step", None)):
         raise TypeError(
@@ -559,7 +640,9 @@ def fit_arguments(arguments: dict) -> dict:
 def first_batch(batch):
     """The first batch of an epoch, which must exist: a loader that yields nothing is an error."""
     if batch is None:
-        raise ValueError("train_loader yielded no batches; check its dataset and batch_size")
+        raise ValueError(
+            "train_loader yielded no batches; check its dataset and batch_size"
+        )
     return batch
 
 
@@ -608,10 +691,14 @@ def num_classes(num_classes) -> int:
     return num_classes
 
 
-def shape_parameters(triangles: torch.Tensor, boxes: torch.Tensor, seq_len: int) -> None:
+def shape_parameters(
+    triangles: torch.Tensor, boxes: torch.Tensor, seq_len: int
+) -> None:
     for name, shapes in (("triangles", triangles), ("boxes", boxes)):
         if not isinstance(shapes, torch.Tensor):
-            raise TypeError(f"{name} must be a tensor, got {type(shapes).__name__}")
+            raise TypeError(
+                f"{name} must be a tensor, got {type(shapes).__name__}"
+            )
         if shapes.dim() != 3 or shapes.shape[2] != 3:
             raise ValueError(
                 f"{name} must have shape [N, K, 3] holding (center, height, width), "
@@ -653,7 +740,9 @@ def _mask_fits(mask: Tensor, queries: int, keys: int) -> bool:
     return rows in (1, queries) and columns in (1, keys)
 
 
-def _decoder_mask(name: str, mask, fits: tuple, swapped: tuple, who: str) -> None:
+def _decoder_mask(
+    name: str, mask, fits: tuple, swapped: tuple, who: str
+) -> None:
     """A boolean mask whose last two dimensions fit ``fits = (Tq, Tk)`` (size 1 broadcasts).
 
     ``swapped`` is the ``(Tq, Tk)`` the mask would fit if target and memory were swapped.
@@ -691,14 +780,22 @@ def _named_bool_mask(name: str, value) -> Tensor:
     try:
         return bool_mask(value)
     except TypeError as error:
-        raise TypeError(str(error).replace("mask must", f"{name} must", 1)) from None
+        raise TypeError(
+            str(error).replace("mask must", f"{name} must", 1)
+        ) from None
 
 
-def decoder_inputs(block: nn.Module, target, memory, target_mask, memory_mask) -> None:
+def decoder_inputs(
+    block: nn.Module, target, memory, target_mask, memory_mask
+) -> None:
     """A decoder's ``target (B, Tt, D)``, ``memory (B, Ts, D)`` and its two boolean masks."""
     who = type(block).__name__
     sequence("target", target, block.d_model, who)
-    if isinstance(memory, Tensor) and memory.ndim == 3 and memory.shape[-1] != block.d_model:
+    if (
+        isinstance(memory, Tensor)
+        and memory.ndim == 3
+        and memory.shape[-1] != block.d_model
+    ):
         raise ValueError(
             f"{who} was built for d_model={block.d_model} but memory (the encoder's output) "
             f"has width {memory.shape[-1]} (shape {tuple(memory.shape)}); the encoder and the "
@@ -713,13 +810,21 @@ def decoder_inputs(block: nn.Module, target, memory, target_mask, memory_mask) -
             f"{tuple(target.shape)} and memory {tuple(memory.shape)}"
         )
     target_len, source_len = target.shape[1], memory.shape[1]
-    _decoder_mask("target_mask", target_mask, (target_len,) * 2, (source_len,) * 2, who)
     _decoder_mask(
-        "memory_mask", memory_mask, (target_len, source_len), (source_len, target_len), who
+        "target_mask", target_mask, (target_len,) * 2, (source_len,) * 2, who
+    )
+    _decoder_mask(
+        "memory_mask",
+        memory_mask,
+        (target_len, source_len),
+        (source_len, target_len),
+        who,
     )
 
 
-def seq2seq_arguments(source_vocab, target_vocab, pad_id, tie_embeddings, ffn_width) -> None:
+def seq2seq_arguments(
+    source_vocab, target_vocab, pad_id, tie_embeddings, ffn_width
+) -> None:
     """The vocabulary sizes, padding token, tying choice and feed-forward width (an int, or
     None for the default) of an encoder-decoder model."""
     positive_int("source_vocab", source_vocab)
@@ -742,7 +847,9 @@ def seq2seq_arguments(source_vocab, target_vocab, pad_id, tie_embeddings, ffn_wi
             )
 
 
-def seq2seq_generation(model, start_id, num_steps, end_id, beam_size, length_penalty) -> None:
+def seq2seq_generation(
+    model, start_id, num_steps, end_id, beam_size, length_penalty
+) -> None:
     """The arguments of ``EncoderDecoderTransformer.generate``: ids of the target vocabulary."""
     vocab = model.target_vocab
     for name, value in (("start_id", start_id), ("end_id", end_id)):
@@ -754,7 +861,9 @@ def seq2seq_generation(model, start_id, num_steps, end_id, beam_size, length_pen
             )
     positive_int("num_steps", num_steps)
     positive_int("beam_size", beam_size)
-    non_negative_number("length_penalty", length_penalty, "use 0.0 to rank by total log-prob")
+    non_negative_number(
+        "length_penalty", length_penalty, "use 0.0 to rank by total log-prob"
+    )
     if end_id is not None and (model.pad_id is None or end_id == model.pad_id):
         raise ValueError(
             f"end_id={end_id} needs a padding token, different from it, to fill the positions "
@@ -795,8 +904,12 @@ def cache_entries(cache, keys, values) -> None:
             f"keys and values must have the same shape, got {tuple(keys.shape)} and "
             f"{tuple(values.shape)}"
         )
-    held = cache.entry_shape  # (B, H_kv, T_held, d_head) or None, without slicing the buffers
-    if held is not None and tuple(held[:2] + held[3:]) != tuple(keys.shape[:2] + keys.shape[3:]):
+    held = (
+        cache.entry_shape
+    )  # (B, H_kv, T_held, d_head) or None, without slicing the buffers
+    if held is not None and tuple(held[:2] + held[3:]) != tuple(
+        keys.shape[:2] + keys.shape[3:]
+    ):
         raise ValueError(
             f"the cache holds keys of shape {tuple(held)} (B, H_kv, T, d_head), the new "
             f"ones are {tuple(keys.shape)}: batch, heads and width must match; use a "
@@ -813,7 +926,9 @@ def self_attention_input(layer: nn.Module, x, cache, cache_type: type) -> None:
             f"cache must be a {cache_type.__module__}.{cache_type.__name__} or None, got "
             f"{type(cache).__name__}; make one per layer with model.new_caches(batch_size)"
         )
-    held = None if cache is None else cache.entry_shape  # read without slicing the buffers
+    held = (
+        None if cache is None else cache.entry_shape
+    )  # read without slicing the buffers
     if held is not None and held[0] != x.shape[0]:
         raise ValueError(
             f"the cache holds {held[0]} sequences but x has {x.shape[0]}; "
@@ -826,7 +941,8 @@ def one_of(name: str, value, choices, hint: str = ""):
     if value not in choices:
         choices = tuple(choices)
         raise ValueError(
-            f"{name} must be one of {choices}, got {value!r}" + (f": {hint}" if hint else "")
+            f"{name} must be one of {choices}, got {value!r}"
+            + (f": {hint}" if hint else "")
         )
     return value
 
@@ -900,7 +1016,9 @@ def gpt_input(model, tokens_in, caches) -> int:
     tokens(tokens_in, model.vocab_size)
     offset = 0
     if caches is not None:
-        if not isinstance(caches, (list, tuple)) or len(caches) != len(model.blocks):
+        if not isinstance(caches, (list, tuple)) or len(caches) != len(
+            model.blocks
+        ):
             raise ValueError(
                 f"caches must be a list of one KVCache per layer ({len(model.blocks)}), got "
                 f"{type(caches).__name__}; make them with model.new_caches(batch_size)"
@@ -921,7 +1039,9 @@ def generation(model, prompt, max_new_tokens, greedy, use_cache) -> None:
     """A prompt ``(B, T0)`` and a number of new tokens that fit the model's context."""
     tokens(prompt, model.vocab_size)
     if prompt.shape[1] == 0:
-        raise ValueError("the prompt is empty; start from at least one token (e.g. a BOS token)")
+        raise ValueError(
+            "the prompt is empty; start from at least one token (e.g. a BOS token)"
+        )
     positive_int("max_new_tokens", max_new_tokens)
     boolean("greedy", greedy)
     boolean("use_cache", use_cache)
@@ -934,7 +1054,9 @@ def generation(model, prompt, max_new_tokens, greedy, use_cache) -> None:
         )
 
 
-def end_and_pad(vocab_size: int, end_id, pad_id) -> tuple[int | None, int | None]:
+def end_and_pad(
+    vocab_size: int, end_id, pad_id
+) -> tuple[int | None, int | None]:
     """``end_id`` and ``pad_id`` of generation: token ids or None, ``pad_id`` only with ``end_id``.
 
     Returns them with ``pad_id`` defaulting to ``end_id``.
@@ -943,7 +1065,9 @@ def end_and_pad(vocab_size: int, end_id, pad_id) -> tuple[int | None, int | None
         if value is not None and (
             isinstance(value, bool) or not isinstance(value, numbers.Integral)
         ):
-            raise TypeError(f"{name} must be an int token id or None, got {_kind(value)}")
+            raise TypeError(
+                f"{name} must be an int token id or None, got {_kind(value)}"
+            )
         if value is not None and not 0 <= value < vocab_size:
             raise ValueError(
                 f"{name}={value} is not a token of the model's vocabulary; "
@@ -961,7 +1085,9 @@ def sampling(logits, temperature, top_k) -> tuple[float, int | None]:
     """Logits ``(..., V)``, a temperature > 0 and an optional ``top_k`` >= 1."""
     tensor("logits", logits, floating=True, min_ndim=1)
     temperature = positive_number(
-        "temperature", temperature, "use greedy decoding (argmax) for the limit temperature -> 0"
+        "temperature",
+        temperature,
+        "use greedy decoding (argmax) for the limit temperature -> 0",
     )
     if top_k is not None:
         top_k = positive_int("top_k", top_k)
@@ -988,7 +1114,9 @@ def images(x, channels: int | None, image_size: int | None, who: str) -> Tensor:
     """A float batch of images ``(B, C, H, W)``; ``C == channels`` and ``H == W == image_size``
     unless those are None."""
     if not isinstance(x, Tensor):
-        raise TypeError(f"{who} expects a torch.Tensor of shape (B, C, H, W), got {_kind(x)}")
+        raise TypeError(
+            f"{who} expects a torch.Tensor of shape (B, C, H, W), got {_kind(x)}"
+        )
     if not x.is_floating_point():
         raise TypeError(
             f"{who} expects floating-point images, got dtype {x.dtype}; convert them with "

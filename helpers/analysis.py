@@ -36,7 +36,11 @@ def count_parameters(module: nn.Module, trainable_only: bool = False) -> int:
     ``trainable_only=True`` counts only those with ``requires_grad`` (frozen ones left out).
     """
     check.module(module)
-    return sum(p.numel() for p in module.parameters() if p.requires_grad or not trainable_only)
+    return sum(
+        p.numel()
+        for p in module.parameters()
+        if p.requires_grad or not trainable_only
+    )
 
 
 def parameter_table(module: nn.Module, max_depth: int = 1) -> pd.DataFrame:
@@ -51,7 +55,9 @@ def parameter_table(module: nn.Module, max_depth: int = 1) -> pd.DataFrame:
     for name, child in module.named_modules():
         depth = name.count(".") + 1
         count = count_parameters(child)
-        if name and depth <= max_depth and count > 0:  # skip dropout, activations
+        if (
+            name and depth <= max_depth and count > 0
+        ):  # skip dropout, activations
             rows.append((name, type(child).__name__, count))
     rows.append(("total", type(module).__name__, count_parameters(module)))
     return pd.DataFrame(rows, columns=["module", "type", "parameters"])
@@ -70,7 +76,9 @@ def stable_rank(matrix: torch.Tensor) -> float:
         )
     singular = torch.linalg.svdvals(matrix.detach().double())
     if singular[0] == 0:
-        raise ValueError("the stable rank of a zero matrix is undefined (0 / 0)")
+        raise ValueError(
+            "the stable rank of a zero matrix is undefined (0 / 0)"
+        )
     return float((singular**2).sum() / singular[0] ** 2)
 
 
@@ -99,13 +107,17 @@ def peak_cpu_bytes(fn: Callable, *args, **kwargs) -> int:
     caching are not included.
     """
     check.function("fn", fn)
-    with _quiet_stderr(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    with (
+        _quiet_stderr(),
+        profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof,
+    ):
         result = fn(*args, **kwargs)
         del result
     events = [  # (time, +bytes allocated or -bytes freed), CPU memory only
         (event.start_ns(), event.nbytes())
         for event in prof.profiler.kineto_results.events()
-        if event.name() == "[memory]" and str(event.device_type()).endswith("CPU")
+        if event.name() == "[memory]"
+        and str(event.device_type()).endswith("CPU")
     ]
     total = peak = 0
     for _, nbytes in sorted(events):
@@ -131,7 +143,12 @@ class DispatchCounter(TorchDispatchMode):
 
     def __init__(self) -> None:
         super().__init__()
-        self.ops, self.non_view_ops, self.syncs, self.elements_written = 0, 0, 0, 0
+        self.ops, self.non_view_ops, self.syncs, self.elements_written = (
+            0,
+            0,
+            0,
+            0,
+        )
         self.by_name: dict[str, int] = {}
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -145,5 +162,7 @@ class DispatchCounter(TorchDispatchMode):
             self.non_view_ops += 1
         if not func.is_view and not name.startswith(("empty", "new_empty")):
             outputs = out if isinstance(out, (tuple, list)) else (out,)
-            self.elements_written += sum(t.numel() for t in outputs if isinstance(t, torch.Tensor))
+            self.elements_written += sum(
+                t.numel() for t in outputs if isinstance(t, torch.Tensor)
+            )
         return out

@@ -76,7 +76,9 @@ def scaled_dot_product_attention(
     skips the input checks, for callers that have checked their inputs already.
     """
     if validate:
-        mask, scale = check.attention_arguments(q, k, v, mask, dropout_p, training, scale)
+        mask, scale = check.attention_arguments(
+            q, k, v, mask, dropout_p, training, scale
+        )
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     scores = (q @ k.transpose(-2, -1)) * scale  # (..., Tq, Tk)
     if mask is not None:
@@ -91,7 +93,10 @@ def scaled_dot_product_attention(
         weights = weights.masked_fill(~has_key, 0.0)
     if training and dropout_p > 0.0:
         keep = torch.rand(
-            weights.shape, generator=generator, device=weights.device, dtype=weights.dtype
+            weights.shape,
+            generator=generator,
+            device=weights.device,
+            dtype=weights.dtype,
         )
         weights = weights * (keep >= dropout_p) / (1.0 - dropout_p)
     return weights @ v, weights
@@ -126,7 +131,13 @@ class MultiHeadAttention(nn.Module):
     ``mask``: boolean, True = may attend, (Tq, Tk), (B, Tq, Tk) or (B, H, Tq, Tk).
     """
 
-    def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = False):
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        dropout: float = 0.0,
+        bias: bool = False,
+    ):
         super().__init__()
         self.d_head = check.head_width(d_model, num_heads)
         self.d_model, self.num_heads = d_model, num_heads
@@ -139,19 +150,29 @@ class MultiHeadAttention(nn.Module):
         if query is key and key is value:  # self-attention: one matmul
             q, k, v = self.qkv_proj(query).split(self.d_model, dim=-1)
         else:  # cross-attention: each input through its own block of the fused weight
-            q, k, v = (self._project(x, i) for i, x in enumerate((query, key, value)))
-        q, k, v = (split_heads(x, self.num_heads) for x in (q, k, v))  # (B, H, T, d_head)
+            q, k, v = (
+                self._project(x, i) for i, x in enumerate((query, key, value))
+            )
+        q, k, v = (
+            split_heads(x, self.num_heads) for x in (q, k, v)
+        )  # (B, H, T, d_head)
         dropout_p = self.dropout if self.training else 0.0
         if return_attention:  # the book's own kernel, which returns the weights
-            heads, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p, validate=False)
+            heads, weights = scaled_dot_product_attention(
+                q, k, v, mask, dropout_p, validate=False
+            )
         else:  # PyTorch's fused kernel; rows with no key give zeros, as the package's rule says
-            heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+            heads = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, dropout_p=dropout_p
+            )
             if mask is not None:
                 heads = heads.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
         output = self.out_proj(merge_heads(heads))  # (B, Tq, D)
         return (output, weights) if return_attention else output
 
-    def _project(self, x: Tensor, block: int) -> Tensor:  # block 0: W_q, 1: W_k, 2: W_v
+    def _project(
+        self, x: Tensor, block: int
+    ) -> Tensor:  # block 0: W_q, 1: W_k, 2: W_v
         rows = slice(block * self.d_model, (block + 1) * self.d_model)
         bias = None if self.qkv_proj.bias is None else self.qkv_proj.bias[rows]
         return F.linear(x, self.qkv_proj.weight[rows], bias)
@@ -200,9 +221,15 @@ class PerHeadMultiHeadAttention(nn.Module):
         mask = check.multi_head_inputs(self, query, key, value, mask)
         outputs, weights = [], []
         for h, head in enumerate(self.heads):
-            head_mask = None if mask is None else mask[:, min(h, mask.shape[1] - 1)]
+            head_mask = (
+                None if mask is None else mask[:, min(h, mask.shape[1] - 1)]
+            )
             output, weight = head(query, key, value, head_mask)
             outputs.append(output)
             weights.append(weight)
         output = self.out_proj(torch.cat(outputs, dim=-1))
-        return (output, torch.stack(weights, dim=1)) if return_attention else output
+        return (
+            (output, torch.stack(weights, dim=1))
+            if return_attention
+            else output
+        )

@@ -54,14 +54,20 @@ __all__ = [
 
 
 def _describe(value) -> str:
-    return f"shape {tuple(value.shape)}" if isinstance(value, Tensor) else type(value).__name__
+    return (
+        f"shape {tuple(value.shape)}"
+        if isinstance(value, Tensor)
+        else type(value).__name__
+    )
 
 
 # --------------------------------------------------------------------------- chapter 1
 
 
 def check_kernel_regression(
-    fn: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, float], torch.Tensor],
+    fn: Callable[
+        [torch.Tensor, torch.Tensor, torch.Tensor, float], torch.Tensor
+    ],
 ) -> str:
     """Check a reader's Laplace-kernel regression ``fn(queries, keys, values, width)``.
 
@@ -73,10 +79,17 @@ def check_kernel_regression(
     keys = torch.rand(11, generator=generator) * 10
     values = torch.randn(11, generator=generator)
     for width in (0.3, 1.0, 4.0):
-        expected = torch.softmax(-(queries[:, None] - keys[None, :]).abs() / width, -1) @ values
+        expected = (
+            torch.softmax(-(queries[:, None] - keys[None, :]).abs() / width, -1)
+            @ values
+        )
         got = fn(queries, keys, values, width)
         if not isinstance(got, torch.Tensor) or got.shape != expected.shape:
-            shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
+            shape = (
+                tuple(got.shape)
+                if isinstance(got, torch.Tensor)
+                else type(got).__name__
+            )
             raise AssertionError(
                 f"expected a tensor of shape {tuple(expected.shape)} (one prediction per "
                 f"query), got {shape}"
@@ -98,8 +111,12 @@ def check_kernel_regression(
 # --------------------------------------------------------------------------- chapters 2-3
 
 
-def _reference_attention(q: Tensor, k: Tensor, v: Tensor, dim: int = -1, scaled: bool = True):
-    scores = q @ k.transpose(-2, -1) / (math.sqrt(q.shape[-1]) if scaled else 1.0)
+def _reference_attention(
+    q: Tensor, k: Tensor, v: Tensor, dim: int = -1, scaled: bool = True
+):
+    scores = (
+        q @ k.transpose(-2, -1) / (math.sqrt(q.shape[-1]) if scaled else 1.0)
+    )
     return scores.softmax(dim=dim) @ v
 
 
@@ -111,11 +128,20 @@ def check_attention(fn) -> str:
     AssertionError naming the likely mistake.
     """
     if not callable(fn):
-        raise TypeError(f"pass your attention function itself, got {type(fn).__name__}")
+        raise TypeError(
+            f"pass your attention function itself, got {type(fn).__name__}"
+        )
     gen = torch.Generator().manual_seed(0)
-    cases = (((4, 4), (4, 4), 3), ((3, 4), (5, 4), 2), ((2, 3, 4, 8), (2, 3, 6, 8), 5))
+    cases = (
+        ((4, 4), (4, 4), 3),
+        ((3, 4), (5, 4), 2),
+        ((2, 3, 4, 8), (2, 3, 6, 8), 5),
+    )
     for shape_q, shape_k, dv in cases:
-        q, k = torch.randn(*shape_q, generator=gen), torch.randn(*shape_k, generator=gen)
+        q, k = (
+            torch.randn(*shape_q, generator=gen),
+            torch.randn(*shape_k, generator=gen),
+        )
         v = torch.randn(*shape_k[:-1], dv, generator=gen)
         batched = q.ndim > 2
         try:
@@ -140,11 +166,21 @@ def check_attention(fn) -> str:
             )
         if torch.allclose(output, expected, atol=1e-5):
             continue
-        if torch.allclose(output, _reference_attention(q, k, v, scaled=False), atol=1e-5):
-            raise AssertionError("the scores are not scaled: divide q @ k^T by sqrt(d)")
-        if torch.allclose(output, _reference_attention(q, k, v, dim=-2), atol=1e-5):
-            raise AssertionError("the softmax runs over queries: take it over the keys, dim=-1")
-        if q.shape == k.shape and torch.allclose(output, _reference_attention(k, q, v), atol=1e-5):
+        if torch.allclose(
+            output, _reference_attention(q, k, v, scaled=False), atol=1e-5
+        ):
+            raise AssertionError(
+                "the scores are not scaled: divide q @ k^T by sqrt(d)"
+            )
+        if torch.allclose(
+            output, _reference_attention(q, k, v, dim=-2), atol=1e-5
+        ):
+            raise AssertionError(
+                "the softmax runs over queries: take it over the keys, dim=-1"
+            )
+        if q.shape == k.shape and torch.allclose(
+            output, _reference_attention(k, q, v), atol=1e-5
+        ):
             raise AssertionError(
                 "queries and keys are swapped: the scores are q @ k^T (one row per query), "
                 "not k @ q^T"
@@ -162,17 +198,25 @@ def check_sliding_window_mask(fn) -> str:
     Returns a line starting with "Correct:" or raises AssertionError with a hint.
     """
     if not callable(fn):
-        raise TypeError(f"pass your mask function itself, got {type(fn).__name__}")
+        raise TypeError(
+            f"pass your mask function itself, got {type(fn).__name__}"
+        )
     for T, window in ((5, 2), (6, 1), (4, 4), (7, 3)):
         rows, cols = torch.arange(T)[:, None], torch.arange(T)[None, :]
         expected = (cols <= rows) & (cols > rows - window)
         mask = fn(T, window)
         if not isinstance(mask, Tensor) or mask.shape != (T, T):
-            raise AssertionError(f"expected a ({T}, {T}) tensor, got {_describe(mask)}")
+            raise AssertionError(
+                f"expected a ({T}, {T}) tensor, got {_describe(mask)}"
+            )
         if mask.dtype != torch.bool:
-            raise AssertionError(f"the mask must be boolean, got dtype {mask.dtype}")
+            raise AssertionError(
+                f"the mask must be boolean, got dtype {mask.dtype}"
+            )
         if torch.equal(mask, ~expected):
-            raise AssertionError("the mask is inverted: True must mean 'may attend'")
+            raise AssertionError(
+                "the mask is inverted: True must mean 'may attend'"
+            )
         if not torch.equal(mask, expected):
             wrong = (mask != expected).nonzero()[0].tolist()
             raise AssertionError(
@@ -185,7 +229,9 @@ def check_sliding_window_mask(fn) -> str:
 # --------------------------------------------------------------------------- chapter 4
 
 
-def mha_parameter_count(d_model: int, num_heads: int, bias: bool = False) -> int:
+def mha_parameter_count(
+    d_model: int, num_heads: int, bias: bool = False
+) -> int:
     """Parameters of standard multi-head attention: ``4 D^2`` weights (+ ``4 D`` biases).
 
     ``num_heads`` does not enter: the heads split the width D, they do not add to it.
@@ -250,8 +296,12 @@ def check_parameter_count(fn: Callable[[int, int, bool], int]) -> str:
     """Check a reader's ``count(d_model, num_heads, bias)`` against torch's own layer."""
     for d_model, num_heads in ((8, 1), (8, 2), (12, 3), (64, 8), (64, 16)):
         for bias in (False, True):
-            module = nn.MultiheadAttention(d_model, num_heads, bias=bias, batch_first=True)
-            expected = sum(parameter.numel() for parameter in module.parameters())
+            module = nn.MultiheadAttention(
+                d_model, num_heads, bias=bias, batch_first=True
+            )
+            expected = sum(
+                parameter.numel() for parameter in module.parameters()
+            )
             got = fn(d_model, num_heads, bias)
             if got != expected:
                 hint = ""
@@ -272,9 +322,18 @@ def check_parameter_count(fn: Callable[[int, int, bool], int]) -> str:
 # --------------------------------------------------------------------------- chapter 5
 
 
-def _fixed_base_reference(num_positions: int, bases: Sequence[int]) -> np.ndarray:
-    angles = 2 * np.pi * np.arange(num_positions)[:, None] / np.asarray(bases, float)[None, :]
-    return np.stack((np.sin(angles), np.cos(angles)), axis=-1).reshape(num_positions, -1)
+def _fixed_base_reference(
+    num_positions: int, bases: Sequence[int]
+) -> np.ndarray:
+    angles = (
+        2
+        * np.pi
+        * np.arange(num_positions)[:, None]
+        / np.asarray(bases, float)[None, :]
+    )
+    return np.stack((np.sin(angles), np.cos(angles)), axis=-1).reshape(
+        num_positions, -1
+    )
 
 
 def _diagnose(got: np.ndarray, num_positions: int, bases: Sequence[int]) -> str:
@@ -284,7 +343,9 @@ def _diagnose(got: np.ndarray, num_positions: int, bases: Sequence[int]) -> str:
     expected = _fixed_base_reference(num_positions, bases)
 
     def pairs(angles: np.ndarray, first=np.sin, second=np.cos) -> np.ndarray:
-        return np.stack((first(angles), second(angles)), -1).reshape(num_positions, -1)
+        return np.stack((first(angles), second(angles)), -1).reshape(
+            num_positions, -1
+        )
 
     known_mistakes = [
         (
@@ -298,7 +359,11 @@ def _diagnose(got: np.ndarray, num_positions: int, bases: Sequence[int]) -> str:
         ),
         (
             np.concatenate(
-                (np.sin(2 * np.pi * steps * speeds), np.cos(2 * np.pi * steps * speeds)), 1
+                (
+                    np.sin(2 * np.pi * steps * speeds),
+                    np.cos(2 * np.pi * steps * speeds),
+                ),
+                1,
             ),
             "all sines come first and then all cosines; interleave them instead: "
             "sin(base 1), cos(base 1), sin(base 2), cos(base 2), ...",
@@ -314,7 +379,9 @@ def _diagnose(got: np.ndarray, num_positions: int, bases: Sequence[int]) -> str:
         ),
     ]
     for candidate, hint in known_mistakes:
-        if candidate.shape == got.shape and np.allclose(candidate, got, atol=1e-4):
+        if candidate.shape == got.shape and np.allclose(
+            candidate, got, atol=1e-4
+        ):
             return hint
     row, col = np.argwhere(~np.isclose(got, expected, atol=1e-5))[0]
     return (
@@ -338,7 +405,9 @@ def check_fixed_base_encoding(
     returned message reports.
     """
     if not callable(encode):
-        raise TypeError(f"pass your encoding function itself, got {type(encode).__name__}")
+        raise TypeError(
+            f"pass your encoding function itself, got {type(encode).__name__}"
+        )
     check.positive_int("num_positions", num_positions)
     for base in bases:
         check.positive_int("each base", base)
@@ -358,16 +427,24 @@ def check_fixed_base_encoding(
             hint = " (it looks transposed: one row per position, please)"
         elif got.shape == (num_positions, len(bases)):
             hint = " (one column per base: each base needs a sine column AND a cosine column)"
-        raise AssertionError(f"expected shape {expected_shape}, got {got.shape}{hint}")
+        raise AssertionError(
+            f"expected shape {expected_shape}, got {got.shape}{hint}"
+        )
     distances = np.linalg.norm(got[:, None, :] - got[None, :, :], axis=-1)
-    offset_only = all(np.ptp(np.diagonal(distances, k)) < 1e-4 for k in range(num_positions))
-    if not np.allclose(got, _fixed_base_reference(num_positions, bases), atol=1e-5):
+    offset_only = all(
+        np.ptp(np.diagonal(distances, k)) < 1e-4 for k in range(num_positions)
+    )
+    if not np.allclose(
+        got, _fixed_base_reference(num_positions, bases), atol=1e-5
+    ):
         geometry = (
             "distances between your positions do depend on the offset only, though"
             if offset_only
             else "and distances between your positions depend on more than their offset"
         )
-        raise AssertionError(f"not yet right: {_diagnose(got, num_positions, bases)} ({geometry})")
+        raise AssertionError(
+            f"not yet right: {_diagnose(got, num_positions, bases)} ({geometry})"
+        )
     return (
         f"Correct: {num_positions} positions x {2 * len(bases)} columns, and the distance "
         "between two positions depends only on their offset (every diagonal of the distance "
@@ -385,7 +462,9 @@ def check_rms_norm(fn) -> str:
     """
     generator = torch.Generator().manual_seed(6)
     for shape, eps in (((3, 8), 1e-6), ((2, 4, 6), 1e-2), ((5, 1), 0.5)):
-        x = 2 * torch.randn(shape, generator=generator) + 1  # off-centre on purpose
+        x = (
+            2 * torch.randn(shape, generator=generator) + 1
+        )  # off-centre on purpose
         weight = torch.randn(shape[-1], generator=generator)
         reference = RMSNorm(shape[-1], eps=eps)
         with torch.no_grad():
@@ -393,14 +472,22 @@ def check_rms_norm(fn) -> str:
             expected = reference(x)
         got = fn(x, weight, eps)
         if not isinstance(got, torch.Tensor) or got.shape != expected.shape:
-            received = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
-            raise AssertionError(f"expected a tensor of shape {tuple(x.shape)}, got {received}")
+            received = (
+                tuple(got.shape)
+                if isinstance(got, torch.Tensor)
+                else type(got).__name__
+            )
+            raise AssertionError(
+                f"expected a tensor of shape {tuple(x.shape)}, got {received}"
+            )
         if torch.allclose(got, expected, atol=1e-5):
             continue
         centred = x - x.mean(-1, keepdim=True)
         hints = (
             (
-                centred * torch.rsqrt(centred.pow(2).mean(-1, keepdim=True) + eps) * weight,
+                centred
+                * torch.rsqrt(centred.pow(2).mean(-1, keepdim=True) + eps)
+                * weight,
                 "you subtract the mean: that is LayerNorm; RMSNorm does not centre",
             ),
             (
@@ -413,10 +500,16 @@ def check_rms_norm(fn) -> str:
             ),
         )
         hint = next(
-            (text for wrong, text in hints if torch.allclose(got, wrong, atol=1e-5)),
+            (
+                text
+                for wrong, text in hints
+                if torch.allclose(got, wrong, atol=1e-5)
+            ),
             "average x**2 over the last dimension only (dim=-1, keepdim=True)",
         )
-        raise AssertionError(f"wrong output for input shape {shape}, eps={eps}: {hint}")
+        raise AssertionError(
+            f"wrong output for input shape {shape}, eps={eps}: {hint}"
+        )
     return "Correct: your RMSNorm matches helpers.transformer.RMSNorm."
 
 
@@ -426,7 +519,11 @@ def check_block_parameter_count(fn) -> str:
     The block is ``EncoderBlock(d_model, num_heads, ffn_width)`` with biases and LayerNorm.
     Returns a line starting with "Correct:", or raises AssertionError with a hint.
     """
-    for d_model, num_heads, ffn_width in ((8, 2, 32), (12, 3, 20), (512, 8, 2048)):
+    for d_model, num_heads, ffn_width in (
+        (8, 2, 32),
+        (12, 3, 20),
+        (512, 8, 2048),
+    ):
         expected = count_parameters(EncoderBlock(d_model, num_heads, ffn_width))
         got = fn(d_model, ffn_width)
         if got == expected:
@@ -436,7 +533,10 @@ def check_block_parameter_count(fn) -> str:
         hint = {
             without_norms: "add the two LayerNorms: a gain and a bias of size D each",
             without_biases: "add the biases: 4D in attention, F + D in the feed-forward network",
-        }.get(got, "attention has 4 D x D matrices, the feed-forward network D x F and F x D")
+        }.get(
+            got,
+            "attention has 4 D x D matrices, the feed-forward network D x F and F x D",
+        )
         raise AssertionError(
             f"for d_model={d_model}, ffn_width={ffn_width} the block has {expected:,} "
             f"parameters, your formula gives {got!r}: {hint}"
@@ -456,7 +556,9 @@ def check_sequence_accuracy(fn) -> str:
     """
     generator = torch.Generator().manual_seed(7)
     targets = torch.randint(5, (8, 6), generator=generator)
-    logits = 3 * F.one_hot(targets, 5).float() + torch.rand(8, 6, 5, generator=generator)
+    logits = 3 * F.one_hot(targets, 5).float() + torch.rand(
+        8, 6, 5, generator=generator
+    )
     flip = torch.rand(8, 6, generator=generator) < 0.08  # a few wrong tokens
     logits[flip] = logits[flip].roll(1, dims=-1)
     expected = (logits.argmax(-1) == targets).all(dim=-1).float().mean()
@@ -465,13 +567,17 @@ def check_sequence_accuracy(fn) -> str:
         isinstance(got, torch.Tensor) and got.numel() == 1
     )
     if not one_number:
-        raise AssertionError(f"return one number (a 0-dim tensor or a float), got {got!r}")
+        raise AssertionError(
+            f"return one number (a 0-dim tensor or a float), got {got!r}"
+        )
     got_value = float(got)
     if abs(got_value - expected.item()) < 1e-6:
         return "Correct: your sequence accuracy matches."
     token_accuracy = (logits.argmax(-1) == targets).float().mean()
     if abs(got_value - token_accuracy.item()) < 1e-6:
-        raise AssertionError("that is the token accuracy: require every position to be right")
+        raise AssertionError(
+            "that is the token accuracy: require every position to be right"
+        )
     raise AssertionError(
         f"expected {expected.item():.4f}, got {got_value:.4f}: compare argmax(-1) with the "
         "targets, then .all(dim=-1) over positions, then average over sequences"
@@ -488,12 +594,16 @@ def check_decoder_input(fn) -> str:
     ``start_id`` at position 0, then ``target[:, :-1]`` (the target shifted right by one).
     Returns a line starting with "Correct:", or raises AssertionError with a hint.
     """
-    target = torch.randint(3, 13, (4, 6), generator=torch.Generator().manual_seed(9))
+    target = torch.randint(
+        3, 13, (4, 6), generator=torch.Generator().manual_seed(9)
+    )
     start_id = 1
     expected = torch.cat([torch.full((4, 1), start_id), target[:, :-1]], dim=1)
     got = fn(target.clone(), start_id)
     if not isinstance(got, Tensor):
-        raise AssertionError(f"return a tensor of shape (B, T), got {type(got).__name__}")
+        raise AssertionError(
+            f"return a tensor of shape (B, T), got {type(got).__name__}"
+        )
     if torch.equal(got, expected):
         return "Correct: the decoder reads the start token, then the target shifted right."
     if got.shape == (4, 7):
@@ -507,7 +617,9 @@ def check_decoder_input(fn) -> str:
             "(that is the answer it has to predict)"
         )
     if got.shape == expected.shape and torch.equal(got, target):
-        raise AssertionError("that is the target itself: each position would read its own answer")
+        raise AssertionError(
+            "that is the target itself: each position would read its own answer"
+        )
     raise AssertionError(
         f"expected {expected[0].tolist()} for the target {target[0].tolist()} and "
         f"start_id={start_id}, got {got[0].tolist() if got.ndim == 2 else got.tolist()}"
@@ -527,7 +639,13 @@ def check_sampling_distribution(fn) -> str:
     from helpers.gpt import next_token_probabilities
 
     logits = torch.randn(3, 9, generator=torch.Generator().manual_seed(10)) * 2
-    for temperature, top_k in ((1.0, None), (0.5, None), (2.0, None), (1.0, 3), (0.7, 1)):
+    for temperature, top_k in (
+        (1.0, None),
+        (0.5, None),
+        (2.0, None),
+        (1.0, 3),
+        (0.7, 1),
+    ):
         expected = next_token_probabilities(logits, temperature, top_k)
         got = fn(logits.clone(), temperature, top_k)
         if not isinstance(got, Tensor) or got.shape != expected.shape:
@@ -542,8 +660,12 @@ def check_sampling_distribution(fn) -> str:
                 f"{setting}: each row must sum to 1; divide the logits by the temperature "
                 "before the softmax, and cut the tail with -inf before it too"
             )
-        if temperature != 1.0 and torch.allclose(got, (logits * temperature).softmax(-1)):
-            raise AssertionError(f"{setting}: divide the logits by the temperature, not multiply")
+        if temperature != 1.0 and torch.allclose(
+            got, (logits * temperature).softmax(-1)
+        ):
+            raise AssertionError(
+                f"{setting}: divide the logits by the temperature, not multiply"
+            )
         kept = (got > 0).sum(-1)
         if top_k is not None and not (kept == top_k).all():
             raise AssertionError(
@@ -551,7 +673,9 @@ def check_sampling_distribution(fn) -> str:
                 f"{kept.tolist()} tokens) and give the others probability 0"
             )
         if temperature != 1.0:
-            raise AssertionError(f"{setting}: use softmax(logits / temperature)")
+            raise AssertionError(
+                f"{setting}: use softmax(logits / temperature)"
+            )
         raise AssertionError(
             f"{setting}: expected {expected[0].numpy().round(4).tolist()}, "
             f"got {got[0].detach().numpy().round(4).tolist()}"
@@ -562,7 +686,9 @@ def check_sampling_distribution(fn) -> str:
 # --------------------------------------------------------------------------- chapter 11
 
 
-def _softmax_state(scores: Tensor, values: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+def _softmax_state(
+    scores: Tensor, values: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
     """The online softmax's state (max, sum, accumulator) after reading all ``scores``."""
     running_max = scores.amax(dim=-1, keepdim=True)
     shift = running_max.masked_fill(running_max == float("-inf"), 0.0)
@@ -579,11 +705,15 @@ def check_softmax_merge(fn) -> str:
     Returns a line starting with "Correct:", or raises AssertionError with a hint.
     """
     if not callable(fn):
-        raise TypeError(f"pass your merge function itself, got {type(fn).__name__}")
+        raise TypeError(
+            f"pass your merge function itself, got {type(fn).__name__}"
+        )
     generator = torch.Generator().manual_seed(11)
     scores = 20 * torch.randn(3, 10, generator=generator)
     values = torch.randn(10, 4, generator=generator)
-    scores[2, 5:] = float("-inf")  # the second half of the last query's keys is masked
+    scores[2, 5:] = float(
+        "-inf"
+    )  # the second half of the last query's keys is masked
     cases = {"halves": 5, "uneven halves": 2}
     for name, split in cases.items():
         first = _softmax_state(scores[:, :split], values[:split])
@@ -618,7 +748,9 @@ def check_softmax_merge(fn) -> str:
                     f"{name}: the output is right but {label} is not the state of all the "
                     "keys; a later merge would go wrong (the max is the larger of the two)"
                 )
-    return "Correct: two partial softmaxes merge into the softmax of all the keys."
+    return (
+        "Correct: two partial softmaxes merge into the softmax of all the keys."
+    )
 
 
 # --------------------------------------------------------------------------- chapter 12
@@ -635,10 +767,19 @@ def check_patchify(fn) -> str:
     from helpers.vit import patchify
 
     if not callable(fn):
-        raise TypeError(f"pass your patchify function itself, got {type(fn).__name__}")
-    cases = {"one grey image": (1, 1, 6, 2), "a batch of RGB images": (2, 3, 6, 3)}
-    for number, (name, (batch, channels, side, patch)) in enumerate(cases.items()):
-        images = torch.arange(batch * channels * side * side, dtype=torch.float32)
+        raise TypeError(
+            f"pass your patchify function itself, got {type(fn).__name__}"
+        )
+    cases = {
+        "one grey image": (1, 1, 6, 2),
+        "a batch of RGB images": (2, 3, 6, 3),
+    }
+    for number, (name, (batch, channels, side, patch)) in enumerate(
+        cases.items()
+    ):
+        images = torch.arange(
+            batch * channels * side * side, dtype=torch.float32
+        )
         images = images.reshape(batch, channels, side, side)
         expected = patchify(images, patch)
         grid = side // patch
@@ -656,8 +797,14 @@ def check_patchify(fn) -> str:
                 f"{name}: your function raised {type(error).__name__}: {error} on images of "
                 f"shape {tuple(images.shape)} with patch_size={patch}; {hint}"
             ) from None
-        transposed = expected.transpose(1, 2)  # N != C * P * P in both cases: it shows
-        if isinstance(got, Tensor) and got.shape == transposed.shape and got.equal(transposed):
+        transposed = expected.transpose(
+            1, 2
+        )  # N != C * P * P in both cases: it shows
+        if (
+            isinstance(got, Tensor)
+            and got.shape == transposed.shape
+            and got.equal(transposed)
+        ):
             raise AssertionError(
                 f"{name}: your result is (B, C * P * P, N), the layout "
                 "torch.nn.functional.unfold returns; transpose it with .transpose(1, 2)"
@@ -676,7 +823,9 @@ def check_patchify(fn) -> str:
                 "squares: split each side into (grid, patch) and permute the two grid axes "
                 "before the patch axes"
             )
-        blocks = images.unfold(2, patch, patch).unfold(3, patch, patch)  # (B, C, G, G, P, P)
+        blocks = images.unfold(2, patch, patch).unfold(
+            3, patch, patch
+        )  # (B, C, G, G, P, P)
         if torch.equal(got, blocks.reshape(batch, grid * grid, -1)):
             raise AssertionError(
                 f"{name}: Tensor.unfold gives (B, C, G, G, P, P), with the channels before the "

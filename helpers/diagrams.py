@@ -20,14 +20,21 @@ import pathlib
 import matplotlib as mpl
 import matplotlib.pyplot as plt
 from matplotlib.colors import to_rgb
-from matplotlib.patches import Circle, FancyArrowPatch, FancyBboxPatch, Rectangle
+from matplotlib.patches import (
+    Circle,
+    FancyArrowPatch,
+    FancyBboxPatch,
+    Rectangle,
+)
 
 from helpers.plotting import ROLE_COLOURS
 
 __all__ = ["Diagram", "tint", "MAX_WIDTH", "MIN_FONT", "FONT", "INK"]
 
 MAX_WIDTH = 4.5  # inches: 432 CSS px, scaled to 342 px (0.79) on a 390 px phone
-MIN_FONT = 12.5  # points: 16.7 CSS px at full size, 13.2 px in a 342 px phone column
+MIN_FONT = (
+    12.5  # points: 16.7 CSS px at full size, 13.2 px in a 342 px phone column
+)
 FONT = 12.5
 INK = "#222222"  # text, outlines and arrows of no particular role
 MONO = "DejaVu Sans Mono"
@@ -55,7 +62,9 @@ def _role_colour(role: str | None) -> str:
     if role is None:
         return INK
     if role not in ROLE_COLOURS:
-        raise ValueError(f"unknown role {role!r}; use one of {sorted(ROLE_COLOURS)} or None")
+        raise ValueError(
+            f"unknown role {role!r}; use one of {sorted(ROLE_COLOURS)} or None"
+        )
     return ROLE_COLOURS[role]
 
 
@@ -78,16 +87,49 @@ class Diagram:
         self.ax.set_axis_off()
         self.width, self.height = width, height
 
-    def text(self, x, y, label, *, size=FONT, colour=INK, mono=False, ha="center", **kw):
+    def text(
+        self,
+        x,
+        y,
+        label,
+        *,
+        size=FONT,
+        colour=INK,
+        mono=False,
+        ha="center",
+        **kw,
+    ):
         """Text centred (vertically) at ``(x, y)``."""
         if size < MIN_FONT:
-            raise ValueError(f"size={size} is below the diagrams' minimum of {MIN_FONT} pt")
+            raise ValueError(
+                f"size={size} is below the diagrams' minimum of {MIN_FONT} pt"
+            )
         family = MONO if mono else "DejaVu Sans"
         return self.ax.text(
-            x, y, label, fontsize=size, color=colour, ha=ha, va="center", family=family, **kw
+            x,
+            y,
+            label,
+            fontsize=size,
+            color=colour,
+            ha=ha,
+            va="center",
+            family=family,
+            **kw,
         )
 
-    def tensor(self, x, y, w, h, label, role=None, *, mono=False, dashed=False, filled=True):
+    def tensor(
+        self,
+        x,
+        y,
+        w,
+        h,
+        label,
+        role=None,
+        *,
+        mono=False,
+        dashed=False,
+        filled=True,
+    ):
         """A tensor: a box centred at ``(x, y)`` filled with its role's tint (or an outline)."""
         colour = _role_colour(role)
         fill = "none" if not filled else tint(colour) if role else "white"
@@ -112,7 +154,17 @@ class Diagram:
         self.text(x, y, label)
         return (x, y, w, h)
 
-    def arrow(self, start, end, *, role=None, label=None, side="right", dashed=False, rad=0.0):
+    def arrow(
+        self,
+        start,
+        end,
+        *,
+        role=None,
+        label=None,
+        side="right",
+        dashed=False,
+        rad=0.0,
+    ):
         """An arrow from ``start`` to ``end``; ``label`` (a shape, say) beside its middle."""
         colour = _role_colour(role)
         self.ax.add_patch(
@@ -126,7 +178,11 @@ class Diagram:
             mid_x, mid_y = (start[0] + end[0]) / 2, (start[1] + end[1]) / 2
             offset = 0.08 if side == "right" else -0.08
             self.text(
-                mid_x + offset, mid_y, label, mono=True, ha="left" if side == "right" else "right"
+                mid_x + offset,
+                mid_y,
+                label,
+                mono=True,
+                ha="left" if side == "right" else "right",
             )
 
     def line(self, points, *, role=None, dashed=False, lw=1.6):
@@ -137,7 +193,9 @@ class Diagram:
             solid_capstyle="butt",
         )  # fmt: skip
 
-    def circle(self, x, y, radius, *, role=None, fill="none", lw=1.6, dashed=False):
+    def circle(
+        self, x, y, radius, *, role=None, fill="none", lw=1.6, dashed=False
+    ):
         """A circle centred at ``(x, y)``: a dial, a dot, or a sum node."""
         self.ax.add_patch(
             Circle(
@@ -146,7 +204,17 @@ class Diagram:
             )
         )  # fmt: skip
 
-    def cells(self, x, y, values, *, cell=(0.3, 0.3), cmap="viridis", colours=None, labels=True):
+    def cells(
+        self,
+        x,
+        y,
+        values,
+        *,
+        cell=(0.3, 0.3),
+        cmap="viridis",
+        colours=None,
+        labels=True,
+    ):
         """A small matrix (list of rows) of shaded cells, top-left corner at ``(x, y)``.
 
         ``cell`` is a cell's (width, height). Values in [0, 1] are coloured with ``cmap``
@@ -157,7 +225,9 @@ class Diagram:
         cell_w, cell_h = cell
         for i, row in enumerate(values):
             for j, value in enumerate(row):
-                fill = colours[i][j] if colours is not None else colour_map(value)
+                fill = (
+                    colours[i][j] if colours is not None else colour_map(value)
+                )
                 self.ax.add_patch(
                     Rectangle(
                         (x + j * cell_w, y + i * cell_h), cell_w, cell_h, facecolor=fill,
@@ -174,14 +244,19 @@ class Diagram:
 
     def smallest_font(self) -> float:
         """The smallest font size (points) of any text in the diagram."""
-        return min(text.get_fontsize() for text in self.figure.texts + self.ax.texts)
+        return min(
+            text.get_fontsize() for text in self.figure.texts + self.ax.texts
+        )
 
     def save(self, path: str | pathlib.Path) -> pathlib.Path:
         """Write the diagram as SVG, byte for byte the same on every run; close the figure."""
         path = pathlib.Path(path)
         with mpl.rc_context(SVG_STYLE):
             self.figure.savefig(
-                path, format="svg", facecolor="white", metadata={"Date": None, "Creator": None}
+                path,
+                format="svg",
+                facecolor="white",
+                metadata={"Date": None, "Creator": None},
             )
         plt.close(self.figure)
         return path

@@ -43,7 +43,11 @@ __all__ = [
 
 
 def online_softmax_update(
-    running_max: Tensor, running_sum: Tensor, accumulator: Tensor, scores: Tensor, values: Tensor
+    running_max: Tensor,
+    running_sum: Tensor,
+    accumulator: Tensor,
+    scores: Tensor,
+    values: Tensor,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Fold one block of keys into a streaming softmax-weighted sum.
 
@@ -66,7 +70,9 @@ def online_softmax_update(
     return new_max, running_sum, accumulator
 
 
-def _allowed(queries: Tensor, keys: Tensor, causal: bool, window: int | None) -> Tensor | None:
+def _allowed(
+    queries: Tensor, keys: Tensor, causal: bool, window: int | None
+) -> Tensor | None:
     """The (Bq, Bk) mask of a tile from its query and key positions; None if all allowed."""
     allowed = position_mask(queries, keys, causal=causal, window=window)
     return None if bool(allowed.all()) else allowed
@@ -113,7 +119,9 @@ def tiled_attention(
             allowed = _allowed(q_pos, k_pos, causal, window)
             if allowed is not None and not allowed.any():
                 continue  # the whole tile is masked: skip its work entirely
-            scores = q_block @ k[..., k_start : k_start + block_size, :].transpose(-2, -1)
+            scores = q_block @ k[
+                ..., k_start : k_start + block_size, :
+            ].transpose(-2, -1)
             if allowed is not None:
                 scores = scores.masked_fill(~allowed, float("-inf"))
             running_max, running_sum, accumulator = online_softmax_update(
@@ -121,7 +129,9 @@ def tiled_attention(
                 v[..., k_start : k_start + block_size, :],
             )  # fmt: skip
         # A query that saw no key has sum 0 and a zero accumulator: output 0, not NaN.
-        outputs.append(accumulator / running_sum.clamp(min=torch.finfo(q.dtype).tiny))
+        outputs.append(
+            accumulator / running_sum.clamp(min=torch.finfo(q.dtype).tiny)
+        )
     return torch.cat(outputs, dim=-2)
 
 
@@ -172,7 +182,12 @@ def attention_cost(
     return {
         "flops": 4 * pairs * d_head / (2 if causal else 1),
         "weights_bytes": pairs * bytes_per_element,
-        "qkvo_bytes": 4 * batch_size * num_heads * seq_len * d_head * bytes_per_element,
+        "qkvo_bytes": 4
+        * batch_size
+        * num_heads
+        * seq_len
+        * d_head
+        * bytes_per_element,
     }
 
 
@@ -199,13 +214,23 @@ def kv_cache_bytes(
         batch_size=batch_size,
         bytes_per_element=bytes_per_element,
     )
-    return 2 * num_layers * num_kv_heads * d_head * seq_len * batch_size * bytes_per_element
+    return (
+        2
+        * num_layers
+        * num_kv_heads
+        * d_head
+        * seq_len
+        * batch_size
+        * bytes_per_element
+    )
 
 
 # --------------------------------------------------------------------------- timing
 
 
-def median_seconds(fn: Callable, *args, repeats: int = 5, warmup: int = 1, **kwargs) -> float:
+def median_seconds(
+    fn: Callable, *args, repeats: int = 5, warmup: int = 1, **kwargs
+) -> float:
     """The median wall time of ``fn(*args, **kwargs)`` over ``repeats`` calls, in seconds.
 
     ``warmup`` calls run first and are not timed (first calls pay for allocation and

@@ -101,7 +101,13 @@ class GPTConfig:
     residual_init: str | None = None
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "context_length", "d_model", "num_layers", "num_heads"):
+        for name in (
+            "vocab_size",
+            "context_length",
+            "d_model",
+            "num_layers",
+            "num_heads",
+        ):
             check.positive_int(name, getattr(self, name))
         for name in ("ffn_width", "window"):
             if getattr(self, name) is not None:
@@ -150,23 +156,42 @@ class KVCache:
     ``start = length - held`` on.
     """
 
-    def __init__(self, window: int | None = None, capacity: int | None = None) -> None:
-        self.window = None if window is None else check.positive_int("window", window)
-        self.requested = None if capacity is None else check.positive_int("capacity", capacity)
+    def __init__(
+        self, window: int | None = None, capacity: int | None = None
+    ) -> None:
+        self.window = (
+            None if window is None else check.positive_int("window", window)
+        )
+        self.requested = (
+            None
+            if capacity is None
+            else check.positive_int("capacity", capacity)
+        )
         self._keys: Tensor | None = None  # (B, H_kv, capacity, d_head) buffers
         self._values: Tensor | None = None
-        self._first, self._end = 0, 0  # the held positions are buffer slots first .. end - 1
+        self._first, self._end = (
+            0,
+            0,
+        )  # the held positions are buffer slots first .. end - 1
         self.length = 0  # positions appended so far
 
     @property
     def keys(self) -> Tensor | None:
         """The keys held, ``(B, H_kv, T_held, d_head)``: a view of the buffer (None if empty)."""
-        return None if self._keys is None else self._keys[:, :, self._first : self._end]
+        return (
+            None
+            if self._keys is None
+            else self._keys[:, :, self._first : self._end]
+        )
 
     @property
     def values(self) -> Tensor | None:
         """The values held, ``(B, H_kv, T_held, d_head)``: a view of the buffer (None if empty)."""
-        return None if self._values is None else self._values[:, :, self._first : self._end]
+        return (
+            None
+            if self._values is None
+            else self._values[:, :, self._first : self._end]
+        )
 
     @property
     def entry_shape(self) -> tuple[int, int, int, int] | None:
@@ -199,20 +224,28 @@ class KVCache:
         cache's buffers, valid until the next ``append``.
         """
         check.cache_entries(self, keys, values)
-        if torch.is_grad_enabled() and (keys.requires_grad or values.requires_grad):
+        if torch.is_grad_enabled() and (
+            keys.requires_grad or values.requires_grad
+        ):
             return self._concatenate(keys, values)
         new = keys.shape[2]
         if self._end + new > self.capacity:
             self._make_room(keys, values, new)
         first, end = self._first, self._end + new
-        self._keys[:, :, self._end : end].copy_(keys)  # one slice written: no copy of the rest
+        self._keys[:, :, self._end : end].copy_(
+            keys
+        )  # one slice written: no copy of the rest
         self._values[:, :, self._end : end].copy_(values)
         self._end, self.length = end, self.length + new
-        if self.window is not None:  # roll: what no later query reads is no longer held
+        if (
+            self.window is not None
+        ):  # roll: what no later query reads is no longer held
             self._first = max(first, end - self.window)
         return self._keys[:, :, first:end], self._values[:, :, first:end]
 
-    def _concatenate(self, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
+    def _concatenate(
+        self, keys: Tensor, values: Tensor
+    ) -> tuple[Tensor, Tensor]:
         """``append`` under autograd: out of place, since backward needs what attention read.
 
         (Writing into a buffer that an earlier step's attention read would invalidate it for
@@ -222,7 +255,10 @@ class KVCache:
         if self._keys is not None:
             keys = torch.cat([self.keys, keys], dim=2)
             values = torch.cat([self.values, values], dim=2)
-        self._keys, self._values = keys, values  # buffers exactly full: the next write grows
+        self._keys, self._values = (
+            keys,
+            values,
+        )  # buffers exactly full: the next write grows
         self._first, self._end = 0, keys.shape[2]
         if self.window is not None:
             self._first = max(0, self._end - self.window)
@@ -231,13 +267,19 @@ class KVCache:
     def _make_room(self, keys: Tensor, values: Tensor, new: int) -> None:
         """Buffers with ``new`` free slots after the held positions (rare: not in a step)."""
         held, needed = self.held, self.held + new
-        if self.window is not None and needed <= self.capacity:  # roll: move to the front
+        if (
+            self.window is not None and needed <= self.capacity
+        ):  # roll: move to the front
             for buffer in (self._keys, self._values):
-                buffer[:, :, :held] = buffer[:, :, self._first : self._end].clone()
+                buffer[:, :, :held] = buffer[
+                    :, :, self._first : self._end
+                ].clone()
             self._first, self._end = 0, held
             return
         size = max(needed, self.requested or 0, 2 * self.capacity)
-        if self.window is not None:  # about two windows: a roll every `window` steps at most
+        if (
+            self.window is not None
+        ):  # about two windows: a roll every `window` steps at most
             size = max(needed, min(size, 2 * self.window))
         shape = (keys.shape[0], keys.shape[1], size, keys.shape[3])
         buffers = []
@@ -253,17 +295,23 @@ class KVCache:
         """Bytes of the keys and values held, counted: ``2 * B * H_kv * T_held * d_head * size``."""
         if self._keys is None:
             return 0
-        return sum(t.numel() * t.element_size() for t in (self.keys, self.values))
+        return sum(
+            t.numel() * t.element_size() for t in (self.keys, self.values)
+        )
 
     def allocated_bytes(self) -> int:
         """Bytes of the two buffers: ``memory_bytes`` with ``capacity`` in place of ``T_held``."""
         if self._keys is None:
             return 0
-        return sum(t.numel() * t.element_size() for t in (self._keys, self._values))
+        return sum(
+            t.numel() * t.element_size() for t in (self._keys, self._values)
+        )
 
     def __repr__(self) -> str:
         shape = None if self._keys is None else tuple(self.keys.shape)
-        held = f"held={self.held}, capacity={self.capacity}, window={self.window}"
+        held = (
+            f"held={self.held}, capacity={self.capacity}, window={self.window}"
+        )
         return f"KVCache(length={self.length}, {held}, keys={shape})"
 
 
@@ -287,34 +335,82 @@ class CausalSelfAttention(nn.Module):
         self.d_model, self.num_heads = config.d_model, config.num_heads
         self.num_kv_heads = config.num_kv_heads or config.num_heads
         self.d_head = config.d_model // config.num_heads
-        self.positions, self.window, self.dropout = config.positions, config.window, config.dropout
+        self.positions, self.window, self.dropout = (
+            config.positions,
+            config.window,
+            config.dropout,
+        )
         kv_width = self.num_kv_heads * self.d_head
-        self.qkv_proj = nn.Linear(config.d_model, config.d_model + 2 * kv_width, bias=config.bias)
-        self.out_proj = nn.Linear(config.d_model, config.d_model, bias=config.bias)
-        slopes = alibi_slopes(config.num_heads) if config.positions == "alibi" else None
+        self.qkv_proj = nn.Linear(
+            config.d_model, config.d_model + 2 * kv_width, bias=config.bias
+        )
+        self.out_proj = nn.Linear(
+            config.d_model, config.d_model, bias=config.bias
+        )
+        slopes = (
+            alibi_slopes(config.num_heads)
+            if config.positions == "alibi"
+            else None
+        )
         self.register_buffer("slopes", slopes, persistent=False)  # (H,) or None
 
-    def forward(self, x: Tensor, cache: KVCache | None = None, return_attention: bool = False):
+    def forward(
+        self,
+        x: Tensor,
+        cache: KVCache | None = None,
+        return_attention: bool = False,
+    ):
         check.self_attention_input(self, x, cache, KVCache)
         batch, length, _ = x.shape
-        if self.window is not None and length > 2 * self.window and not return_attention:
-            return _in_windows(self, x, cache)  # scores at most w x 2w, not T x T
-        offset = 0 if cache is None else cache.length  # the position of x's first token
+        if (
+            self.window is not None
+            and length > 2 * self.window
+            and not return_attention
+        ):
+            return _in_windows(
+                self, x, cache
+            )  # scores at most w x 2w, not T x T
+        offset = (
+            0 if cache is None else cache.length
+        )  # the position of x's first token
         kv_width = self.num_kv_heads * self.d_head
-        q, k, v = self.qkv_proj(x).split([self.d_model, kv_width, kv_width], dim=-1)
-        q = q.view(batch, length, self.num_heads, self.d_head).transpose(1, 2)  # (B, H, T, dh)
-        k = k.view(batch, length, self.num_kv_heads, self.d_head).transpose(1, 2)
-        v = v.view(batch, length, self.num_kv_heads, self.d_head).transpose(1, 2)
-        if self.positions == "rope":  # rotate by the absolute positions offset .. offset + T - 1
+        q, k, v = self.qkv_proj(x).split(
+            [self.d_model, kv_width, kv_width], dim=-1
+        )
+        q = q.view(batch, length, self.num_heads, self.d_head).transpose(
+            1, 2
+        )  # (B, H, T, dh)
+        k = k.view(batch, length, self.num_kv_heads, self.d_head).transpose(
+            1, 2
+        )
+        v = v.view(batch, length, self.num_kv_heads, self.d_head).transpose(
+            1, 2
+        )
+        if (
+            self.positions == "rope"
+        ):  # rotate by the absolute positions offset .. offset + T - 1
             where = torch.arange(offset, offset + length, device=x.device)
             q, k = apply_rotary(q, where), apply_rotary(k, where)
-        first_key = 0 if cache is None else cache.start  # the position of k's first key
+        first_key = (
+            0 if cache is None else cache.start
+        )  # the position of k's first key
         if cache is not None:
-            k, v = cache.append(k, v)  # (B, H_kv, held + T, dh): all of it, or a window's
-        group = self.num_heads // self.num_kv_heads  # query heads per key/value head
-        if group > 1:  # (repeat_interleave(1) would copy the whole cache at every step)
-            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-        bias = score_bias(offset, length, first_key, self.window, self.slopes, x)  # or None
+            k, v = cache.append(
+                k, v
+            )  # (B, H_kv, held + T, dh): all of it, or a window's
+        group = (
+            self.num_heads // self.num_kv_heads
+        )  # query heads per key/value head
+        if (
+            group > 1
+        ):  # (repeat_interleave(1) would copy the whole cache at every step)
+            k, v = (
+                k.repeat_interleave(group, dim=1),
+                v.repeat_interleave(group, dim=1),
+            )
+        bias = score_bias(
+            offset, length, first_key, self.window, self.slopes, x
+        )  # or None
         dropout_p = self.dropout if self.training else 0.0
         if return_attention:  # written out, to return the weights
             scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_head)
@@ -322,16 +418,24 @@ class CausalSelfAttention(nn.Module):
             weights = F.dropout(scores.softmax(dim=-1), dropout_p)
             heads = weights @ v
         else:  # PyTorch's fused kernel
-            heads = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p)
-        output = self.out_proj(heads.transpose(1, 2).reshape(batch, length, self.d_model))
+            heads = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=bias, dropout_p=dropout_p
+            )
+        output = self.out_proj(
+            heads.transpose(1, 2).reshape(batch, length, self.d_model)
+        )
         return (output, weights) if return_attention else output
 
 
-def _in_windows(layer: CausalSelfAttention, x: Tensor, cache: KVCache | None) -> Tensor:
+def _in_windows(
+    layer: CausalSelfAttention, x: Tensor, cache: KVCache | None
+) -> Tensor:
     """A windowed ``layer`` on a long ``x``: chunks of ``window`` queries through a rolling
     cache (a fresh one if none is given), so its scores are at most ``w x 2w``."""
     cache = KVCache(layer.window) if cache is None else cache
-    return torch.cat([layer(chunk, cache) for chunk in x.split(layer.window, dim=1)], dim=1)
+    return torch.cat(
+        [layer(chunk, cache) for chunk in x.split(layer.window, dim=1)], dim=1
+    )
 
 
 def score_bias(
@@ -355,14 +459,20 @@ def score_bias(
     sees_all = window is None or offset - first_key < window
     if length == 1 and slopes is None and sees_all:
         return None
-    dtype, device = (torch.float32, None) if like is None else (like.dtype, like.device)
+    dtype, device = (
+        (torch.float32, None) if like is None else (like.dtype, like.device)
+    )
     query_positions = torch.arange(offset, offset + length, device=device)
     key_positions = torch.arange(first_key, offset + length, device=device)
-    allowed = position_mask(query_positions, key_positions, window=window)  # (T, Tk)
+    allowed = position_mask(
+        query_positions, key_positions, window=window
+    )  # (T, Tk)
     bias = torch.zeros(allowed.shape, dtype=dtype, device=device)[None]
     if slopes is not None:
         distance = query_positions[:, None] - key_positions[None, :]
-        bias = -slopes.to(dtype)[:, None, None] * distance.to(dtype)  # (H, T, Tk)
+        bias = -slopes.to(dtype)[:, None, None] * distance.to(
+            dtype
+        )  # (H, T, Tk)
     return bias.masked_fill(~allowed, -math.inf)
 
 
@@ -380,7 +490,9 @@ class GPTBlock(nn.Module):
         width, dropout, bias = config.d_model, config.dropout, config.bias
         self.self_attn = CausalSelfAttention(config)
         ffn_width = config.ffn_width or 4 * width
-        self.ffn = FeedForward(width, ffn_width, dropout, bias, activation=config.activation)
+        self.ffn = FeedForward(
+            width, ffn_width, dropout, bias, activation=config.activation
+        )
         self.norm1 = make_norm(config.norm, width, bias=bias)
         self.norm2 = make_norm(config.norm, width, bias=bias)
         self.dropout1, self.dropout2 = nn.Dropout(dropout), nn.Dropout(dropout)
@@ -411,24 +523,42 @@ class GPT(nn.Module):
                 "GPT(GPTConfig(vocab_size=..., context_length=..., d_model=..., ...))"
             )
         self.config = config
-        self.vocab_size, self.context_length = config.vocab_size, config.context_length
+        self.vocab_size, self.context_length = (
+            config.vocab_size,
+            config.context_length,
+        )
         width = config.d_model
         self.token_embedding = nn.Embedding(config.vocab_size, width)
-        self.position_embedding: nn.Module | None = None  # "rope", "alibi": inside attention
+        self.position_embedding: nn.Module | None = (
+            None  # "rope", "alibi": inside attention
+        )
         if config.positions == "learned":
-            self.position_embedding = LearnedPositionalEmbedding(width, self.context_length)
+            self.position_embedding = LearnedPositionalEmbedding(
+                width, self.context_length
+            )
         elif config.positions == "sinusoidal":
-            self.position_embedding = SinusoidalPositionalEncoding(width, self.context_length)
+            self.position_embedding = SinusoidalPositionalEncoding(
+                width, self.context_length
+            )
         self.dropout = nn.Dropout(config.dropout)
-        self.blocks = nn.ModuleList(GPTBlock(config) for _ in range(config.num_layers))
+        self.blocks = nn.ModuleList(
+            GPTBlock(config) for _ in range(config.num_layers)
+        )
         self.final_norm = make_norm(config.norm, width, bias=config.bias)
         self.head = nn.Linear(width, config.vocab_size, bias=False)
         self.apply(self._init_weights)
-        if config.residual_init == "gpt2":  # the 2L writes into the residual stream, scaled down
+        if (
+            config.residual_init == "gpt2"
+        ):  # the 2L writes into the residual stream, scaled down
             for block in self.blocks:
                 for layer in (block.self_attn.out_proj, block.ffn.linear2):
-                    nn.init.normal_(layer.weight, std=0.02 / math.sqrt(2 * config.num_layers))
-        if config.tie_weights:  # one (V, D) matrix reads tokens in and writes logits out
+                    nn.init.normal_(
+                        layer.weight,
+                        std=0.02 / math.sqrt(2 * config.num_layers),
+                    )
+        if (
+            config.tie_weights
+        ):  # one (V, D) matrix reads tokens in and writes logits out
             self.head.weight = self.token_embedding.weight
 
     @staticmethod
@@ -438,26 +568,38 @@ class GPT(nn.Module):
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
 
-    def forward(self, tokens: Tensor, caches: list[KVCache] | None = None) -> Tensor:
+    def forward(
+        self, tokens: Tensor, caches: list[KVCache] | None = None
+    ) -> Tensor:
         offset = check.gpt_input(self, tokens, caches)
         return self._logits(tokens, caches, offset)
 
-    def _logits(self, tokens: Tensor, caches: list[KVCache] | None, offset: int) -> Tensor:
+    def _logits(
+        self, tokens: Tensor, caches: list[KVCache] | None, offset: int
+    ) -> Tensor:
         """``forward`` without the check of the tokens (which reads their values back)."""
         x = self.token_embedding(tokens)  # (B, T, D)
         # positions offset .. offset + T - 1: with a cache, the new tokens follow the cached ones
-        x = self.dropout(x + self._position_rows(offset, tokens.shape[1], x.dtype))
+        x = self.dropout(
+            x + self._position_rows(offset, tokens.shape[1], x.dtype)
+        )
         for index, block in enumerate(self.blocks):
             x = block(x, None if caches is None else caches[index])
         return self.head(self.final_norm(x))  # (B, T, V)
 
-    def _position_rows(self, offset: int, length: int, dtype: torch.dtype) -> Tensor | float:
+    def _position_rows(
+        self, offset: int, length: int, dtype: torch.dtype
+    ) -> Tensor | float:
         """Rows offset .. offset + length - 1 of the added position table (0 if none)."""
         table = getattr(self.position_embedding, "weight", None)  # learned
         table = getattr(self.position_embedding, "pe", table)  # sinusoidal
-        return 0.0 if table is None else table[offset : offset + length].to(dtype)
+        return (
+            0.0 if table is None else table[offset : offset + length].to(dtype)
+        )
 
-    def new_caches(self, batch_size: int, capacity: int | None = None) -> list[KVCache]:
+    def new_caches(
+        self, batch_size: int, capacity: int | None = None
+    ) -> list[KVCache]:
         """One empty :class:`KVCache` per layer (``batch_size`` is checked on first use).
 
         ``capacity``: the positions each cache allocates room for on its first use (None: as
@@ -465,7 +607,9 @@ class GPT(nn.Module):
         caches (``KVCache(window)``): each holds the last ``window`` positions only.
         """
         check.positive_int("batch_size", batch_size)
-        return [KVCache(block.self_attn.window, capacity) for block in self.blocks]
+        return [
+            KVCache(block.self_attn.window, capacity) for block in self.blocks
+        ]
 
     @torch.no_grad()
     def generate(
@@ -510,7 +654,9 @@ class GPT(nn.Module):
         self.eval()
         batch, prompt_length = prompt.shape
         total = prompt_length + max_new_tokens
-        tokens = prompt.new_full((batch, total), 0 if pad_id is None else pad_id)
+        tokens = prompt.new_full(
+            (batch, total), 0 if pad_id is None else pad_id
+        )
         tokens[:, :prompt_length] = prompt
         caches = self.new_caches(batch, capacity=total) if use_cache else None
         check_every = 1 if prompt.device.type == "cpu" else self.END_CHECK_EVERY
@@ -521,8 +667,12 @@ class GPT(nn.Module):
             if greedy:
                 next_token = logits.argmax(dim=-1, keepdim=True)
             else:
-                probabilities = next_token_probabilities(logits, temperature, top_k)
-                next_token = torch.multinomial(probabilities, 1, generator=generator)
+                probabilities = next_token_probabilities(
+                    logits, temperature, top_k
+                )
+                next_token = torch.multinomial(
+                    probabilities, 1, generator=generator
+                )
             if end_id is not None:
                 next_token = next_token.masked_fill(ended, pad_id)
                 ended = ended | (next_token == end_id)

@@ -42,17 +42,26 @@ def load_multihead_attention(module, torch_mha: nn.MultiheadAttention):
     inputs), compare them in ``eval()`` mode (or without dropout), and pass it ``~mask``.
     """
     if not isinstance(torch_mha, nn.MultiheadAttention):
-        raise TypeError(f"expected torch.nn.MultiheadAttention, got {type(torch_mha).__name__}")
+        raise TypeError(
+            f"expected torch.nn.MultiheadAttention, got {type(torch_mha).__name__}"
+        )
     if torch_mha.in_proj_weight is None:
-        raise ValueError("torch_mha has separate q/k/v widths (kdim/vdim); it cannot be fused")
-    if (torch_mha.embed_dim, torch_mha.num_heads) != (module.d_model, module.num_heads):
+        raise ValueError(
+            "torch_mha has separate q/k/v widths (kdim/vdim); it cannot be fused"
+        )
+    if (torch_mha.embed_dim, torch_mha.num_heads) != (
+        module.d_model,
+        module.num_heads,
+    ):
         raise ValueError(
             f"size mismatch: torch_mha has embed_dim={torch_mha.embed_dim}, num_heads="
             f"{torch_mha.num_heads}; this module has d_model={module.d_model}, num_heads="
             f"{module.num_heads}"
         )
     if (torch_mha.in_proj_bias is None) != (module.qkv_proj.bias is None):
-        raise ValueError("bias mismatch: build both modules with the same bias setting")
+        raise ValueError(
+            "bias mismatch: build both modules with the same bias setting"
+        )
     module.qkv_proj.weight.copy_(torch_mha.in_proj_weight)
     module.out_proj.weight.copy_(torch_mha.out_proj.weight)
     if module.qkv_proj.bias is not None:
@@ -73,9 +82,13 @@ def fuse_heads(per_head):
     for block, name in enumerate(("query", "key", "value")):
         rows = slice(block * per_head.d_model, (block + 1) * per_head.d_model)
         layers = [getattr(head, name) for head in per_head.heads]
-        fused.qkv_proj.weight[rows] = torch.cat([layer.weight for layer in layers])
+        fused.qkv_proj.weight[rows] = torch.cat(
+            [layer.weight for layer in layers]
+        )
         if bias:
-            fused.qkv_proj.bias[rows] = torch.cat([layer.bias for layer in layers])
+            fused.qkv_proj.bias[rows] = torch.cat(
+                [layer.bias for layer in layers]
+            )
     fused.out_proj.load_state_dict(per_head.out_proj.state_dict())
     return fused
 
@@ -91,9 +104,16 @@ def _check_same_layout(block, layer, torch_class: type) -> None:
             f"norm_first mismatch: the torch layer has norm_first={layer.norm_first}, "
             f"this block {block.norm_first}; build both the same way"
         )
-    if not (layer.activation is F.relu or isinstance(layer.activation, nn.ReLU)):
-        raise ValueError("the torch layer must use activation='relu', as this block does")
-    if not isinstance(block.norm1, nn.LayerNorm) or block.norm1.eps != layer.norm1.eps:
+    if not (
+        layer.activation is F.relu or isinstance(layer.activation, nn.ReLU)
+    ):
+        raise ValueError(
+            "the torch layer must use activation='relu', as this block does"
+        )
+    if (
+        not isinstance(block.norm1, nn.LayerNorm)
+        or block.norm1.eps != layer.norm1.eps
+    ):
         raise ValueError(
             f"normalization mismatch: the torch layer uses LayerNorm(eps={layer.norm1.eps}); "
             f"build this block with norm='layer', eps={layer.norm1.eps}"
@@ -125,7 +145,9 @@ def load_encoder_block(block, layer: nn.TransformerEncoderLayer):
     _check_same_layout(block, layer, nn.TransformerEncoderLayer)
     load_multihead_attention(block.self_attn, layer.self_attn)
     for name in ("linear1", "linear2"):
-        getattr(block.ffn, name).load_state_dict(getattr(layer, name).state_dict())
+        getattr(block.ffn, name).load_state_dict(
+            getattr(layer, name).state_dict()
+        )
     block.norm1.load_state_dict(layer.norm1.state_dict())
     block.norm2.load_state_dict(layer.norm2.state_dict())
     return block
@@ -144,17 +166,23 @@ def load_decoder_block(block, layer: nn.TransformerDecoderLayer):
     load_multihead_attention(block.self_attn, layer.self_attn)
     load_multihead_attention(block.cross_attn, layer.multihead_attn)
     for name in ("linear1", "linear2"):
-        getattr(block.ffn, name).load_state_dict(getattr(layer, name).state_dict())
+        getattr(block.ffn, name).load_state_dict(
+            getattr(layer, name).state_dict()
+        )
     for name in ("norm1", "norm2", "norm3"):
         getattr(block, name).load_state_dict(getattr(layer, name).state_dict())
     return block
 
 
-def _gpt2_plan(model, state_dict, num_heads) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
+def _gpt2_plan(
+    model, state_dict, num_heads
+) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
     """Pair each of ``model``'s tensors with its GPT-2 tensor, as ``(name, ours, theirs)``
     with ``theirs`` already in our layout; refuse what differs (shapes checked too)."""
     if type(model).__name__ != "GPT" or not isinstance(model, nn.Module):
-        raise TypeError(f"model must be a helpers.gpt.GPT, got {type(model).__name__}")
+        raise TypeError(
+            f"model must be a helpers.gpt.GPT, got {type(model).__name__}"
+        )
     if not hasattr(state_dict, "keys"):
         raise TypeError(
             f"state_dict must be a mapping of names to tensors (GPT2LMHeadModel(...)."
@@ -166,7 +194,11 @@ def _gpt2_plan(model, state_dict, num_heads) -> list[tuple[str, torch.Tensor, to
             "transformers' GPT2LMHeadModel (keys 'transformer.wte.weight', 'transformer.h.0."
             "attn.c_attn.weight', ...); pass GPT2LMHeadModel.state_dict(), not GPT2Model's"
         )
-    layers = {int(m.group(1)) for k in state_dict if (m := re.match(r"transformer\.h\.(\d+)\.", k))}
+    layers = {
+        int(m.group(1))
+        for k in state_dict
+        if (m := re.match(r"transformer\.h\.(\d+)\.", k))
+    }
     vocab, width = state_dict["transformer.wte.weight"].shape
     context = state_dict["transformer.wpe.weight"].shape[0]
     block = model.blocks[0]
@@ -195,7 +227,10 @@ def _gpt2_plan(model, state_dict, num_heads) -> list[tuple[str, torch.Tensor, to
             f"positions mismatch: GPT-2 learns its positions, the model uses "
             f"positions={model.config.positions!r}; build it with positions='learned'"
         )
-    if block.self_attn.num_kv_heads != block.self_attn.num_heads or block.self_attn.window:
+    if (
+        block.self_attn.num_kv_heads != block.self_attn.num_heads
+        or block.self_attn.window
+    ):
         raise ValueError(
             "attention mismatch: GPT-2 has as many key/value heads as query heads "
             "and no window; build the model with num_kv_heads=None, window=None"
@@ -205,7 +240,10 @@ def _gpt2_plan(model, state_dict, num_heads) -> list[tuple[str, torch.Tensor, to
             f"bias mismatch: GPT-2's linear layers and LayerNorms have biases, "
             f"the model was built with bias=False; {gpt2_like}"
         )
-    if not isinstance(model.final_norm, nn.LayerNorm) or model.final_norm.eps != 1e-5:
+    if (
+        not isinstance(model.final_norm, nn.LayerNorm)
+        or model.final_norm.eps != 1e-5
+    ):
         raise ValueError(
             f"norm mismatch: GPT-2 uses LayerNorm(eps=1e-5), the model "
             f"{model.final_norm}; {gpt2_like}"
@@ -221,7 +259,9 @@ def _gpt2_plan(model, state_dict, num_heads) -> list[tuple[str, torch.Tensor, to
             "the model's is not; build it with tie_weights=True"
         )
     head = state_dict.get("lm_head.weight")
-    if head is not None and not torch.equal(head, state_dict["transformer.wte.weight"]):
+    if head is not None and not torch.equal(
+        head, state_dict["transformer.wte.weight"]
+    ):
         raise ValueError(
             "the state dict's lm_head.weight differs from transformer.wte.weight: "
             "an untied head, which the book's GPT-2 configuration cannot hold"
@@ -237,15 +277,25 @@ def _gpt2_plan(model, state_dict, num_heads) -> list[tuple[str, torch.Tensor, to
         for mine, theirs in names.items():
             for kind in ("weight", "bias"):
                 param = layer.get_parameter(f"{mine}.{kind}")
-                plan.append((f"blocks.{index}.{mine}.{kind}", param, f"h.{index}.{theirs}.{kind}"))
+                plan.append(
+                    (
+                        f"blocks.{index}.{mine}.{kind}",
+                        param,
+                        f"h.{index}.{theirs}.{kind}",
+                    )
+                )
     pairs = []
     for name, param, key in plan:
         key = f"transformer.{key}"
         if key not in state_dict:
-            raise ValueError(f"the state dict has no {key!r} (for the model's {name})")
+            raise ValueError(
+                f"the state dict has no {key!r} (for the model's {name})"
+            )
         tensor = state_dict[key]
         if name.endswith("weight") and ".h." in key and "ln_" not in key:
-            tensor = tensor.t()  # GPT-2's Conv1D stores (in, out); nn.Linear holds (out, in)
+            tensor = (
+                tensor.t()
+            )  # GPT-2's Conv1D stores (in, out); nn.Linear holds (out, in)
         if tensor.shape != param.shape:
             raise ValueError(
                 f"shape mismatch at {key}: {tuple(state_dict[key].shape)} (as Conv1D's (in, "

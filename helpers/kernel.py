@@ -29,7 +29,9 @@ __all__ = [
 ]
 
 
-def gaussian_kernel(distance: torch.Tensor, width: float | torch.Tensor = 1.0) -> torch.Tensor:
+def gaussian_kernel(
+    distance: torch.Tensor, width: float | torch.Tensor = 1.0
+) -> torch.Tensor:
     """The Gaussian kernel ``exp(-distance^2 / (2 width^2))``, elementwise."""
     check.kernel_width(width)
     return torch.exp(-(distance**2) / (2 * width**2))
@@ -69,7 +71,9 @@ def nadaraya_watson(
                 f"mask must have shape {tuple(scores.shape)} (Tq, Tk), got {tuple(mask.shape)}"
             )
         scores = scores.masked_fill(~mask, float("-inf"))
-    weights = torch.softmax(scores, dim=-1)  # normalize over the KEYS of each query
+    weights = torch.softmax(
+        scores, dim=-1
+    )  # normalize over the KEYS of each query
     return weights @ values, weights
 
 
@@ -83,7 +87,9 @@ def nearest_neighbour(
     check.pairs(keys, values)
     scores = kernel_scores(queries, keys, 1.0)
     index = scores.argmax(dim=-1)
-    weights = torch.nn.functional.one_hot(index, num_classes=keys.shape[0]).to(values.dtype)
+    weights = torch.nn.functional.one_hot(index, num_classes=keys.shape[0]).to(
+        values.dtype
+    )
     return values[index], weights
 
 
@@ -133,7 +139,11 @@ def fit_width(
     check.boolean("leave_one_out", leave_one_out)
     model = LearnedWidthRegression(initial_width).to(x.device)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    mask = ~torch.eye(len(x), dtype=torch.bool, device=x.device) if leave_one_out else None
+    mask = (
+        ~torch.eye(len(x), dtype=torch.bool, device=x.device)
+        if leave_one_out
+        else None
+    )
     losses, widths = [], []
     for _ in range(steps):
         predictions, _ = model(x, x, y, mask=mask)

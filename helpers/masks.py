@@ -65,7 +65,9 @@ def earlier_mask(T: int, device: torch.device | str | None = None) -> Tensor:
 # --------------------------------------------------------------------------- padding
 
 
-def padding_mask(lengths: Tensor | Sequence[int], max_len: int | None = None) -> Tensor:
+def padding_mask(
+    lengths: Tensor | Sequence[int], max_len: int | None = None
+) -> Tensor:
     """A key-padding mask from sequence lengths, shape (B, 1, 1, Tk) with Tk = max_len.
 
     Entry [b, 0, 0, j] is True when key j is a real token of sequence b (j < lengths[b]).
@@ -124,7 +126,9 @@ def position_mask(
     tiles of :func:`helpers.efficient.tiled_attention` and
     :class:`helpers.gpt.CausalSelfAttention`.
     """
-    offset = query_positions[:, None] - key_positions[None, :]  # how far back each key is
+    offset = (
+        query_positions[:, None] - key_positions[None, :]
+    )  # how far back each key is
     allowed = torch.ones_like(offset, dtype=torch.bool)
     if causal:
         allowed &= offset >= 0
@@ -134,7 +138,11 @@ def position_mask(
 
 
 def sliding_window_mask(
-    T: int, window: int, *, causal: bool = True, device: torch.device | str | None = None
+    T: int,
+    window: int,
+    *,
+    causal: bool = True,
+    device: torch.device | str | None = None,
 ) -> Tensor:
     """The (T, T) boolean mask of sliding-window attention (True = may attend).
 

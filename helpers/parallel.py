@@ -49,7 +49,9 @@ def run_in_processes(
                 f"{type(job).__name__}; write jobs=[dict(seed=0), dict(seed=1)]"
             )
         if clash := set(job) & set(shared):
-            raise ValueError(f"job {index} and the shared arguments both set {sorted(clash)}")
+            raise ValueError(
+                f"job {index} and the shared arguments both set {sorted(clash)}"
+            )
     if workers == 1:
         return [function(**job, **shared) for job in jobs]
     # A worker imports `function` by name: a script's __main__ it can re-run, a notebook's not.
@@ -62,7 +64,9 @@ def run_in_processes(
             "fresh worker process cannot import it; move it into a module, or pass workers=1"
         )
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(workers, mp_context=context, initializer=_one_thread) as pool:
+    with ProcessPoolExecutor(
+        workers, mp_context=context, initializer=_one_thread
+    ) as pool:
         futures = [pool.submit(function, **job, **shared) for job in jobs]
         return [future.result() for future in futures]
 
@@ -70,7 +74,9 @@ def run_in_processes(
 def machine_label(device: str = "cpu", workers: int = 1) -> str:
     """The processor (or GPU), its cores and the threads a run used, for results shipped as data."""
     if str(device).startswith("cuda"):
-        return f"{torch.cuda.get_device_name(device)}, torch {torch.__version__}"
+        return (
+            f"{torch.cuda.get_device_name(device)}, torch {torch.__version__}"
+        )
     name = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as cpuinfo:
@@ -81,5 +87,11 @@ def machine_label(device: str = "cpu", workers: int = 1) -> str:
     except OSError:
         pass
     threads = torch.get_num_threads()
-    threads = "one thread per run" if workers > 1 or threads == 1 else f"{threads} threads"
-    return f"{name}, {os.cpu_count()} cores, {threads}, torch {torch.__version__}"
+    threads = (
+        "one thread per run"
+        if workers > 1 or threads == 1
+        else f"{threads} threads"
+    )
+    return (
+        f"{name}, {os.cpu_count()} cores, {threads}, torch {torch.__version__}"
+    )

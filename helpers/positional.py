@@ -52,7 +52,10 @@ def angular_speeds(d_model: int, base: float = 10000.0) -> torch.Tensor:
 
 
 def sinusoidal_encoding(
-    num_positions: int, d_model: int, base: float = 10000.0, dtype: torch.dtype = torch.float32
+    num_positions: int,
+    d_model: int,
+    base: float = 10000.0,
+    dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor:
     """The sinusoidal position table of shape (T, D), T = ``num_positions``, D = ``d_model``.
 
@@ -65,11 +68,15 @@ def sinusoidal_encoding(
     speeds = angular_speeds(d_model, base)  # validates d_model and base
     positions = torch.arange(num_positions, dtype=torch.float64)
     angles = positions[:, None] * speeds[None, :]  # (T, D/2)
-    table = torch.stack((torch.sin(angles), torch.cos(angles)), dim=-1)  # (T, D/2, 2)
+    table = torch.stack(
+        (torch.sin(angles), torch.cos(angles)), dim=-1
+    )  # (T, D/2, 2)
     return table.reshape(num_positions, d_model).to(dtype)
 
 
-def relative_rotation(offset: float, d_model: int, base: float = 10000.0) -> torch.Tensor:
+def relative_rotation(
+    offset: float, d_model: int, base: float = 10000.0
+) -> torch.Tensor:
     """The (D, D) block-diagonal matrix ``R(k)`` that moves an encoding ``k`` positions on.
 
     For the table ``P = sinusoidal_encoding(T, D, base)``: ``P[t + k] == R(k) @ P[t]`` for every
@@ -79,7 +86,9 @@ def relative_rotation(offset: float, d_model: int, base: float = 10000.0) -> tor
     offset = check.real("offset", offset)
     angles = offset * angular_speeds(d_model, base)  # (D/2,)
     cos, sin = torch.cos(angles), torch.sin(angles)
-    blocks = torch.stack((torch.stack((cos, sin), -1), torch.stack((-sin, cos), -1)), -2)
+    blocks = torch.stack(
+        (torch.stack((cos, sin), -1), torch.stack((-sin, cos), -1)), -2
+    )
     return torch.block_diag(*blocks)  # blocks: (D/2, 2, 2)
 
 
@@ -95,7 +104,9 @@ class SinusoidalPositionalEncoding(nn.Module):
 
     pe: torch.Tensor
 
-    def __init__(self, d_model: int, max_len: int = 5000, base: float = 10000.0) -> None:
+    def __init__(
+        self, d_model: int, max_len: int = 5000, base: float = 10000.0
+    ) -> None:
         super().__init__()
         check.positive_int("max_len", max_len)
         self.d_model = d_model
@@ -120,11 +131,15 @@ class LearnedPositionalEmbedding(nn.Module):
     ``max_len`` have none at all.
     """
 
-    def __init__(self, d_model: int, max_len: int, init_std: float = 0.02) -> None:
+    def __init__(
+        self, d_model: int, max_len: int, init_std: float = 0.02
+    ) -> None:
         super().__init__()
         check.positive_int("d_model", d_model)
         check.positive_int("max_len", max_len)
-        init_std = check.positive_number("init_std", init_std, "GPT-2 uses 0.01")
+        init_std = check.positive_number(
+            "init_std", init_std, "GPT-2 uses 0.01"
+        )
         self.d_model = d_model
         self.max_len = max_len
         self.weight = nn.Parameter(torch.randn(max_len, d_model) * init_std)
@@ -171,15 +186,21 @@ def alibi_bias(
     check.positive_int("seq_len", seq_len)
     slopes = alibi_slopes(num_heads).to(device)  # validates num_heads
     positions = torch.arange(seq_len, device=device)
-    distance = (positions[:, None] - positions[None, :]).abs().to(torch.float32)  # (T, T)
-    return 0.0 - slopes[:, None, None] * distance  # (H, T, T); 0.0 - avoids printing -0.0
+    distance = (
+        (positions[:, None] - positions[None, :]).abs().to(torch.float32)
+    )  # (T, T)
+    return (
+        0.0 - slopes[:, None, None] * distance
+    )  # (H, T, T); 0.0 - avoids printing -0.0
 
 
 # --- RoPE ------------------------------------------------------------------------------------
 
 
 def apply_rotary(
-    x: torch.Tensor, positions: torch.Tensor | None = None, base: float = 10000.0
+    x: torch.Tensor,
+    positions: torch.Tensor | None = None,
+    base: float = 10000.0,
 ) -> torch.Tensor:
     """Rotary position embedding: rotate each pair ``(x[..., 2j], x[..., 2j+1])`` of x.
 
@@ -200,15 +221,23 @@ def apply_rotary(
     if positions is None:
         positions = torch.arange(seq_len)
     if not isinstance(positions, torch.Tensor) or positions.shape != (seq_len,):
-        shape = tuple(positions.shape) if isinstance(positions, torch.Tensor) else positions
+        shape = (
+            tuple(positions.shape)
+            if isinstance(positions, torch.Tensor)
+            else positions
+        )
         raise ValueError(
             f"positions must be a tensor of shape (T,) = ({seq_len},) for x of shape "
             f"{tuple(x.shape)}, got {shape}; pass e.g. torch.arange({seq_len})"
         )
     # Angles in float64 on the CPU (MPS has no float64), then cast and moved to x.
-    angles = positions.detach().to("cpu", torch.float64)[:, None] * speeds[None, :]  # (T, D/2)
+    angles = (
+        positions.detach().to("cpu", torch.float64)[:, None] * speeds[None, :]
+    )  # (T, D/2)
     cos = torch.cos(angles).to(device=x.device, dtype=x.dtype)
     sin = torch.sin(angles).to(device=x.device, dtype=x.dtype)
     x_even, x_odd = x[..., 0::2], x[..., 1::2]
-    rotated = torch.stack((x_even * cos - x_odd * sin, x_even * sin + x_odd * cos), dim=-1)
+    rotated = torch.stack(
+        (x_even * cos - x_odd * sin, x_even * sin + x_odd * cos), dim=-1
+    )
     return rotated.flatten(-2)

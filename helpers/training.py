@@ -41,7 +41,9 @@ __all__ = [
 Metric = Callable[[torch.Tensor, torch.Tensor], "torch.Tensor | float"]
 
 
-def token_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+def token_cross_entropy(
+    logits: torch.Tensor, targets: torch.Tensor
+) -> torch.Tensor:
     """Mean cross-entropy over every token: logits ``(B, T, C)``, targets ``(B, T)``.
 
     The loss of every sequence model of the book: chapter 7 labels each token, chapters 10 and
@@ -66,7 +68,9 @@ def _resolve_device(model: nn.Module, device) -> torch.device:
     return first.device if first is not None else torch.device("cpu")
 
 
-def _split_batch(batch, device: torch.device) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
+def _split_batch(
+    batch, device: torch.device
+) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
     """Move a batch ``(x_1, ..., x_n, target)`` to ``device``; return ``((x_1, ...), target)``."""
     if not isinstance(batch, (tuple, list)) or len(batch) < 2:
         kind = type(batch).__name__
@@ -120,7 +124,9 @@ def evaluate(
             num_samples += size
     model.train(was_training)
     if num_samples == 0:
-        raise ValueError("loader yielded no batches; check its dataset and batch_size")
+        raise ValueError(
+            "loader yielded no batches; check its dataset and batch_size"
+        )
     return {name: total / num_samples for name, total in totals.items()}
 
 
@@ -157,13 +163,17 @@ def fit(
     previous row), ``val_loss`` and ``val_<metric>`` (:func:`evaluate` on ``val_loader`` in the
     last row of each epoch, NaN elsewhere), ``elapsed_s`` (wall-clock seconds, volatile).
     """
-    metrics = check.fit_arguments(locals())  # every argument above, checked by name
+    metrics = check.fit_arguments(
+        locals()
+    )  # every argument above, checked by name
     if seed is not None:
         torch.manual_seed(seed)
     device = _resolve_device(model, device)
     model.to(device)
     model.train()
-    with _Log(metrics, total=_num_steps(train_loader, epochs), progress=progress) as log:
+    with _Log(
+        metrics, total=_num_steps(train_loader, epochs), progress=progress
+    ) as log:
         for epoch in range(1, epochs + 1):
             batches = iter(train_loader)
             batch = check.first_batch(next(batches, None))
@@ -171,7 +181,9 @@ def fit(
                 inputs, target = _split_batch(batch, device)
                 lr = optimizer.param_groups[0]["lr"]
                 output = check.model_output(model(*inputs))
-                loss = check.finite_loss(loss_fn(output, target), epoch, log.step + 1)
+                loss = check.finite_loss(
+                    loss_fn(output, target), epoch, log.step + 1
+                )
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 if clip_grad_norm is not None:
@@ -181,8 +193,14 @@ def fit(
                     scheduler.step()
                 log.add(loss, output, target)
                 batch = next(batches, None)
-                if batch is None and val_loader is not None:  # the epoch's end: validate
-                    log.row(epoch, lr, evaluate(model, val_loader, loss_fn, metrics, device))
+                if (
+                    batch is None and val_loader is not None
+                ):  # the epoch's end: validate
+                    log.row(
+                        epoch,
+                        lr,
+                        evaluate(model, val_loader, loss_fn, metrics, device),
+                    )
                 elif log.step % log_every == 0 or batch is None:
                     log.row(epoch, lr, None)
     return log.history(validation=val_loader is not None)
@@ -191,13 +209,19 @@ def fit(
 class _Log:
     """The running sums behind :func:`fit`'s history, and its progress bar."""
 
-    def __init__(self, metrics: dict[str, Metric], total: int | None, progress: bool):
+    def __init__(
+        self, metrics: dict[str, Metric], total: int | None, progress: bool
+    ):
         self.metrics, self.rows, self.step = metrics, [], 0
         self.sums, self.count = dict.fromkeys(["loss", *metrics], 0.0), 0
         self.start = time.perf_counter()
-        self.bar = tqdm(total=total, disable=not progress, unit="step", dynamic_ncols=True)
+        self.bar = tqdm(
+            total=total, disable=not progress, unit="step", dynamic_ncols=True
+        )
 
-    def add(self, loss: torch.Tensor, output: torch.Tensor, target: torch.Tensor) -> None:
+    def add(
+        self, loss: torch.Tensor, output: torch.Tensor, target: torch.Tensor
+    ) -> None:
         self.sums["loss"] += loss.item()
         with torch.no_grad():
             for name, metric in self.metrics.items():
@@ -205,10 +229,16 @@ class _Log:
         self.step, self.count = self.step + 1, self.count + 1
         self.bar.update(1)
 
-    def row(self, epoch: int, lr: float, scores: dict[str, float] | None) -> None:
+    def row(
+        self, epoch: int, lr: float, scores: dict[str, float] | None
+    ) -> None:
         row = {"epoch": epoch, "step": self.step, "lr": lr}
-        row.update({f"train_{name}": s / self.count for name, s in self.sums.items()})
-        row.update({f"val_{name}": value for name, value in (scores or {}).items()})
+        row.update(
+            {f"train_{name}": s / self.count for name, s in self.sums.items()}
+        )
+        row.update(
+            {f"val_{name}": value for name, value in (scores or {}).items()}
+        )
         row["elapsed_s"] = time.perf_counter() - self.start
         self.rows.append(row)
         self.bar.set_postfix(loss=f"{row['train_loss']:.4g}", epoch=epoch)
@@ -220,7 +250,9 @@ class _Log:
     def __enter__(self) -> _Log:
         return self
 
-    def __exit__(self, *exc_info) -> None:  # also when training stops on an error
+    def __exit__(
+        self, *exc_info
+    ) -> None:  # also when training stops on an error
         self.close()
 
     def history(self, validation: bool) -> pd.DataFrame:
@@ -259,7 +291,9 @@ def save_checkpoint(
     if optimizer is not None:
         check.optimizer_of(optimizer)
     if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
+        raise TypeError(
+            f"path must be a str or os.PathLike, got {type(path).__name__}"
+        )
     state = {"model": model.state_dict(), "extra": extra}
     if optimizer is not None:
         state["optimizer"] = optimizer.state_dict()
@@ -280,10 +314,16 @@ def load_checkpoint(
     if optimizer is not None:
         check.optimizer_of(optimizer)
     if not os.path.exists(path):
-        raise FileNotFoundError(f"no checkpoint at {os.fspath(path)!r}; check the path")
-    state = torch.load(path, map_location=_resolve_device(model, None), weights_only=True)
+        raise FileNotFoundError(
+            f"no checkpoint at {os.fspath(path)!r}; check the path"
+        )
+    state = torch.load(
+        path, map_location=_resolve_device(model, None), weights_only=True
+    )
     if not isinstance(state, dict) or "model" not in state:
-        raise ValueError(f"{os.fspath(path)!r} is not a checkpoint written by save_checkpoint")
+        raise ValueError(
+            f"{os.fspath(path)!r} is not a checkpoint written by save_checkpoint"
+        )
     model.load_state_dict(state["model"])
     if optimizer is not None:
         if "optimizer" not in state:
@@ -298,7 +338,9 @@ def load_checkpoint(
 # --- learning-rate schedule -------------------------------------------------------------------
 
 
-def cosine_warmup_factor(step: int, warmup_steps: int, total_steps: int) -> float:
+def cosine_warmup_factor(
+    step: int, warmup_steps: int, total_steps: int
+) -> float:
     """The learning-rate multiplier at optimizer step ``step`` (0-based).
 
     Linear warm-up ``(step + 1) / warmup_steps`` over the first ``warmup_steps`` steps (so the
@@ -326,5 +368,6 @@ def cosine_warmup_schedule(
     check.optimizer_of(optimizer)
     check.schedule(warmup_steps, total_steps)
     return torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: cosine_warmup_factor(step, warmup_steps, total_steps)
+        optimizer,
+        lambda step: cosine_warmup_factor(step, warmup_steps, total_steps),
     )

@@ -66,18 +66,24 @@ class RMSNorm(nn.Module):
     def __init__(self, d_model: int, eps: float = 1e-5) -> None:
         super().__init__()
         self.eps = check.positive_number("eps", eps, "1e-5 is usual")
-        self.weight = nn.Parameter(torch.ones(check.positive_int("d_model", d_model)))
+        self.weight = nn.Parameter(
+            torch.ones(check.positive_int("d_model", d_model))
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         check.last_dim(self, x, self.weight.shape[0])
-        inverse_rms = torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps)
+        inverse_rms = torch.rsqrt(
+            x.pow(2).mean(dim=-1, keepdim=True) + self.eps
+        )
         return x * inverse_rms * self.weight
 
     def extra_repr(self) -> str:
         return f"{self.weight.shape[0]}, eps={self.eps}"
 
 
-def make_norm(kind: str, d_model: int, eps: float = 1e-5, bias: bool = True) -> nn.Module:
+def make_norm(
+    kind: str, d_model: int, eps: float = 1e-5, bias: bool = True
+) -> nn.Module:
     """A normalization layer over the last dimension: ``"layer"`` (LayerNorm) or ``"rms"``.
 
     ``bias`` only concerns LayerNorm (RMSNorm has none).
@@ -139,7 +145,9 @@ def _attend(attention: nn.Module, query, memory, mask, return_attention: bool):
     """``attention(query, memory, memory)`` and its weights ``(B, H, Tq, Tk)``, or None for
     the weights unless ``return_attention``: the attention sublayer of every block."""
     if return_attention:
-        return attention(query, memory, memory, mask=mask, return_attention=True)
+        return attention(
+            query, memory, memory, mask=mask, return_attention=True
+        )
     return attention(query, memory, memory, mask=mask), None
 
 
@@ -171,8 +179,13 @@ class EncoderBlock(nn.Module):
         eps: float = 1e-5,
     ) -> None:
         super().__init__()
-        self.d_model, self.norm_first = d_model, check.boolean("norm_first", norm_first)
-        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout, bias=bias)
+        self.d_model, self.norm_first = (
+            d_model,
+            check.boolean("norm_first", norm_first),
+        )
+        self.self_attn = MultiHeadAttention(
+            d_model, num_heads, dropout=dropout, bias=bias
+        )
         self.ffn = FeedForward(d_model, ffn_width, dropout=dropout, bias=bias)
         self.norm1 = make_norm(norm, d_model, eps, bias)
         self.norm2 = make_norm(norm, d_model, eps, bias)
@@ -184,11 +197,15 @@ class EncoderBlock(nn.Module):
         check.module_dtype("x", x, self)
         if self.norm_first:
             h = self.norm1(x)
-            attended, weights = _attend(self.self_attn, h, h, mask, return_attention)
+            attended, weights = _attend(
+                self.self_attn, h, h, mask, return_attention
+            )
             x = x + self.dropout1(attended)
             x = x + self.dropout2(self.ffn(self.norm2(x)))
         else:
-            attended, weights = _attend(self.self_attn, x, x, mask, return_attention)
+            attended, weights = _attend(
+                self.self_attn, x, x, mask, return_attention
+            )
             x = self.norm1(x + self.dropout1(attended))
             x = self.norm2(x + self.dropout2(self.ffn(x)))
         return (x, weights) if return_attention else x
@@ -225,12 +242,21 @@ class TransformerStack(nn.Module):
         check.positive_int("num_blocks", num_blocks)
         self.blocks = nn.ModuleList(
             self.block(
-                d_model, num_heads, ffn_width, dropout, norm_first, bias=bias, norm=norm, eps=eps
+                d_model,
+                num_heads,
+                ffn_width,
+                dropout,
+                norm_first,
+                bias=bias,
+                norm=norm,
+                eps=eps,
             )
             for _ in range(num_blocks)
         )
         final_norm = norm_first if final_norm is None else final_norm
-        self.final_norm = make_norm(norm, d_model, eps, bias) if final_norm else nn.Identity()
+        self.final_norm = (
+            make_norm(norm, d_model, eps, bias) if final_norm else nn.Identity()
+        )
 
     def forward(self, x: torch.Tensor, *context) -> torch.Tensor:
         for block in self.blocks:
@@ -262,10 +288,14 @@ class TransformerEncoder(TransformerStack):
 
     block = EncoderBlock
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
         return super().forward(x, mask)
 
-    def get_attention_maps(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> list:
+    def get_attention_maps(
+        self, x: torch.Tensor, mask: torch.Tensor | None = None
+    ) -> list:
         """The weights ``(B, H, T, T)`` of each block (see :class:`TransformerStack`)."""
         return super().get_attention_maps(x, mask)
 
@@ -302,28 +332,54 @@ class DecoderBlock(nn.Module):
         eps: float = 1e-5,
     ) -> None:
         super().__init__()
-        self.d_model, self.norm_first = d_model, check.boolean("norm_first", norm_first)
-        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout, bias=bias)
-        self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout, bias=bias)
+        self.d_model, self.norm_first = (
+            d_model,
+            check.boolean("norm_first", norm_first),
+        )
+        self.self_attn = MultiHeadAttention(
+            d_model, num_heads, dropout=dropout, bias=bias
+        )
+        self.cross_attn = MultiHeadAttention(
+            d_model, num_heads, dropout=dropout, bias=bias
+        )
         self.ffn = FeedForward(d_model, ffn_width, dropout=dropout, bias=bias)
-        self.norm1, self.norm2, self.norm3 = (make_norm(norm, d_model, eps, bias) for _ in "123")
-        self.dropout1, self.dropout2, self.dropout3 = (nn.Dropout(dropout) for _ in "123")
+        self.norm1, self.norm2, self.norm3 = (
+            make_norm(norm, d_model, eps, bias) for _ in "123"
+        )
+        self.dropout1, self.dropout2, self.dropout3 = (
+            nn.Dropout(dropout) for _ in "123"
+        )
 
-    def forward(self, target, memory, target_mask=None, memory_mask=None, return_attention=False):
+    def forward(
+        self,
+        target,
+        memory,
+        target_mask=None,
+        memory_mask=None,
+        return_attention=False,
+    ):
         check.decoder_inputs(self, target, memory, target_mask, memory_mask)
         x, want = target, return_attention
         if self.norm_first:
             h = self.norm1(x)
-            attended, self_weights = _attend(self.self_attn, h, h, target_mask, want)
+            attended, self_weights = _attend(
+                self.self_attn, h, h, target_mask, want
+            )
             x = x + self.dropout1(attended)
             h = self.norm2(x)
-            attended, cross_weights = _attend(self.cross_attn, h, memory, memory_mask, want)
+            attended, cross_weights = _attend(
+                self.cross_attn, h, memory, memory_mask, want
+            )
             x = x + self.dropout2(attended)
             x = x + self.dropout3(self.ffn(self.norm3(x)))
         else:
-            attended, self_weights = _attend(self.self_attn, x, x, target_mask, want)
+            attended, self_weights = _attend(
+                self.self_attn, x, x, target_mask, want
+            )
             x = self.norm1(x + self.dropout1(attended))
-            attended, cross_weights = _attend(self.cross_attn, x, memory, memory_mask, want)
+            attended, cross_weights = _attend(
+                self.cross_attn, x, memory, memory_mask, want
+            )
             x = self.norm2(x + self.dropout2(attended))
             x = self.norm3(x + self.dropout3(self.ffn(x)))
         return (x, (self_weights, cross_weights)) if return_attention else x
@@ -342,9 +398,13 @@ class TransformerDecoder(TransformerStack):
     def forward(self, target, memory, target_mask=None, memory_mask=None):
         return super().forward(target, memory, target_mask, memory_mask)
 
-    def get_attention_maps(self, target, memory, target_mask=None, memory_mask=None):
+    def get_attention_maps(
+        self, target, memory, target_mask=None, memory_mask=None
+    ):
         """Each block's ``(self_weights (B, H, Tt, Tt), cross_weights (B, H, Tt, Ts))``."""
-        return super().get_attention_maps(target, memory, target_mask, memory_mask)
+        return super().get_attention_maps(
+            target, memory, target_mask, memory_mask
+        )
 
 
 class Seq2SeqInference:
@@ -374,14 +434,26 @@ class Seq2SeqInference:
         logits. ``beam_size=k > 1`` is beam search (:meth:`_beam_search`). With ``end_id``, a
         sequence that has written ``end_id`` stops: its later positions hold ``pad_id``.
         """
-        check.seq2seq_generation(self, start_id, num_steps, end_id, beam_size, length_penalty)
+        check.seq2seq_generation(
+            self, start_id, num_steps, end_id, beam_size, length_penalty
+        )
         memory, source_mask = self.encode(source)
         if beam_size > 1:
             return self._beam_search(
-                memory, source_mask, start_id, num_steps, end_id, beam_size, length_penalty
+                memory,
+                source_mask,
+                start_id,
+                num_steps,
+                end_id,
+                beam_size,
+                length_penalty,
             )
-        tokens = torch.full((source.shape[0], 1), start_id, device=source.device)
-        done = torch.zeros(source.shape[0], dtype=torch.bool, device=source.device)
+        tokens = torch.full(
+            (source.shape[0], 1), start_id, device=source.device
+        )
+        done = torch.zeros(
+            source.shape[0], dtype=torch.bool, device=source.device
+        )
         for _ in range(num_steps):
             logits = self.decode(tokens, memory, source_mask)
             next_token = logits[:, -1].argmax(dim=-1)
@@ -391,7 +463,9 @@ class Seq2SeqInference:
             tokens = torch.cat([tokens, next_token[:, None]], dim=1)
         return tokens
 
-    def _beam_search(self, memory, source_mask, start_id, num_steps, end_id, beam_size, alpha):
+    def _beam_search(
+        self, memory, source_mask, start_id, num_steps, end_id, beam_size, alpha
+    ):
         """Keep the ``beam_size`` prefixes of highest total log-probability at every step.
 
         A finished hypothesis (it wrote ``end_id``) goes on with ``pad_id`` at no cost, so it
@@ -400,22 +474,34 @@ class Seq2SeqInference:
         ``alpha = length_penalty``, 0 ranks by the total, larger values favour longer ones).
         """
         (batch, _, _), k, vocab = memory.shape, beam_size, self.target_vocab
-        memory = memory.repeat_interleave(k, dim=0)  # (B * k, Ts, D): row b * k + j
+        memory = memory.repeat_interleave(
+            k, dim=0
+        )  # (B * k, Ts, D): row b * k + j
         if source_mask is not None:
             source_mask = source_mask.repeat_interleave(k, dim=0)
         tokens = torch.full((batch * k, 1), start_id, device=memory.device)
         scores = torch.full((batch, k), -torch.inf, device=memory.device)
-        scores[:, 0] = 0.0  # one live hypothesis at the start, not k copies of it
+        scores[:, 0] = (
+            0.0  # one live hypothesis at the start, not k copies of it
+        )
         done = torch.zeros(batch * k, dtype=torch.bool, device=memory.device)
         lengths = torch.zeros(batch * k, device=memory.device)
         first_row = torch.arange(batch, device=memory.device)[:, None] * k
         for _ in range(num_steps):
-            log_probs = self.decode(tokens, memory, source_mask)[:, -1].log_softmax(dim=-1)
-            if end_id is not None:  # (B * k, V): a finished hypothesis can only pad, for free
+            log_probs = self.decode(tokens, memory, source_mask)[
+                :, -1
+            ].log_softmax(dim=-1)
+            if (
+                end_id is not None
+            ):  # (B * k, V): a finished hypothesis can only pad, for free
                 log_probs[done] = -torch.inf
                 log_probs[done, self.pad_id] = 0.0
-            total = (scores.reshape(-1, 1) + log_probs).reshape(batch, k * vocab)
-            scores, index = total.topk(k, dim=-1)  # the k best extensions of all k prefixes
+            total = (scores.reshape(-1, 1) + log_probs).reshape(
+                batch, k * vocab
+            )
+            scores, index = total.topk(
+                k, dim=-1
+            )  # the k best extensions of all k prefixes
             parent = (first_row + index // vocab).flatten()
             next_token = (index % vocab).flatten()
             tokens = torch.cat([tokens[parent], next_token[:, None]], dim=1)
@@ -425,7 +511,9 @@ class Seq2SeqInference:
         return tokens.reshape(batch, k, -1)[torch.arange(batch), best]
 
     @torch.no_grad()
-    def get_attention_maps(self, source: torch.Tensor, target: torch.Tensor) -> dict:
+    def get_attention_maps(
+        self, source: torch.Tensor, target: torch.Tensor
+    ) -> dict:
         """Per block, the weights of ``"encoder"`` self-, ``"decoder"`` self- and ``"cross"``
         attention: lists of ``(B, H, Ts, Ts)``, ``(B, H, Tt, Tt)`` and ``(B, H, Tt, Ts)``."""
         x = self._embed(self.source_embedding, source)
@@ -434,7 +522,9 @@ class Seq2SeqInference:
         memory, _ = self.encode(source)
         y = self._embed(self.target_embedding, target)
         target_mask = causal_padding_mask(target, self.pad_id)
-        decoder_maps = self.decoder.get_attention_maps(y, memory, target_mask, source_mask)
+        decoder_maps = self.decoder.get_attention_maps(
+            y, memory, target_mask, source_mask
+        )
         return {
             "encoder": encoder_maps,
             "decoder": [weights for weights, _ in decoder_maps],
@@ -466,13 +556,27 @@ class EncoderDecoderTransformer(Seq2SeqInference, nn.Module):
         max_len: int = 512,
     ) -> None:
         super().__init__()
-        check.seq2seq_arguments(source_vocab, target_vocab, pad_id, tie_embeddings, ffn_width)
-        self.source_vocab, self.target_vocab, self.pad_id = source_vocab, target_vocab, pad_id
+        check.seq2seq_arguments(
+            source_vocab, target_vocab, pad_id, tie_embeddings, ffn_width
+        )
+        self.source_vocab, self.target_vocab, self.pad_id = (
+            source_vocab,
+            target_vocab,
+            pad_id,
+        )
         self.d_model = d_model
-        sizes = (d_model, num_heads, ffn_width or 4 * d_model, dropout, norm_first)
+        sizes = (
+            d_model,
+            num_heads,
+            ffn_width or 4 * d_model,
+            dropout,
+            norm_first,
+        )
         self.source_embedding = nn.Embedding(source_vocab, d_model)
         self.target_embedding = (
-            self.source_embedding if tie_embeddings else nn.Embedding(target_vocab, d_model)
+            self.source_embedding
+            if tie_embeddings
+            else nn.Embedding(target_vocab, d_model)
         )
         self.positional = SinusoidalPositionalEncoding(d_model, max_len)
         self.dropout = nn.Dropout(dropout)
@@ -480,26 +584,40 @@ class EncoderDecoderTransformer(Seq2SeqInference, nn.Module):
         self.decoder = TransformerDecoder(num_decoder_blocks, *sizes)
         self.output = nn.Linear(d_model, target_vocab)
         _init_embeddings(self.source_embedding, self.target_embedding)
-        if tie_embeddings:  # one (vocab, D) matrix reads tokens in and writes logits out
+        if (
+            tie_embeddings
+        ):  # one (vocab, D) matrix reads tokens in and writes logits out
             self.output.weight = self.source_embedding.weight
 
-    def _embed(self, embedding: nn.Embedding, tokens: torch.Tensor) -> torch.Tensor:
+    def _embed(
+        self, embedding: nn.Embedding, tokens: torch.Tensor
+    ) -> torch.Tensor:
         check.tokens(tokens, embedding.num_embeddings, self.positional.max_len)
-        return self.dropout(self.positional(embedding(tokens) * self.d_model**0.5))
+        return self.dropout(
+            self.positional(embedding(tokens) * self.d_model**0.5)
+        )
 
-    def encode(self, source: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def encode(
+        self, source: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The encoder's output ``memory (B, Ts, D)`` and the source's key mask."""
         x = self._embed(self.source_embedding, source)
-        source_mask = token_padding_mask(source, self.pad_id)  # (B, 1, 1, Ts) or None
+        source_mask = token_padding_mask(
+            source, self.pad_id
+        )  # (B, 1, 1, Ts) or None
         return self.encoder(x, source_mask), source_mask
 
     def decode(self, target, memory, source_mask=None) -> torch.Tensor:
         """Logits ``(B, Tt, target_vocab)`` for the decoder input ``target`` given ``memory``."""
         x = self._embed(self.target_embedding, target)
-        target_mask = causal_padding_mask(target, self.pad_id)  # causal, no padding key
+        target_mask = causal_padding_mask(
+            target, self.pad_id
+        )  # causal, no padding key
         return self.output(self.decoder(x, memory, target_mask, source_mask))
 
-    def forward(self, source: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, source: torch.Tensor, target: torch.Tensor
+    ) -> torch.Tensor:
         memory, source_mask = self.encode(source)
         return self.decode(target, memory, source_mask)
 

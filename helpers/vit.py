@@ -66,9 +66,13 @@ def patchify(images: Tensor, patch_size: int) -> Tensor:
     check.images(images, None, None, "patchify")
     batch, channels = images.shape[:2]
     grid = _square_grid(images, patch_size, "patchify")
-    patches = images.reshape(batch, channels, grid, patch_size, grid, patch_size)
+    patches = images.reshape(
+        batch, channels, grid, patch_size, grid, patch_size
+    )
     patches = patches.permute(0, 2, 4, 1, 3, 5)  # (B, G_row, G_col, C, P, P)
-    return patches.reshape(batch, grid * grid, channels * patch_size * patch_size)
+    return patches.reshape(
+        batch, grid * grid, channels * patch_size * patch_size
+    )
 
 
 class LinearPatchEmbedding(nn.Module):
@@ -92,12 +96,18 @@ class ConvPatchEmbedding(nn.Module):
         super().__init__()
         self.patch_size = check.positive_int("patch_size", patch_size)
         self.channels = check.positive_int("channels", channels)
-        self.proj = nn.Conv2d(channels, d_model, kernel_size=patch_size, stride=patch_size)
+        self.proj = nn.Conv2d(
+            channels, d_model, kernel_size=patch_size, stride=patch_size
+        )
 
     def forward(self, images: Tensor) -> Tensor:
         check.images(images, self.channels, None, type(self).__name__)
-        _square_grid(images, self.patch_size, type(self).__name__)  # else a stride drops pixels
-        return self.proj(images).flatten(2).transpose(1, 2)  # (B, D, G, G) -> (B, N, D)
+        _square_grid(
+            images, self.patch_size, type(self).__name__
+        )  # else a stride drops pixels
+        return (
+            self.proj(images).flatten(2).transpose(1, 2)
+        )  # (B, D, G, G) -> (B, N, D)
 
 
 @torch.no_grad()
@@ -120,7 +130,9 @@ def copy_patch_weights(source: nn.Module, target: nn.Module) -> nn.Module:
             f"(patch_size, channels, d_model) differ: {shapes[0]} and {shapes[1]}; build both "
             "patch embeddings with the same sizes"
         )
-    target.proj.weight.copy_(source.proj.weight.reshape(target.proj.weight.shape))
+    target.proj.weight.copy_(
+        source.proj.weight.reshape(target.proj.weight.shape)
+    )
     target.proj.bias.copy_(source.proj.bias)
     return target
 
@@ -128,7 +140,9 @@ def copy_patch_weights(source: nn.Module, target: nn.Module) -> nn.Module:
 # --------------------------------------------------------------------------- positions
 
 
-def sinusoidal_2d_encoding(grid: int, d_model: int, base: float = 10000.0) -> Tensor:
+def sinusoidal_2d_encoding(
+    grid: int, d_model: int, base: float = 10000.0
+) -> Tensor:
     """The ``(G * G, D)`` table of 2-D sinusoidal positions, patches numbered row by row.
 
     The first ``D / 2`` features are chapter 5's 1-D encoding of the patch's row, the last
@@ -158,7 +172,9 @@ class Sinusoidal2DPositionalEncoding(nn.Module):
         self.register_buffer("pe", sinusoidal_2d_encoding(grid, d_model))
 
     def forward(self, x: Tensor) -> Tensor:
-        check.sequence("x", x, self.d_model, type(self).__name__, self.pe.shape[0])
+        check.sequence(
+            "x", x, self.d_model, type(self).__name__, self.pe.shape[0]
+        )
         return x + self.pe.to(x.dtype)
 
 
@@ -209,16 +225,26 @@ class VisionTransformer(nn.Module):
         check.patch_grid(config.image_size, config.patch_size)
         check.one_of("pool", config.pool, POOLS)
         check.one_of("positions", config.positions, POSITIONS)
-        embedding = check.one_of("patch_embedding", config.patch_embedding, PATCH_EMBEDDINGS)
+        embedding = check.one_of(
+            "patch_embedding", config.patch_embedding, PATCH_EMBEDDINGS
+        )
         self.config, num_patches, width = config, config.grid**2, config.d_model
-        embed = ConvPatchEmbedding if embedding == "conv" else LinearPatchEmbedding
+        embed = (
+            ConvPatchEmbedding if embedding == "conv" else LinearPatchEmbedding
+        )
         self.patch_embedding = embed(config.patch_size, config.channels, width)
         self.positions = {
             "learned": lambda: LearnedPositionalEmbedding(width, num_patches),
-            "sinusoidal": lambda: Sinusoidal2DPositionalEncoding(config.grid, width),
+            "sinusoidal": lambda: Sinusoidal2DPositionalEncoding(
+                config.grid, width
+            ),
             "none": nn.Identity,
         }[config.positions]()
-        self.cls_token = nn.Parameter(torch.zeros(1, 1, width)) if config.pool == "cls" else None
+        self.cls_token = (
+            nn.Parameter(torch.zeros(1, 1, width))
+            if config.pool == "cls"
+            else None
+        )
         self.encoder = TransformerEncoder(config.num_blocks, width, config.num_heads,
                                           config.ffn_width, config.dropout)  # fmt: skip
         self.head = nn.Linear(width, config.num_classes)
@@ -226,7 +252,9 @@ class VisionTransformer(nn.Module):
     def tokens(self, images: Tensor) -> Tensor:
         """The encoder's input: embedded patches plus positions, after a class token if any."""
         config = self.config
-        check.images(images, config.channels, config.image_size, type(self).__name__)
+        check.images(
+            images, config.channels, config.image_size, type(self).__name__
+        )
         x = self.positions(self.patch_embedding(images))  # (B, N, D)
         if self.cls_token is not None:
             x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
@@ -246,7 +274,9 @@ class VisionTransformer(nn.Module):
 # --------------------------------------------------------------------------- reading attention
 
 
-def attention_rollout(maps: list[Tensor] | tuple[Tensor, ...], residual: float = 0.5) -> Tensor:
+def attention_rollout(
+    maps: list[Tensor] | tuple[Tensor, ...], residual: float = 0.5
+) -> Tensor:
     """Attention rollout (Abnar and Zuidema, 2020): ``(B, T, T)``, how much each output token
     draws on each input token through all the blocks.
 
@@ -256,14 +286,22 @@ def attention_rollout(maps: list[Tensor] | tuple[Tensor, ...], residual: float =
     row of the rollout sums to 1.
     """
     if not isinstance(maps, (list, tuple)) or not maps:
-        raise TypeError("maps must be a non-empty list of (B, H, T, T) weights, one per block")
+        raise TypeError(
+            "maps must be a non-empty list of (B, H, T, T) weights, one per block"
+        )
     residual = check.real("residual", residual)
     if not 0.0 <= residual <= 1.0:
-        raise ValueError(f"residual must be in [0, 1], got {residual}; 0.5 is the paper's")
+        raise ValueError(
+            f"residual must be in [0, 1], got {residual}; 0.5 is the paper's"
+        )
     shape = maps[0].shape
     for weights in maps:
         check.tensor("weights", weights, floating=True)
-        if weights.ndim != 4 or weights.shape != shape or shape[-1] != shape[-2]:
+        if (
+            weights.ndim != 4
+            or weights.shape != shape
+            or shape[-1] != shape[-2]
+        ):
             raise ValueError(
                 f"every block's weights must have the same shape (B, H, T, T), got "
                 f"{tuple(weights.shape)} after {tuple(shape)}"
@@ -272,11 +310,15 @@ def attention_rollout(maps: list[Tensor] | tuple[Tensor, ...], residual: float =
     rollout = identity.expand(shape[0], -1, -1)
     for weights in maps:
         mixed = (1 - residual) * weights.mean(dim=1) + residual * identity
-        rollout = mixed @ rollout  # the later block acts on what the earlier ones mixed
+        rollout = (
+            mixed @ rollout
+        )  # the later block acts on what the earlier ones mixed
     return rollout
 
 
-def patch_attention(model: VisionTransformer, images: Tensor) -> dict[str, Tensor]:
+def patch_attention(
+    model: VisionTransformer, images: Tensor
+) -> dict[str, Tensor]:
     """Attention over the image: ``{"heads": (B, L, H, G, G), "rollout": (B, G, G)}``.
 
     With a class token, the weights (and the rollout) of the class token's query over the
@@ -293,7 +335,9 @@ def patch_attention(model: VisionTransformer, images: Tensor) -> dict[str, Tenso
             "call model.eval() first"
         )
     maps = model.attention_maps(images)
-    first = 1 if model.cls_token is not None else 0  # index of the first patch token
+    first = (
+        1 if model.cls_token is not None else 0
+    )  # index of the first patch token
     grid = model.config.grid
 
     def over_patches(weights: Tensor) -> Tensor:  # (..., T, T) -> (..., G, G)

@@ -36,7 +36,9 @@ HELPERS = "attention-book-helpers @ git+https://github.com/attention-book/attent
 if "google.colab" in sys.modules:
     import subprocess
 
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", HELPERS], check=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", HELPERS], check=True
+    )
 try:
     import helpers
 except ModuleNotFoundError:  # outside Colab the package must be installed first
@@ -78,7 +80,9 @@ from helpers.tasks.regression import make_regression_data, true_function
 
 # %%
 generator = torch.Generator().manual_seed(0)
-x_train, y_train = make_regression_data(num_points=80, noise=1.0, generator=generator)
+x_train, y_train = make_regression_data(
+    num_points=80, noise=1.0, generator=generator
+)
 x_query = torch.linspace(0, 10, 200)  # where we want predictions
 y_true = true_function(x_query)
 print(
@@ -169,7 +173,9 @@ print(
     (raw / raw.sum())[0, 0].item(),
 )
 prediction, _ = nadaraya_watson(far_query, x_train, y_train, width=0.1)
-print(f"softmax form predicts {prediction.item():.3f} (the value of the nearest key)")
+print(
+    f"softmax form predicts {prediction.item():.3f} (the value of the nearest key)"
+)
 assert raw.sum() == 0 and torch.isfinite(prediction).all()
 nearest = (far_query - x_train).abs().argmin()
 torch.testing.assert_close(prediction, y_train[nearest : nearest + 1])
@@ -220,7 +226,11 @@ axes[-1, 0].set_xlabel("$q - k$")
 axes[-1, 1].set_xlabel("$x$")
 axes[-1, 2].set_xlabel("key (training points, by $x_j$)")
 fig.colorbar(
-    image, ax=axes[:, 2], location="bottom", shrink=0.9, label="weight (log scale)"
+    image,
+    ax=axes[:, 2],
+    location="bottom",
+    shrink=0.9,
+    label="weight (log scale)",
 )
 plt.show()
 
@@ -267,11 +277,14 @@ width_grid = torch.logspace(-1.5, 0.7, 30)  # 0.03 ... 5
 num_datasets = 40
 data_generator = torch.Generator().manual_seed(1)
 datasets = [
-    make_regression_data(80, generator=data_generator) for _ in range(num_datasets)
+    make_regression_data(80, generator=data_generator)
+    for _ in range(num_datasets)
 ]
 rows = []
 for width in width_grid.tolist():
-    fits = torch.stack([nadaraya_watson(x_query, x, y, width)[0] for x, y in datasets])
+    fits = torch.stack(
+        [nadaraya_watson(x_query, x, y, width)[0] for x, y in datasets]
+    )
     variance = fits.var(0, unbiased=False).mean().item()
     # the mean of the fits is itself noisy: remove the variance it still carries
     noise_in_mean = fits.var(0, unbiased=True).mean().item() / num_datasets
@@ -315,7 +328,9 @@ assert errors.loc[errors["width"] < 0.15, "bias²"].max() < 0.02
 assert errors.loc[errors["width"] >= 0.15, "bias²"].is_monotonic_increasing
 variance_min_width = errors.loc[errors["variance"].idxmin(), "width"]
 assert 1 < variance_min_width < 2.5
-assert errors["variance"].iloc[-1] > 1.2 * errors["variance"].min()  # creeps back up
+assert (
+    errors["variance"].iloc[-1] > 1.2 * errors["variance"].min()
+)  # creeps back up
 assert errors["error"].iloc[0] > best["error"] < errors["error"].iloc[-1]
 
 # %% tags=["hide-cell"]
@@ -356,7 +371,9 @@ for tenth in tenths:
         for q, v in zip(xq.tolist(), fit.tolist(), strict=True)
     ]
     _, probe_weights = nadaraya_watson(probe_queries, xt, yt, tenth / 10)
-    for query, row in zip(probe_queries.tolist(), probe_weights.tolist(), strict=True):
+    for query, row in zip(
+        probe_queries.tolist(), probe_weights.tolist(), strict=True
+    ):
         weight_rows += [
             {"tenths": tenth, "query": query, "key": k, "weight": a}
             for k, a in zip(xt.tolist(), row, strict=True)
@@ -385,7 +402,9 @@ query_colour = alt.Color(
     legend=alt.Legend(orient="bottom", direction="horizontal"),
 )
 points = pd.DataFrame({"x": xt.tolist(), "y": yt.tolist()}).round(2)
-truth = pd.DataFrame({"x": xq.tolist(), "truth": true_function(xq).tolist()}).round(4)
+truth = pd.DataFrame(
+    {"x": xq.tolist(), "truth": true_function(xq).tolist()}
+).round(4)
 probes = pd.DataFrame({"query": probe_queries.tolist()})
 data_layer = (
     alt.Chart(points)
@@ -430,7 +449,9 @@ right = weights_layer.properties(
     width=300, height=200, title="weights of the three queries"
 )
 (
-    alt.vconcat(left, right)  # stacked: each panel keeps its size on a phone's column
+    alt.vconcat(
+        left, right
+    )  # stacked: each panel keeps its size on a phone's column
     .add_params(sigma)
     .resolve_scale(color="shared")
     .resolve_legend(color="shared")
@@ -468,13 +489,17 @@ soft_predictions, soft_weights = nadaraya_watson(
 )
 hard_error = ((hard_predictions - y_true) ** 2).mean().item()
 soft_error = ((soft_predictions - y_true) ** 2).mean().item()
-assert (hard_weights.sum(1) == 1).all() and (hard_weights.max(1).values == 1).all()
+assert (hard_weights.sum(1) == 1).all() and (
+    hard_weights.max(1).values == 1
+).all()
 assert soft_error < hard_error
 glue("ch1_hard_error", round(hard_error, 3))
 glue("ch1_soft_error", round(soft_error, 3))
 
 # %% tags=["hide-input"]
-fig, axes = plt.subplots(1, 2, figsize=(7, 3), sharey=True, layout="constrained")
+fig, axes = plt.subplots(
+    1, 2, figsize=(7, 3), sharey=True, layout="constrained"
+)
 for ax, name, estimate in [
     (axes[0], "hard: nearest neighbour", hard_predictions),
     (axes[1], "soft: Nadaraya-Watson", soft_predictions),
@@ -519,7 +544,9 @@ kernel_matrix = gaussian_kernel(
 wrong_weights = kernel_matrix / kernel_matrix.sum(
     0
 )  # normalized over the queries: the bug
-right_weights = kernel_matrix / kernel_matrix.sum(1, keepdim=True)  # over the keys
+right_weights = kernel_matrix / kernel_matrix.sum(
+    1, keepdim=True
+)  # over the keys
 wrong_row_sums = wrong_weights.sum(1)
 print(
     f"row sums with sum(0): min {wrong_row_sums.min():.3f}, max {wrong_row_sums.max():.3f}"
@@ -536,7 +563,9 @@ fig, ax = plt.subplots(figsize=(7, 3))
 ax.plot(x_train, y_train, "o", ms=2.5, alpha=0.4, label="data")
 ax.plot(x_query, y_true, "k--", lw=1, label="truth")
 ax.plot(x_query, right_weights @ y_train, lw=2, label="rows normalized (right)")
-ax.plot(x_query, wrong_weights @ y_train, lw=2, label="columns normalized (bug)")
+ax.plot(
+    x_query, wrong_weights @ y_train, lw=2, label="columns normalized (bug)"
+)
 ax.set(xlabel="$x$", ylabel="$y$")
 ax.legend(loc="upper left")
 plt.show()
@@ -567,8 +596,12 @@ self_model, self_losses, self_widths = fit_width(
     x_train, y_train, initial_width=2.0, steps=400, leave_one_out=False
 )
 learned_width = loo_widths[-1]
-assert 0.5 * best["width"] < learned_width < 2 * best["width"]  # near the best width
-assert self_widths[-1] < 0.1 * learned_width  # without the mask, the width collapses
+assert (
+    0.5 * best["width"] < learned_width < 2 * best["width"]
+)  # near the best width
+assert (
+    self_widths[-1] < 0.1 * learned_width
+)  # without the mask, the width collapses
 assert loo_losses[-1] < loo_losses[0]
 
 # %% tags=["hide-input"]
@@ -578,9 +611,14 @@ axes[0].plot(self_losses, label="may attend to itself")
 axes[0].set(xlabel="gradient step", ylabel="training MSE", title="loss")
 axes[1].plot(loo_widths, label="leave-one-out")
 axes[1].plot(self_widths, label="may attend to itself")
-axes[1].axhline(best["width"], color="grey", lw=1, label="best width (from the truth)")
+axes[1].axhline(
+    best["width"], color="grey", lw=1, label="best width (from the truth)"
+)
 axes[1].set(
-    xlabel="gradient step", ylabel=r"$\sigma$", yscale="log", title="kernel width"
+    xlabel="gradient step",
+    ylabel=r"$\sigma$",
+    yscale="log",
+    title="kernel width",
 )
 axes[1].legend()
 plt.show()
@@ -614,7 +652,9 @@ other_widths = [
 all_widths = torch.tensor([learned_width, *other_widths])
 factors = torch.maximum(all_widths / best["width"], best["width"] / all_widths)
 assert min(other_widths) < best["width"] < max(other_widths)  # on both sides
-assert factors.max() < 2  # the chapter's "near the best width", on every training set
+assert (
+    factors.max() < 2
+)  # the chapter's "near the best width", on every training set
 glue("ch1_width_sets", len(other_widths))
 glue("ch1_width_min", round(min(other_widths), 2))
 glue("ch1_width_max", round(max(other_widths), 2))
@@ -642,9 +682,9 @@ print("learned widths:", [round(width, 2) for width in all_widths.tolist()])
 
 # %%
 width = 0.5
-dot_scores = x_query[:, None] * x_train[None, :] / width**2 - x_train[None, :] ** 2 / (
-    2 * width**2
-)
+dot_scores = x_query[:, None] * x_train[None, :] / width**2 - x_train[
+    None, :
+] ** 2 / (2 * width**2)
 torch.testing.assert_close(
     torch.softmax(dot_scores, dim=-1),
     nadaraya_watson(x_query, x_train, y_train, width)[1],
@@ -696,7 +736,9 @@ print(check_kernel_regression(laplace_regression))
 # %% tags=["hide-input"]
 very_wide, _ = nadaraya_watson(x_query, x_train, y_train, width=1e4)
 very_narrow, _ = nadaraya_watson(x_query, x_train, y_train, width=1e-4)
-torch.testing.assert_close(very_wide, y_train.mean().expand(200), atol=1e-3, rtol=0)
+torch.testing.assert_close(
+    very_wide, y_train.mean().expand(200), atol=1e-3, rtol=0
+)
 torch.testing.assert_close(very_narrow, hard_predictions, atol=0.05, rtol=0)
 
 # %% [markdown]

@@ -41,7 +41,9 @@ HELPERS = "attention-book-helpers @ git+https://github.com/attention-book/attent
 if "google.colab" in sys.modules:
     import subprocess
 
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", HELPERS], check=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", HELPERS], check=True
+    )
 try:
     import helpers
 except ModuleNotFoundError:  # outside Colab the package must be installed first
@@ -132,7 +134,9 @@ multiplied = scores_leaf.softmax(dim=-1) * mask  # masking after the softmax
 print("row sums after multiplying:", multiplied.sum(dim=-1).detach())
 multiplied[0, 0].backward()
 leak = scores_leaf.grad[0, 1:].abs().max().item()
-print(f"largest gradient of weight (0, 0) with respect to future scores: {leak:.3f}")
+print(
+    f"largest gradient of weight (0, 0) with respect to future scores: {leak:.3f}"
+)
 assert leak > 0 and (multiplied.sum(dim=-1)[:-1] < 1).all()
 
 scores_leaf.grad = None
@@ -211,7 +215,9 @@ torch.testing.assert_close((scores + additive).softmax(dim=-1), weights)
 identity = torch.eye(4)  # with v = I the output is the weight matrix itself
 float_mask = torch.ones(4, 4).tril()
 as_float = F.scaled_dot_product_attention(q, k, identity, attn_mask=float_mask)
-as_bool = F.scaled_dot_product_attention(q, k, identity, attn_mask=float_mask.bool())
+as_bool = F.scaled_dot_product_attention(
+    q, k, identity, attn_mask=float_mask.bool()
+)
 future = ~causal_mask(4)
 print(
     f"weight on future keys: float mask {as_float[:, future].sum():.2f}, "
@@ -261,7 +267,9 @@ assert torch.equal(minus_1e9, weights)
 d = 64
 # raw q.k scores have variance d
 unscaled = torch.randn(4, 4, generator=generator) * math.sqrt(d)
-fill_then_scale = (unscaled.masked_fill(~mask, -1e9) / math.sqrt(d)).softmax(dim=-1)
+fill_then_scale = (unscaled.masked_fill(~mask, -1e9) / math.sqrt(d)).softmax(
+    dim=-1
+)
 scale_then_fill = masked_softmax(unscaled / math.sqrt(d), mask)
 torch.testing.assert_close(fill_then_scale, scale_then_fill)
 with expect_error(RuntimeError):  # float16 with -1e9
@@ -318,8 +326,12 @@ def show_mask_and_weights(masks, weights, titles):
     ):
         allowed = mask_2d.numpy()
         top, bottom = axes[0, column], axes[1, column]
-        top.imshow(np.where(allowed, 1.0, np.nan), cmap="Greens", vmin=0, vmax=2.5)
-        image = bottom.imshow(weights_2d.numpy(), cmap="viridis", vmin=0, vmax=1)
+        top.imshow(
+            np.where(allowed, 1.0, np.nan), cmap="Greens", vmin=0, vmax=2.5
+        )
+        image = bottom.imshow(
+            weights_2d.numpy(), cmap="viridis", vmin=0, vmax=1
+        )
         for ax, name in ((top, f"mask: {title}"), (bottom, "weights")):
             hatch_hidden(ax, allowed)
             ax.set(title=name, xlabel="key position", ylabel="query position")
@@ -428,7 +440,9 @@ enc_k, enc_v = (
     torch.randn(2, 6, 16, generator=generator),
     torch.randn(2, 6, 16, generator=generator),
 )
-cross_out, cross_weights = masked_attention(dec_q, enc_k, enc_v, encoder_pad[:, 0])
+cross_out, cross_weights = masked_attention(
+    dec_q, enc_k, enc_v, encoder_pad[:, 0]
+)
 print(
     f"queries {tuple(dec_q.shape)}, keys {tuple(enc_k.shape)} -> weights {tuple(cross_weights.shape)}"
 )
@@ -470,17 +484,21 @@ k_row, v_row = (
 empty_row = torch.ones(3, 4, dtype=torch.bool)
 empty_row[1] = False  # query 1 may see no key
 outputs = {
-    "masked_attention (-inf fill)": masked_attention(q_row, k_row, v_row, empty_row)[0],
+    "masked_attention (-inf fill)": masked_attention(
+        q_row, k_row, v_row, empty_row
+    )[0],
     "the same with a -1e9 fill": (
-        (q_row @ k_row.T / math.sqrt(4)).masked_fill(~empty_row, -1e9).softmax(-1)
+        (q_row @ k_row.T / math.sqrt(4))
+        .masked_fill(~empty_row, -1e9)
+        .softmax(-1)
         @ v_row
     ),
     "F.scaled_dot_product_attention": F.scaled_dot_product_attention(
         q_row, k_row, v_row, attn_mask=empty_row
     ),
-    "helpers.attention": scaled_dot_product_attention(q_row, k_row, v_row, empty_row)[
-        0
-    ],
+    "helpers.attention": scaled_dot_product_attention(
+        q_row, k_row, v_row, empty_row
+    )[0],
 }
 
 
@@ -522,13 +540,16 @@ behaviour
 # %%
 assert behaviour.loc["masked_attention (-inf fill)"].item() == "NaN"
 assert (
-    behaviour.loc["the same with a -1e9 fill"].item() == "uniform average of all values"
+    behaviour.loc["the same with a -1e9 fill"].item()
+    == "uniform average of all values"
 )
 assert behaviour.loc["helpers.attention"].item() == "zero vector"
 # version-dependent: what the pinned PyTorch does on the CPU
 assert behaviour.loc["F.scaled_dot_product_attention"].item() == "zero vector"
 q_leaf = q_row.clone().requires_grad_()
-output, weights_row = scaled_dot_product_attention(q_leaf, k_row, v_row, empty_row)
+output, weights_row = scaled_dot_product_attention(
+    q_leaf, k_row, v_row, empty_row
+)
 output.sum().backward()
 assert torch.isfinite(q_leaf.grad).all() and (weights_row[1] == 0).all()
 
@@ -545,7 +566,9 @@ num_empty, num_rows = int((~empty_row.any(-1)).sum()), empty_row.shape[0]
 glue("ch2_nan_fraction", round(100 * nan_fraction))
 glue("ch2_empty_rows", num_empty)
 glue("ch2_query_rows", num_rows)
-print(f"masked_attention: {100 * nan_fraction:.0f}% of the value gradients are NaN")
+print(
+    f"masked_attention: {100 * nan_fraction:.0f}% of the value gradients are NaN"
+)
 
 # %% [markdown]
 # In the naive version {glue:text}`ch2_empty_rows` empty row out of
@@ -599,6 +622,10 @@ assert check_sliding_window_mask(sliding_window_mask).startswith("Correct")
 # %% tags=["remove-cell"]
 empty_q, empty_k = (torch.randn(2, 4, 8, generator=generator) for _ in range(2))
 empty_pad = padding_mask([4, 0])[:, 0]
-package_out, _ = scaled_dot_product_attention(empty_q, empty_k, empty_k, empty_pad)
+package_out, _ = scaled_dot_product_attention(
+    empty_q, empty_k, empty_k, empty_pad
+)
 assert (package_out[1] == 0).all() and torch.isfinite(package_out).all()
-assert masked_attention(empty_q, empty_k, empty_k, empty_pad)[0][1].isnan().all()
+assert (
+    masked_attention(empty_q, empty_k, empty_k, empty_pad)[0][1].isnan().all()
+)

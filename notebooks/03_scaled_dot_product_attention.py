@@ -40,7 +40,9 @@ HELPERS = "attention-book-helpers @ git+https://github.com/attention-book/attent
 if "google.colab" in sys.modules:
     import subprocess
 
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", HELPERS], check=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", HELPERS], check=True
+    )
 try:
     import helpers
 except ModuleNotFoundError:  # outside Colab the package must be installed first
@@ -156,7 +158,8 @@ batched_q = torch.randn(2, 3, 4, generator=generator)  # a batch of 2 sequences
 with expect_error(RuntimeError):
     torch.einsum("ik,jk->ij", batched_q, batched_q)
 print(
-    "with ...:", tuple(torch.einsum("...ik,...jk->...ij", batched_q, batched_q).shape)
+    "with ...:",
+    tuple(torch.einsum("...ik,...jk->...ij", batched_q, batched_q).shape),
 )
 
 # %% [markdown]
@@ -205,13 +208,21 @@ fig, (ax_weights, ax_points) = plt.subplots(1, 2, figsize=(7, 3.2))
 heatmap(weights, ax=ax_weights, title="attention weights A", vmin=0, vmax=1)
 ax_points.scatter(v[:, 0], v[:, 1], s=60, marker="s", label="values $v_j$")
 ax_points.scatter(
-    output[:, 0], output[:, 1], s=60, marker="*", label="outputs $(AV)_i$, by query $i$"
+    output[:, 0],
+    output[:, 1],
+    s=60,
+    marker="*",
+    label="outputs $(AV)_i$, by query $i$",
 )
 for i, (x, y) in enumerate(output.tolist()):  # each star labelled by its query
     offset = (-4, -14) if i % 2 == 0 else (3, 5)
-    ax_points.annotate(str(i), (x, y), textcoords="offset points", xytext=offset)
+    ax_points.annotate(
+        str(i), (x, y), textcoords="offset points", xytext=offset
+    )
 ax_points.set(
-    xlabel="value coordinate 1", ylabel="value coordinate 2", title="outputs vs values"
+    xlabel="value coordinate 1",
+    ylabel="value coordinate 2",
+    title="outputs vs values",
 )
 ax_points.legend(loc="best")
 fig.tight_layout()
@@ -346,7 +357,9 @@ num_queries, num_keys = 2000, 16
 def softmax_jacobian_norm(weights):
     """Frobenius norm of diag(a) - a a^T, the softmax's Jacobian, for each row a."""
     squares = weights.pow(2).sum(-1)
-    return (squares - 2 * weights.pow(3).sum(-1) + squares**2).clamp_min(0).sqrt()
+    return (
+        (squares - 2 * weights.pow(3).sum(-1) + squares**2).clamp_min(0).sqrt()
+    )
 
 
 def query_jacobian_norm(weights, keys, scale):
@@ -386,7 +399,9 @@ for width in widths:
                 "scaling": scaling,
                 "score variance": (raw * scale).var().item(),
                 "largest weight": attn.amax(dim=-1).mean().item(),
-                "Jacobian w.r.t. scores": softmax_jacobian_norm(attn).mean().item(),
+                "Jacobian w.r.t. scores": softmax_jacobian_norm(attn)
+                .mean()
+                .item(),
                 "Jacobian w.r.t. q": query_jacobian_norm(attn, k_rand, scale)
                 .mean()
                 .item(),
@@ -396,7 +411,9 @@ scaling_table = pd.DataFrame(rows)
 scaling_table.round(3)
 
 # %% tags=["hide-input"]
-fig, axes = plt.subplots(2, 2, figsize=(7, 5.6), sharex=True, layout="constrained")
+fig, axes = plt.subplots(
+    2, 2, figsize=(7, 5.6), sharex=True, layout="constrained"
+)
 panels = {
     "score variance": "score variance",
     "largest weight": "average largest weight",
@@ -405,7 +422,13 @@ panels = {
 }
 for ax, (column, title) in zip(axes.flat, panels.items(), strict=True):
     sns.lineplot(
-        scaling_table, x="d", y=column, hue="scaling", marker="o", ax=ax, legend=False
+        scaling_table,
+        x="d",
+        y=column,
+        hue="scaling",
+        marker="o",
+        ax=ax,
+        legend=False,
     )
     ax.set(xscale="log", title=title, ylabel="")
 axes[0, 0].set_yscale("log")
@@ -439,16 +462,27 @@ plt.show()
 # %%
 # The figure's claims, checked.
 at = scaling_table.set_index(["d", "scaling"])
-unscaled, scaled = at.loc[(widths[-1], "none")], at.loc[(widths[-1], "1/sqrt(d)")]
+unscaled, scaled = (
+    at.loc[(widths[-1], "none")],
+    at.loc[(widths[-1], "1/sqrt(d)")],
+)
 for width in widths:
     assert abs(at.loc[(width, "none"), "score variance"] / width - 1) < 0.1
     assert abs(at.loc[(width, "1/sqrt(d)"), "score variance"] - 1) < 0.1
 assert unscaled["largest weight"] > 0.9 > 0.5 > scaled["largest weight"]
-gradient_ratio = scaled["Jacobian w.r.t. scores"] / unscaled["Jacobian w.r.t. scores"]
+gradient_ratio = (
+    scaled["Jacobian w.r.t. scores"] / unscaled["Jacobian w.r.t. scores"]
+)
 assert gradient_ratio > 3
-q_grads = scaling_table.pivot(index="d", columns="scaling", values="Jacobian w.r.t. q")
-assert (q_grads["none"] > q_grads["1/sqrt(d)"]).all()  # not smaller without scaling
-assert q_grads["1/sqrt(d)"].max() / q_grads["1/sqrt(d)"].min() < 1.2  # flat with it
+q_grads = scaling_table.pivot(
+    index="d", columns="scaling", values="Jacobian w.r.t. q"
+)
+assert (
+    q_grads["none"] > q_grads["1/sqrt(d)"]
+).all()  # not smaller without scaling
+assert (
+    q_grads["1/sqrt(d)"].max() / q_grads["1/sqrt(d)"].min() < 1.2
+)  # flat with it
 # without it, its size depends on the width, and saturation starts to win at the widest
 assert q_grads["none"].max() / q_grads["none"].min() > 1.5
 assert q_grads["none"].iloc[-1] < q_grads["none"].max()
@@ -507,16 +541,26 @@ lengths = [128, 256, 512, 1024, 2048]
 mib = 2**20
 rows = []
 threads = torch.get_num_threads()
-torch.set_num_threads(1)  # a fused kernel's scratch space grows with its threads
+torch.set_num_threads(
+    1
+)  # a fused kernel's scratch space grows with its threads
 try:
     with torch.inference_mode():
         for T in lengths:
-            q_b, k_b, v_b = (torch.randn(1, num_heads, T, d_head) for _ in range(3))
+            q_b, k_b, v_b = (
+                torch.randn(1, num_heads, T, d_head) for _ in range(3)
+            )
             _, weights_b = attention_from_scratch(q_b, k_b, v_b)
-            weight_bytes = weights_b.untyped_storage().nbytes()  # what it occupies
-            assert weight_bytes == 4 * num_heads * T * T  # float32, nothing shared
+            weight_bytes = (
+                weights_b.untyped_storage().nbytes()
+            )  # what it occupies
+            assert (
+                weight_bytes == 4 * num_heads * T * T
+            )  # float32, nothing shared
             scratch_peak = peak_cpu_bytes(attention_from_scratch, q_b, k_b, v_b)
-            fused_peak = peak_cpu_bytes(F.scaled_dot_product_attention, q_b, k_b, v_b)
+            fused_peak = peak_cpu_bytes(
+                F.scaled_dot_product_attention, q_b, k_b, v_b
+            )
             rows.append(
                 {
                     "T": T,
@@ -528,7 +572,10 @@ try:
 finally:
     torch.set_num_threads(threads)
 memory = pd.DataFrame(rows).set_index("T")
-print("weights tensor (MiB), exactly 4 H T^2 bytes:", memory["weights tensor"].tolist())
+print(
+    "weights tensor (MiB), exactly 4 H T^2 bytes:",
+    memory["weights tensor"].tolist(),
+)
 
 # %% tags=["nbval-ignore-output"]
 memory.round(2)
@@ -536,10 +583,17 @@ memory.round(2)
 # %% tags=["hide-input", "nbval-ignore-output"]
 fig, ax = plt.subplots(figsize=(7, 3.6), layout="constrained")
 ax.plot(
-    memory.index, memory["weights tensor"], "k:", label=r"weights tensor, $4HT^2$ bytes"
+    memory.index,
+    memory["weights tensor"],
+    "k:",
+    label=r"weights tensor, $4HT^2$ bytes",
 )
-ax.plot(memory.index, memory["peak, from scratch"], "o-", label="peak, from scratch")
-ax.plot(memory.index, memory["peak, fused kernel"], "s-", label="peak, fused kernel")
+ax.plot(
+    memory.index, memory["peak, from scratch"], "o-", label="peak, from scratch"
+)
+ax.plot(
+    memory.index, memory["peak, fused kernel"], "s-", label="peak, fused kernel"
+)
 ax.set(
     xscale="log",
     yscale="log",
@@ -568,7 +622,8 @@ plt.show()
 longest = memory.loc[lengths[-1]]
 growth = memory.loc[lengths[-1]] / memory.loc[lengths[-2]]  # one doubling of T
 assert (
-    memory.loc[256:, "peak, from scratch"] >= 2 * memory.loc[256:, "weights tensor"]
+    memory.loc[256:, "peak, from scratch"]
+    >= 2 * memory.loc[256:, "weights tensor"]
 ).all()
 assert 3.5 < growth["peak, from scratch"] < 4.5  # quadratic
 assert growth["peak, fused kernel"] < 2.5  # about linear
@@ -605,7 +660,9 @@ q_d = torch.randn(n_tokens, width_d, generator=generator)
 k_d = torch.randn(n_tokens, width_d, generator=generator)
 identity = torch.eye(n_tokens)  # output = weights @ I = weights
 clean, _ = scaled_dot_product_attention(q_d, k_d, identity)
-q_draws = q_d.expand(draws, n_tokens, width_d)  # the same queries, one row per draw
+q_draws = q_d.expand(
+    draws, n_tokens, width_d
+)  # the same queries, one row per draw
 dropped, _ = scaled_dot_product_attention(
     q_draws, k_d, identity, dropout_p=p_drop, generator=generator
 )
@@ -618,7 +675,9 @@ eval_totals = evaluated.sum(dim=-1).flatten()
 kept = dropped != 0
 
 # %%
-torch.testing.assert_close(dropped[kept], clean.expand_as(dropped)[kept] / (1 - p_drop))
+torch.testing.assert_close(
+    dropped[kept], clean.expand_as(dropped)[kept] / (1 - p_drop)
+)
 assert abs(train_totals.mean().item() - 1) < 0.02
 torch.testing.assert_close(eval_totals, torch.ones(draws * n_tokens))
 assert train_totals.min() == 0  # every weight of the row dropped
@@ -631,10 +690,14 @@ assert ((dropped.mean(dim=0) - clean).abs() <= 4 * standard_error + 1e-6).all()
 # %% tags=["hide-input"]
 fig, (ax_train, ax_eval) = plt.subplots(1, 2, figsize=(7, 2.8), sharex=True)
 bin_width = 0.05  # bins centred on multiples of 0.05, so that 1.0 sits mid-bin
-bins = torch.arange(-bin_width / 2, 1 / (1 - p_drop) + bin_width, bin_width).numpy()
+bins = torch.arange(
+    -bin_width / 2, 1 / (1 - p_drop) + bin_width, bin_width
+).numpy()
 sns.histplot(train_totals.numpy(), bins=bins, ax=ax_train)
 sns.histplot(eval_totals.numpy(), bins=bins, ax=ax_eval)
-ax_train.set(title=f"training (p = {p_drop})", xlabel="total weight of one query")
+ax_train.set(
+    title=f"training (p = {p_drop})", xlabel="total weight of one query"
+)
 ax_eval.set(title="evaluation", xlabel="total weight of one query")
 for ax in (ax_train, ax_eval):
     ax.axvline(1, color="k", ls=":")

@@ -42,7 +42,9 @@ HELPERS = "attention-book-helpers @ git+https://github.com/attention-book/attent
 if "google.colab" in sys.modules:
     import subprocess
 
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", HELPERS], check=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", HELPERS], check=True
+    )
 try:
     import helpers
 except ModuleNotFoundError:  # outside Colab the package must be installed first
@@ -156,7 +158,9 @@ class PerHeadMHA(nn.Module):
     def __init__(self, d_model: int, num_heads: int):
         super().__init__()
         d_head = d_model // num_heads
-        self.heads = nn.ModuleList(Head(d_model, d_head) for _ in range(num_heads))
+        self.heads = nn.ModuleList(
+            Head(d_model, d_head) for _ in range(num_heads)
+        )
         self.w_o = nn.Linear(num_heads * d_head, d_model, bias=False)
 
     def forward(self, query, key, value, mask=None):
@@ -211,7 +215,9 @@ out_per_head.shape, weights_per_head.shape
 # Step by step, with the shape after every step checked:
 
 # %%
-w_qkv = torch.randn(3 * d_model, d_model, generator=generator) / math.sqrt(d_model)
+w_qkv = torch.randn(3 * d_model, d_model, generator=generator) / math.sqrt(
+    d_model
+)
 # three (D, D) blocks; a weight's rows are output features
 w_q, w_k, w_v = w_qkv.split(d_model, dim=0)
 
@@ -243,10 +249,16 @@ q = record(
 # %%
 k = (x @ w_k.T).view(batch_size, seq_len, num_heads, d_head).transpose(1, 2)
 v = (x @ w_v.T).view(batch_size, seq_len, num_heads, d_head).transpose(1, 2)
-record("keys and values, same steps", k, (batch_size, num_heads, seq_len, d_head))
+record(
+    "keys and values, same steps", k, (batch_size, num_heads, seq_len, d_head)
+)
 heads, attn_weights = scaled_dot_product_attention(q, k, v)
-record("attention weights", attn_weights, (batch_size, num_heads, seq_len, seq_len))
-record("attention output per head", heads, (batch_size, num_heads, seq_len, d_head))
+record(
+    "attention weights", attn_weights, (batch_size, num_heads, seq_len, seq_len)
+)
+record(
+    "attention output per head", heads, (batch_size, num_heads, seq_len, d_head)
+)
 heads = record(
     "positions to the front: transpose(1, 2)",
     heads.transpose(1, 2),
@@ -290,9 +302,13 @@ class FusedMHA(nn.Module):
         self.w_qkv = nn.Linear(d_model, 3 * d_model, bias=False)
         self.w_o = nn.Linear(d_model, d_model, bias=False)
 
-    def split_heads(self, x):  # (B, T, D) -> (B, T, H, d_head) -> (B, H, T, d_head)
+    def split_heads(
+        self, x
+    ):  # (B, T, D) -> (B, T, H, d_head) -> (B, H, T, d_head)
         batch, length, _ = x.shape
-        return x.view(batch, length, self.num_heads, self.d_head).transpose(1, 2)
+        return x.view(batch, length, self.num_heads, self.d_head).transpose(
+            1, 2
+        )
 
     def forward(self, query, key, value, mask=None):
         w_q, w_k, w_v = self.w_qkv.weight.chunk(3, dim=0)
@@ -301,7 +317,9 @@ class FusedMHA(nn.Module):
         v = self.split_heads(F.linear(value, w_v))  # (B, H, Tk, d_head)
         # one call for every head: (B, H) are batch dimensions -> (B, H, Tq, d_head)
         heads, weights = scaled_dot_product_attention(q, k, v, mask)
-        concat = heads.transpose(1, 2).flatten(2)  # (B, Tq, H, d_head) -> (B, Tq, D)
+        concat = heads.transpose(1, 2).flatten(
+            2
+        )  # (B, Tq, H, d_head) -> (B, Tq, D)
         return self.w_o(concat), weights
 
 
@@ -320,7 +338,9 @@ def fuse(per_head: PerHeadMHA, fused: FusedMHA) -> FusedMHA:
     """Copy a PerHeadMHA's weights into a FusedMHA of the same size."""
     for block, name in enumerate(["w_q", "w_k", "w_v"]):
         # H blocks of shape (d_head, D), stacked into (D, D)
-        stacked = torch.cat([getattr(head, name).weight for head in per_head.heads])
+        stacked = torch.cat(
+            [getattr(head, name).weight for head in per_head.heads]
+        )
         fused.w_qkv.weight[block * d_model : (block + 1) * d_model] = stacked
     fused.w_o.weight.copy_(per_head.w_o.weight)
     return fused
@@ -401,18 +421,26 @@ assert torch.allclose(
 
 # %%
 per_sequence = causal_mask(8) & padding_mask([8, 5])[:, 0]  # (B=2, T, T)
-q_heads, k_heads = (torch.randn(2, 2, 8, 4, generator=generator) for _ in range(2))
+q_heads, k_heads = (
+    torch.randn(2, 2, 8, 4, generator=generator) for _ in range(2)
+)
 identity8 = torch.eye(8)  # with v = I the output is the weight matrix itself
 lined_up = F.scaled_dot_product_attention(
     q_heads, k_heads, identity8, attn_mask=per_sequence
 )
-leaked = lined_up[1, 0, :, 5:].sum().item()  # sequence 1, head 0, on its padding
-print(f"plain broadcasting: sequence 1, head 0, weight on its padding {leaked:.2f}")
+leaked = (
+    lined_up[1, 0, :, 5:].sum().item()
+)  # sequence 1, head 0, on its padding
+print(
+    f"plain broadcasting: sequence 1, head 0, weight on its padding {leaked:.2f}"
+)
 assert leaked > 0.5
 _, right = scaled_dot_product_attention(
     q_heads, k_heads, identity8, per_sequence[:, None]
 )
-assert (right[1, :, :, 5:] == 0).all()  # every head of sequence 1 skips its padding
+assert (
+    right[1, :, :, 5:] == 0
+).all()  # every head of sequence 1 skips its padding
 
 # %% [markdown]
 # `helpers` removes the ambiguity by documenting it: against 4-D scores a 3-D mask **is**
@@ -423,7 +451,9 @@ assert (right[1, :, :, 5:] == 0).all()  # every head of sequence 1 skips its pad
 # trap, for $B = H$ and $B \ne H$.
 
 # %%
-ours_3d, _ = scaled_dot_product_attention(q_heads, k_heads, identity8, per_sequence)
+ours_3d, _ = scaled_dot_product_attention(
+    q_heads, k_heads, identity8, per_sequence
+)
 torch.testing.assert_close(ours_3d, right)
 two_heads_16 = MultiHeadAttention(d_model=16, num_heads=2)
 x16 = torch.randn(2, 8, 16, generator=generator)
@@ -452,7 +482,9 @@ torch.testing.assert_close(
 
 # %%
 torch.manual_seed(2)
-torch_mha = nn.MultiheadAttention(d_model, num_heads, bias=True, batch_first=True)
+torch_mha = nn.MultiheadAttention(
+    d_model, num_heads, bias=True, batch_first=True
+)
 ours = MultiHeadAttention(d_model, num_heads, bias=True)
 with torch.no_grad():
     ours.qkv_proj.weight.copy_(torch_mha.in_proj_weight)
@@ -465,12 +497,16 @@ out_ours, weights_ours = ours(x, x, x, mask=mask, return_attention=True)
 out_torch, weights_torch = torch_mha(
     x, x, x, attn_mask=~mask, average_attn_weights=False
 )
-_, mean_weights_torch = torch_mha(x, x, x, attn_mask=~mask)  # averaged over heads
+_, mean_weights_torch = torch_mha(
+    x, x, x, attn_mask=~mask
+)  # averaged over heads
 torch_vs_ours = (out_torch - out_ours).abs().max().item()
 assert torch.allclose(out_ours, out_torch, atol=1e-6)
 assert torch.allclose(weights_ours, weights_torch, atol=1e-6)
 assert torch.allclose(weights_ours.mean(dim=1), mean_weights_torch, atol=1e-6)
-print("agrees with torch.nn.MultiheadAttention within 1e-6:", torch_vs_ours < 1e-6)
+print(
+    "agrees with torch.nn.MultiheadAttention within 1e-6:", torch_vs_ours < 1e-6
+)
 
 # %% [markdown]
 # The outputs agree within $10^{-6}$, and so do the per-head and the head-averaged weights.
@@ -502,9 +538,13 @@ print("agrees with torch.nn.MultiheadAttention within 1e-6:", torch_vs_ours < 1e
 # %%
 x5 = torch.randn(2, 5, d_model, generator=generator)
 lengths_2 = padding_mask([5, 3])  # (2, 1, 1, 5), True = real token
-wrong_out, wrong_weights = torch_mha(x5, x5, x5, key_padding_mask=lengths_2[:, 0, 0])
+wrong_out, wrong_weights = torch_mha(
+    x5, x5, x5, key_padding_mask=lengths_2[:, 0, 0]
+)
 right_out, _ = torch_mha(x5, x5, x5, key_padding_mask=~lengths_2[:, 0, 0])
-print("without ~, full sequence is NaN:", torch.isnan(wrong_out[0]).all().item())
+print(
+    "without ~, full sequence is NaN:", torch.isnan(wrong_out[0]).all().item()
+)
 print(
     "without ~, weight of the short sequence on its padding:",
     wrong_weights[1, :, 3:].sum(-1).detach().round(decimals=3),
@@ -523,7 +563,9 @@ torch.testing.assert_close(right_out, ours(x5, x5, x5, lengths_2))
 # zero. `nn.MultiheadAttention`, given a sequence whose keys are all padding, returns NaN:
 
 # %%
-all_padding = torch.zeros(2, 5, dtype=torch.bool)  # torch's convention: True = ignore
+all_padding = torch.zeros(
+    2, 5, dtype=torch.bool
+)  # torch's convention: True = ignore
 all_padding[0] = True  # sequence 0: every key ignored
 with torch.no_grad():
     torch_empty, _ = torch_mha(x5, x5, x5, key_padding_mask=all_padding)
@@ -558,8 +600,12 @@ print(
 # %%
 addresses = torch.eye(4)
 contents = torch.randn(4, 4, generator=generator)
-memory = torch.cat([addresses, contents], dim=-1)[None]  # (1, 4 tokens, 8 features)
-request = torch.tensor([[[0.0, 1, 0, 1, 0, 0, 0, 0]]])  # one query: tokens 1 and 3
+memory = torch.cat([addresses, contents], dim=-1)[
+    None
+]  # (1, 4 tokens, 8 features)
+request = torch.tensor(
+    [[[0.0, 1, 0, 1, 0, 0, 0, 0]]]
+)  # one query: tokens 1 and 3
 sharp = 40.0
 
 
@@ -567,9 +613,18 @@ def two_lookup_layer(num_heads: int) -> MultiHeadAttention:
     """Hand-set weights; rows of each block are output features, head h owns a slice."""
     w_q, w_k, w_v = torch.zeros(3, 8, 8)
     if num_heads == 2:  # head 0 uses rows 0-3 of each block, head 1 rows 4-7
-        w_q[1, 1], w_q[4 + 3, 3] = sharp, sharp  # head 0: address 1, head 1: address 3
-        w_k[:4, :4], w_k[4:, :4] = torch.eye(4), torch.eye(4)  # keys = addresses
-        w_v[:4, 4:], w_v[4:, 4:] = torch.eye(4), torch.eye(4)  # values = contents
+        w_q[1, 1], w_q[4 + 3, 3] = (
+            sharp,
+            sharp,
+        )  # head 0: address 1, head 1: address 3
+        w_k[:4, :4], w_k[4:, :4] = (
+            torch.eye(4),
+            torch.eye(4),
+        )  # keys = addresses
+        w_v[:4, 4:], w_v[4:, 4:] = (
+            torch.eye(4),
+            torch.eye(4),
+        )  # values = contents
     else:  # one head of width 8: looks for both addresses at once
         w_q[:4, :4] = sharp * torch.eye(4)
         w_k[:4, :4] = torch.eye(4)
@@ -587,14 +642,20 @@ swapped = memory.clone()
 swapped[0, [1, 3], 4:] = memory[0, [3, 1], 4:]
 with torch.no_grad():
     one_head, two_heads = two_lookup_layer(1), two_lookup_layer(2)
-    out_one, weights_one = one_head(request, memory, memory, return_attention=True)
-    out_two, weights_two = two_heads(request, memory, memory, return_attention=True)
+    out_one, weights_one = one_head(
+        request, memory, memory, return_attention=True
+    )
+    out_two, weights_two = two_heads(
+        request, memory, memory, return_attention=True
+    )
     out_one_swapped = one_head(request, swapped, swapped)
     out_two_swapped = two_heads(request, swapped, swapped)
 
 both_contents = torch.cat([contents[1], contents[3]])
 assert torch.allclose(out_two[0, 0], both_contents, atol=1e-3)
-assert torch.allclose(out_one[0, 0, 4:], (contents[1] + contents[3]) / 2, atol=1e-3)
+assert torch.allclose(
+    out_one[0, 0, 4:], (contents[1] + contents[3]) / 2, atol=1e-3
+)
 assert torch.allclose(out_one, out_one_swapped, atol=1e-6)
 assert not torch.allclose(out_two, out_two_swapped, atol=1e-2)
 pd.DataFrame(
@@ -629,7 +690,9 @@ vocabulary = sorted(set(sentence))
 word_vectors = 3.0 * torch.randn(
     len(vocabulary), 32, generator=torch.Generator().manual_seed(3)
 )
-tokens = word_vectors[[vocabulary.index(word) for word in sentence]][None]  # (1, T, 32)
+tokens = word_vectors[[vocabulary.index(word) for word in sentence]][
+    None
+]  # (1, T, 32)
 
 torch.manual_seed(3)
 map_mha = MultiHeadAttention(d_model=32, num_heads=4)
@@ -693,7 +756,9 @@ attention_records = pd.DataFrame(
     ]
 )
 head_choice = alt.param(
-    name="head", value=0, bind=alt.binding_select(options=[0, 1, 2, 3], name="head ")
+    name="head",
+    value=0,
+    bind=alt.binding_select(options=[0, 1, 2, 3], name="head "),
 )
 (
     alt.Chart(attention_records)
@@ -732,13 +797,25 @@ head_choice = alt.param(
 
 # %%
 decoder_len, encoder_len = 4, 9
-decoder_states = torch.randn(batch_size, decoder_len, d_model, generator=generator)
-encoder_states = torch.randn(batch_size, encoder_len, d_model, generator=generator)
-lengths = torch.tensor([9, 6])  # the second encoder sequence has 3 padding positions
-key_mask = padding_mask(lengths)  # (B, 1, 1, Tk): shared by every head and every query
+decoder_states = torch.randn(
+    batch_size, decoder_len, d_model, generator=generator
+)
+encoder_states = torch.randn(
+    batch_size, encoder_len, d_model, generator=generator
+)
+lengths = torch.tensor(
+    [9, 6]
+)  # the second encoder sequence has 3 padding positions
+key_mask = padding_mask(
+    lengths
+)  # (B, 1, 1, Tk): shared by every head and every query
 
 cross_out, cross_weights = mha(
-    decoder_states, encoder_states, encoder_states, mask=key_mask, return_attention=True
+    decoder_states,
+    encoder_states,
+    encoder_states,
+    mask=key_mask,
+    return_attention=True,
 )
 assert cross_out.shape == (batch_size, decoder_len, d_model)
 assert cross_weights.shape == (batch_size, num_heads, decoder_len, encoder_len)
@@ -773,7 +850,9 @@ query_order = torch.randperm(decoder_len, generator=generator)
 key_order = torch.randperm(encoder_len, generator=generator)
 reference = mha(decoder_states, encoder_states, encoder_states)
 
-permuted_queries = mha(decoder_states[:, query_order], encoder_states, encoder_states)
+permuted_queries = mha(
+    decoder_states[:, query_order], encoder_states, encoder_states
+)
 permuted_keys = mha(
     decoder_states, encoder_states[:, key_order], encoder_states[:, key_order]
 )
@@ -817,11 +896,15 @@ order = torch.randperm(seq_len, generator=generator)
 causal = causal_mask(seq_len)
 masked = mha(x, x, x, mask=causal)
 fixed_mask = mha(x[:, order], x[:, order], x[:, order], mask=causal)
-moved_mask = mha(x[:, order], x[:, order], x[:, order], mask=causal[order][:, order])
+moved_mask = mha(
+    x[:, order], x[:, order], x[:, order], mask=causal[order][:, order]
+)
 fixed_mask_gap = (fixed_mask - masked[:, order]).abs().max().item()
 assert fixed_mask_gap > 0.01
 assert torch.allclose(moved_mask, masked[:, order], atol=1e-6)
-print(f"mask kept in place: off by up to {fixed_mask_gap:.2f}; mask permuted: equal")
+print(
+    f"mask kept in place: off by up to {fixed_mask_gap:.2f}; mask permuted: equal"
+)
 
 # %% [markdown]
 # ## A `Conv1d` with `kernel_size=1` is a linear layer
@@ -842,7 +925,9 @@ with torch.no_grad():
 
 channels_first = torch.randn(16, 8, 50, generator=generator)  # (B, C, T)
 by_conv = conv(channels_first)  # (B, 12, T)
-by_linear = linear(channels_first.transpose(1, 2)).transpose(1, 2)  # via (B, T, C)
+by_linear = linear(channels_first.transpose(1, 2)).transpose(
+    1, 2
+)  # via (B, T, C)
 assert torch.allclose(by_conv, by_linear, atol=1e-6)
 conv.weight.shape, linear.weight.shape
 
@@ -898,7 +983,9 @@ for d, h in [(64, 1), (64, 4), (64, 16), (512, 8)]:
     for bias in (False, True):
         counts = {
             "ours": count_parameters(MultiHeadAttention(d, h, bias=bias)),
-            "per head": count_parameters(PerHeadMultiHeadAttention(d, h, bias=bias)),
+            "per head": count_parameters(
+                PerHeadMultiHeadAttention(d, h, bias=bias)
+            ),
             "torch": count_parameters(nn.MultiheadAttention(d, h, bias=bias)),
         }
         formula = 4 * d * d + (4 * d if bias else 0)
@@ -966,12 +1053,16 @@ pd.Series(stable_ranks, name="stable rank").round(1)
 def output_rank_and_entropy(scale: float) -> dict:
     inputs = scale * long_x
     with torch.no_grad():
-        output, weights = rank_mha(inputs, inputs, inputs, return_attention=True)
+        output, weights = rank_mha(
+            inputs, inputs, inputs, return_attention=True
+        )
     entropy = -(weights * weights.clamp_min(1e-30).log()).sum(dim=-1).mean()
     return {
         "input scale": scale,
         "stable rank of MHA(x)": stable_rank(output[0]),
-        "attention entropy / log T": (entropy / math.log(weights.shape[-1])).item(),
+        "attention entropy / log T": (
+            entropy / math.log(weights.shape[-1])
+        ).item(),
     }
 
 
@@ -992,7 +1083,10 @@ ax_spectrum.set_ylabel(r"$\sigma_k / \sigma_1$")
 ax_spectrum.set_title("spectra at initialization, input scale 1")
 ax_spectrum.legend()
 ax_scale.plot(
-    sharpness["input scale"], sharpness["stable rank of MHA(x)"], "o-", label="MHA(x)"
+    sharpness["input scale"],
+    sharpness["stable rank of MHA(x)"],
+    "o-",
+    label="MHA(x)",
 )
 ax_scale.axhline(
     stable_ranks["queries Q"], color="gray", linestyle=":", label="queries Q"
@@ -1002,7 +1096,10 @@ ax_scale.set_ylabel("stable rank")
 ax_scale.set_title("sharper attention, richer output")
 ax_entropy = ax_scale.twinx()
 ax_entropy.plot(
-    sharpness["input scale"], sharpness["attention entropy / log T"], "s--", color="C3"
+    sharpness["input scale"],
+    sharpness["attention entropy / log T"],
+    "s--",
+    color="C3",
 )
 ax_entropy.set_ylabel("attention entropy / log T", color="C3")
 ax_entropy.grid(False)
@@ -1198,7 +1295,9 @@ checks.check_split_heads(
 params_768 = count_parameters(MultiHeadAttention(768, 12, bias=True))
 assert params_768 == count_parameters(nn.MultiheadAttention(768, 12, bias=True))
 assert params_768 == 4 * 768**2 + 4 * 768
-assert checks.check_parameter_count(checks.mha_parameter_count).startswith("Correct")
+assert checks.check_parameter_count(checks.mha_parameter_count).startswith(
+    "Correct"
+)
 helpers.glue("ch4_params_768", params_768)
 
 # %% tags=["remove-cell"]

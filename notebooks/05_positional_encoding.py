@@ -38,7 +38,9 @@ HELPERS = "attention-book-helpers @ git+https://github.com/attention-book/attent
 if "google.colab" in sys.modules:
     import subprocess
 
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", HELPERS], check=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", HELPERS], check=True
+    )
 try:
     import helpers
 except ModuleNotFoundError:  # outside Colab the package must be installed first
@@ -79,7 +81,9 @@ from helpers.positional import (
 
 def pairwise_distances(table):
     """Euclidean distances between rows, computed directly (no |a|^2 + |b|^2 - 2ab shortcut)."""
-    return torch.cdist(table, table, compute_mode="donot_use_mm_for_euclid_dist")
+    return torch.cdist(
+        table, table, compute_mode="donot_use_mm_for_euclid_dist"
+    )
 
 
 # Tiny numerical errors are asserted below this bound, and the prose quotes the bound (their
@@ -124,7 +128,9 @@ with_positions = self_attention(tokens + position_vectors)[:, order]
 shuffled_with_positions = self_attention(tokens[:, order] + position_vectors)
 gap = (with_positions - shuffled_with_positions).abs().max().item()
 assert gap > 0.1
-print(f"with positions added, shuffling changes the outputs (largest change {gap:.2f})")
+print(
+    f"with positions added, shuffling changes the outputs (largest change {gap:.2f})"
+)
 
 # %% [markdown]
 # Which vectors should we add? A good positional encoding has these properties:
@@ -163,15 +169,29 @@ def draw_dials(ax, angles, row_labels, num_decimals=2):
     for row in range(rows):
         for column in range(columns):
             cx, cy, angle = 2.8 * column, -3.9 * row, float(angles[row, column])
-            ax.plot(cx + np.cos(circle), cy + np.sin(circle), color="0.65", lw=0.8)
+            ax.plot(
+                cx + np.cos(circle), cy + np.sin(circle), color="0.65", lw=0.8
+            )
             hand = {"arrowstyle": "-|>", "color": "C3", "lw": 1.4}
             ax.annotate(
-                "", (cx + np.sin(angle), cy + np.cos(angle)), (cx, cy), arrowprops=hand
+                "",
+                (cx + np.sin(angle), cy + np.cos(angle)),
+                (cx, cy),
+                arrowprops=hand,
             )
-            sin, cos = (f"{v:.{num_decimals}f}" for v in (np.sin(angle), np.cos(angle)))
+            sin, cos = (
+                f"{v:.{num_decimals}f}" for v in (np.sin(angle), np.cos(angle))
+            )
             values = f"{sin}\n{cos}".replace("-0.00", "0.00")
             ax.text(cx, cy - 1.2, values, ha="center", va="top", fontsize=8)
-        ax.text(-1.5, -3.9 * row, row_labels[row], ha="right", va="center", fontsize=9)
+        ax.text(
+            -1.5,
+            -3.9 * row,
+            row_labels[row],
+            ha="right",
+            va="center",
+            fontsize=9,
+        )
     for column in range(columns):
         ax.text(2.8 * column, 1.4, f"t={column}", ha="center", fontsize=9)
     ax.set_aspect("equal")
@@ -205,7 +225,11 @@ plt.show()
 
 # %%
 def fixed_base_encoding_in_degrees(num_positions, bases):
-    angles = 360 * torch.arange(num_positions)[:, None] / torch.tensor(bases)[None, :]
+    angles = (
+        360
+        * torch.arange(num_positions)[:, None]
+        / torch.tensor(bases)[None, :]
+    )
     return torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(1)
 
 
@@ -319,7 +343,9 @@ torch.testing.assert_close(speeds_8, angular_speeds(8))
 print(speeds_8.numpy())
 
 # %% tags=["hide-input"]
-dial_angles_8 = torch.arange(10)[None, :] * speeds_8[:, None]  # (hands, positions)
+dial_angles_8 = (
+    torch.arange(10)[None, :] * speeds_8[:, None]
+)  # (hands, positions)
 fig, ax = plt.subplots(figsize=(6.2, 4.2))
 draw_dials(
     ax,
@@ -340,8 +366,12 @@ plt.show()
 
 # %%
 def sinusoidal_from_scratch(num_positions, d_model, base=10000.0):
-    positions = torch.arange(num_positions, dtype=torch.float64)[:, None]  # (T, 1)
-    two_j = torch.arange(0, d_model, 2, dtype=torch.float64)  # 2j = 0, 2, 4, ...
+    positions = torch.arange(num_positions, dtype=torch.float64)[
+        :, None
+    ]  # (T, 1)
+    two_j = torch.arange(
+        0, d_model, 2, dtype=torch.float64
+    )  # 2j = 0, 2, 4, ...
     speeds = base ** (-two_j / d_model)  # (D/2,)
     table = torch.zeros(num_positions, d_model, dtype=torch.float64)
     table[:, 0::2] = torch.sin(positions * speeds)  # even columns
@@ -358,7 +388,9 @@ print(table_8[:4].numpy().round(4))  # positions 0 to 3
 # in float32 by default) and is what we use from now on.
 
 # %%
-torch.testing.assert_close(sinusoidal_encoding(10, 8, dtype=torch.float64), table_8)
+torch.testing.assert_close(
+    sinusoidal_encoding(10, 8, dtype=torch.float64), table_8
+)
 table_64 = sinusoidal_encoding(100, 64)
 # The last quarter (columns 48-63) hardly moves over these 100 positions.
 assert (table_64[:, 48:] - table_64[0, 48:]).abs().max() < 0.1
@@ -368,7 +400,11 @@ fig, axes = plt.subplots(
     1, 2, figsize=(6.2, 3.2), gridspec_kw={"width_ratios": [1, 1.6]}
 )
 heatmap(
-    table_8, axes[0], xlabel="dimension", ylabel="position", title="D = 8, 10 positions"
+    table_8,
+    axes[0],
+    xlabel="dimension",
+    ylabel="position",
+    title="D = 8, 10 positions",
 )
 heatmap(
     table_64,
@@ -404,7 +440,9 @@ axes[0].set_yticks([3 * row for row in range(len(shown_dims))])
 axes[0].set_yticklabels([f"dim {dim}" for dim in shown_dims])
 axes[0].set(xlabel="position $t$", title="columns of the D = 256 table")
 speeds_256 = angular_speeds(256)
-periods_60 = 400 * speeds_256[30].item() / (2 * math.pi)  # dimension 60 is pair 30
+periods_60 = (
+    400 * speeds_256[30].item() / (2 * math.pi)
+)  # dimension 60 is pair 30
 assert 7 < periods_60 < 8
 glue("ch5_dim60_periods", round(periods_60, 1))
 axes[1].semilogy(speeds_256, lw=2)
@@ -455,7 +493,12 @@ axes[0].set_title("binary counter")
 glue("ch5_speed_ratio_32", round(10000 ** (2 / 32), 2))
 sine_columns = sinusoidal_encoding(count_to, 32)[:, 0::2]
 heatmap(
-    sine_columns, axes[1], xlabel="pair $j$ (column $2j$)", ylabel="", vmin=-1, vmax=1
+    sine_columns,
+    axes[1],
+    xlabel="pair $j$ (column $2j$)",
+    ylabel="",
+    vmin=-1,
+    vmax=1,
 )
 axes[1].images[0].set_cmap("RdBu")
 axes[1].set_title("sine columns of the D = 32 encoding")
@@ -492,10 +535,14 @@ glue("ch5_tolerance", tolerance)
 # The distance from position 0 against the offset, over the 100 positions of the figure below.
 from_zero = distances[0, :100]
 steps = from_zero[1:] - from_zero[:-1]  # one entry per offset 1..99
-falls = (steps < 0).nonzero().flatten() + 1  # offsets at which the distance is smaller
+falls = (
+    steps < 0
+).nonzero().flatten() + 1  # offsets at which the distance is smaller
 first_fall = falls[0].item()
 climb = steps[: first_fall - 1]  # the steps before the first fall
-assert (climb > 0).all() and (climb.diff() < 0).all()  # rising, ever more slowly
+assert (climb > 0).all() and (
+    climb.diff() < 0
+).all()  # rising, ever more slowly
 early_slope = (from_zero[first_fall - 1] - from_zero[0]) / (first_fall - 1)
 late_slope = (from_zero[99] - from_zero[first_fall - 1]) / (99 - first_fall + 1)
 assert 0 < late_slope < 0.1 * early_slope  # then it only drifts up on average
@@ -504,7 +551,9 @@ glue("ch5_climb_top", round(from_zero[first_fall - 1].item(), 2))
 glue("ch5_falls", len(falls))
 glue("ch5_distance_steps", len(steps))
 glue("ch5_first_fall", first_fall)
-print(f"falls at {len(falls)} of {len(steps)} steps, first at offset {first_fall}")
+print(
+    f"falls at {len(falls)} of {len(steps)} steps, first at offset {first_fall}"
+)
 
 # %% tags=["hide-input"]
 fig, axes = plt.subplots(
@@ -514,13 +563,23 @@ small = pairwise_distances(table_8[:5])
 glue("ch5_dist_1", round(small[0, 1].item(), 2))
 glue("ch5_dist_2", round(small[0, 2].item(), 2))
 heatmap(
-    small, axes[0], xlabel="position", ylabel="position", title="D = 8, positions 0-4"
+    small,
+    axes[0],
+    xlabel="position",
+    ylabel="position",
+    title="D = 8, positions 0-4",
 )
 for (row, column), value in np.ndenumerate(small.numpy()):
     # Dark text on the bright (yellow) end of viridis, white on the dark end.
     shade = "k" if value > 0.6 * small.max().item() else "w"
     axes[0].text(
-        column, row, f"{value:.2f}", ha="center", va="center", color=shade, fontsize=8
+        column,
+        row,
+        f"{value:.2f}",
+        ha="center",
+        va="center",
+        color=shade,
+        fontsize=8,
     )
 heatmap(distances[:100, :100], axes[1], xlabel="position", ylabel="position")
 axes[1].set_title("D = 64, positions 0-99")
@@ -555,7 +614,9 @@ alt.Chart(pairs).mark_rect().encode(
     color=alt.Color(
         "distance:Q",
         scale=alt.Scale(scheme="viridis"),
-        legend=alt.Legend(orient="bottom"),  # below: the chart fits a phone's column
+        legend=alt.Legend(
+            orient="bottom"
+        ),  # below: the chart fits a phone's column
     ),
     tooltip=["position", "other", "offset", "distance"],
 ).properties(width=310, height=310, title="Distance between encodings (D = 16)")
@@ -596,7 +657,10 @@ glue("ch5_min_similarity", round(similarity.min().item(), 2))
 fig, ax = plt.subplots(figsize=(6.2, 3))
 ax.plot(similarity, color="k")
 ax.axvline(center, color="C3", ls=":", lw=1)
-ax.set(xlabel="position $s$", ylabel=r"$p_s \cdot p_{200}$ / $p_{200} \cdot p_{200}$")
+ax.set(
+    xlabel="position $s$",
+    ylabel=r"$p_s \cdot p_{200}$ / $p_{200} \cdot p_{200}$",
+)
 ax.set_ylim(0, 1.05)
 plt.show()
 
@@ -623,9 +687,14 @@ for width in (2, 4, 8, 16, 64):
     )
 closest = pd.DataFrame(rows).round({"distance": 4})
 assert closest["distance"].iloc[0] < 1e-3 and closest["distance"].iloc[-1] > 1.0
-assert closest["d_model"].iloc[-1] == 64 and closest["closest offset"].iloc[-1] == 1
+assert (
+    closest["d_model"].iloc[-1] == 64
+    and closest["closest offset"].iloc[-1] == 1
+)
 glue("ch5_d2_offset", int(closest["closest offset"].iloc[0]))
-glue("ch5_d2_turns", round(closest["closest offset"].iloc[0] / (2 * math.pi), 4))
+glue(
+    "ch5_d2_turns", round(closest["closest offset"].iloc[0] / (2 * math.pi), 4)
+)
 closest
 
 # %% [markdown]
@@ -657,17 +726,28 @@ closest
 
 # %%
 def rotation_from_scratch(offset, d_model, base=10000.0):
-    speeds = base ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    speeds = base ** (
+        -torch.arange(0, d_model, 2, dtype=torch.float64) / d_model
+    )
     blocks = []
     for angle in offset * speeds:
         cos, sin = torch.cos(angle), torch.sin(angle)
-        blocks.append(torch.stack([torch.stack([cos, sin]), torch.stack([-sin, cos])]))
+        blocks.append(
+            torch.stack([torch.stack([cos, sin]), torch.stack([-sin, cos])])
+        )
     return torch.block_diag(*blocks)
 
 
-torch.testing.assert_close(rotation_from_scratch(3, 64), relative_rotation(3, 64))
+torch.testing.assert_close(
+    rotation_from_scratch(3, 64), relative_rotation(3, 64)
+)
 rotation_errors = []
-for offset in (1, 7, 100, 999):  # every t of the 2000-position table, for four offsets
+for offset in (
+    1,
+    7,
+    100,
+    999,
+):  # every t of the 2000-position table, for four offsets
     moved = table_long[: long_range - offset] @ relative_rotation(offset, 64).T
     rotation_errors.append((moved - table_long[offset:]).abs().max().item())
 assert max(rotation_errors) < tolerance
@@ -816,11 +896,17 @@ widths = [2, 8, 32, 128, 300, 512]
 ratio_rows = []
 for width in widths:
     pe_norm = math.sqrt(width / 2)  # every encoding vector has this norm
-    for label, std in (("entries ~ 1/sqrt(D)", width**-0.5), ("entries ~ 1", 1.0)):
+    for label, std in (
+        ("entries ~ 1/sqrt(D)", width**-0.5),
+        ("entries ~ 1", 1.0),
+    ):
         x = torch.randn(1000, width, generator=generator) * std
         for scaled in (False, True):
             input_norm = (
-                (x * math.sqrt(width) if scaled else x).norm(dim=1).mean().item()
+                (x * math.sqrt(width) if scaled else x)
+                .norm(dim=1)
+                .mean()
+                .item()
             )
             ratio_rows.append(
                 {
@@ -832,7 +918,9 @@ for width in widths:
             )
 ratios = pd.DataFrame(ratio_rows)
 at_300 = ratios[
-    (ratios["d_model"] == 300) & (ratios["input"] == "entries ~ 1") & ratios["scaled"]
+    (ratios["d_model"] == 300)
+    & (ratios["input"] == "entries ~ 1")
+    & ratios["scaled"]
 ]
 assert at_300["ratio"].item() < 0.05
 glue("ch5_ratio_300", round(at_300["ratio"].item(), 3))
@@ -903,7 +991,9 @@ plt.show()
 def floor_exponent_encoding(num_positions, d_model):
     """The formula with a = floor(2i / D): reproduced here to show what it does."""
     positions = torch.arange(num_positions, dtype=torch.float64)[:, None]
-    exponents = torch.floor(2 * torch.arange(d_model, dtype=torch.float64) / d_model)
+    exponents = torch.floor(
+        2 * torch.arange(d_model, dtype=torch.float64) / d_model
+    )
     table = torch.zeros(num_positions, d_model, dtype=torch.float64)
     table[:, 0::2] = torch.sin(positions / 10000 ** exponents[0::2])
     table[:, 1::2] = torch.cos(positions / 10000 ** exponents[1::2])
@@ -932,11 +1022,17 @@ for column, (name, table) in enumerate(
     (("right", right_table), ("floor exponent", buggy_table))
 ):
     heatmap(
-        table[:100], axes[0, column], xlabel="dimension", ylabel="position", cmap="RdBu"
+        table[:100],
+        axes[0, column],
+        xlabel="dimension",
+        ylabel="position",
+        cmap="RdBu",
     )
     axes[0, column].set_title(f"{name}: encoding")
     distance_matrix = pairwise_distances(table[:100])
-    heatmap(distance_matrix, axes[1, column], xlabel="position", ylabel="position")
+    heatmap(
+        distance_matrix, axes[1, column], xlabel="position", ylabel="position"
+    )
     axes[1, column].set_title(f"{name}: distances")
     axes[1, column].set_xticks(range(0, 100, 20))
 fig.tight_layout()
@@ -963,7 +1059,10 @@ plt.show()
 # %%
 torch.manual_seed(0)
 learned = LearnedPositionalEmbedding(d_model=64, max_len=100)
-print("parameters:", [(name, tuple(p.shape)) for name, p in learned.named_parameters()])
+print(
+    "parameters:",
+    [(name, tuple(p.shape)) for name, p in learned.named_parameters()],
+)
 learned_table = learned.weight.detach().double()
 learned_distances = pairwise_distances(learned_table)
 near = torch.diagonal(learned_distances, 1).mean().item()
@@ -1003,9 +1102,16 @@ for offset in range(alibi_len):  # each diagonal holds one value per head
 fig, axes = plt.subplots(2, 2, figsize=(6.2, 5.4), layout="constrained")
 for ax, head in zip(axes.flat, (0, 1, 3, 7), strict=True):
     heatmap(
-        bias[head], ax, colorbar=False, vmin=bias.min().item(), vmax=0, cmap="magma"
+        bias[head],
+        ax,
+        colorbar=False,
+        vmin=bias.min().item(),
+        vmax=0,
+        cmap="magma",
     )
-    ax.set_title(f"head {head + 1}, slope {alibi_slopes(num_heads)[head].item():g}")
+    ax.set_title(
+        f"head {head + 1}, slope {alibi_slopes(num_heads)[head].item():g}"
+    )
     ax.set_xticks(range(0, alibi_len, 2))
 fig.colorbar(axes[0, 0].images[0], ax=axes, shrink=0.8, label="bias")
 plt.show()
@@ -1024,12 +1130,16 @@ plt.show()
 # %%
 # (B, H, T, d_head): every token the same.
 identical = torch.ones(1, num_heads, alibi_len, 4)
-scores = identical @ identical.transpose(-1, -2) / 2 + bias  # what SDPA computes inside
+scores = (
+    identical @ identical.transpose(-1, -2) / 2 + bias
+)  # what SDPA computes inside
 weights = scores.softmax(dim=-1)
 torch.testing.assert_close(weights[0], bias.softmax(dim=-1))
 values = torch.randn(1, num_heads, alibi_len, 4, generator=generator)
 torch.testing.assert_close(
-    F.scaled_dot_product_attention(identical, identical, values, attn_mask=bias),
+    F.scaled_dot_product_attention(
+        identical, identical, values, attn_mask=bias
+    ),
     weights @ values,
 )
 print("weights of query 6, head 1:", weights[0, 0, 6].numpy().round(3))
@@ -1040,7 +1150,9 @@ print("weights of query 6, head 1:", weights[0, 0, 6].numpy().round(3))
 
 
 # %%
-steep_bias = alibi_bias(num_heads, seq_len)[0]  # head 1, slope 1/2, shape (T, T)
+steep_bias = alibi_bias(num_heads, seq_len)[
+    0
+]  # head 1, slope 1/2, shape (T, T)
 
 
 def alibi_self_attention(x):
@@ -1050,10 +1162,15 @@ def alibi_self_attention(x):
 
 shuffled_output = alibi_self_attention(tokens[:, order])
 alibi_gap = (
-    (alibi_self_attention(tokens)[:, order] - shuffled_output).abs().max().item()
+    (alibi_self_attention(tokens)[:, order] - shuffled_output)
+    .abs()
+    .max()
+    .item()
 )
 assert alibi_gap > 0.1
-print(f"with ALiBi, shuffling changes the outputs (largest change {alibi_gap:.2f})")
+print(
+    f"with ALiBi, shuffling changes the outputs (largest change {alibi_gap:.2f})"
+)
 
 # %% [markdown]
 # ### Rotary embeddings (RoPE)
@@ -1079,13 +1196,19 @@ show_source(apply_rotary)
 
 # %%
 d_head, rope_len = 32, 64
-query, key = torch.randn(2, rope_len, d_head, generator=generator, dtype=torch.float64)
-rotated_scores = apply_rotary(query) @ apply_rotary(key).T  # (T, T), positions 0..T-1
+query, key = torch.randn(
+    2, rope_len, d_head, generator=generator, dtype=torch.float64
+)
+rotated_scores = (
+    apply_rotary(query) @ apply_rotary(key).T
+)  # (T, T), positions 0..T-1
 shift = torch.arange(rope_len) + 1000  # the same tokens, 1000 positions later
 shifted_scores = apply_rotary(query, shift) @ apply_rotary(key, shift).T
 rope_shift_error = (rotated_scores - shifted_scores).abs().max().item()
 torch.testing.assert_close(apply_rotary(query).norm(dim=-1), query.norm(dim=-1))
-same_token = query[:1].expand(rope_len, d_head)  # one content vector at every position
+same_token = query[:1].expand(
+    rope_len, d_head
+)  # one content vector at every position
 toeplitz = apply_rotary(same_token) @ apply_rotary(same_token).T
 toeplitz_dev = (
     (toeplitz - toeplitz[0][offsets[:rope_len, :rope_len]]).abs().max().item()
@@ -1100,7 +1223,12 @@ torch.testing.assert_close(apply_k, query @ relative_rotation(1000, d_head))
 # %% tags=["hide-input"]
 fig, axes = plt.subplots(1, 2, figsize=(6.2, 3.0))
 score_range = {"vmin": toeplitz.min().item(), "vmax": toeplitz.max().item()}
-heatmap(same_token @ same_token.T, axes[0], title="same token, no RoPE", **score_range)
+heatmap(
+    same_token @ same_token.T,
+    axes[0],
+    title="same token, no RoPE",
+    **score_range,
+)
 heatmap(toeplitz, axes[1], title="same token, with RoPE", **score_range)
 fig.tight_layout()
 plt.show()
@@ -1150,8 +1278,12 @@ plt.show()
 
 # %% tags=["hide-cell"]
 table = fixed_base_encoding(1002, (7, 11, 13))
-gaps = (table[1:1001] - table[0]).norm(dim=1)  # offsets 1..1000: all clearly apart
-assert gaps.min() > 0.1 and torch.allclose(table[1001], table[0])  # 1001 repeats 0
+gaps = (table[1:1001] - table[0]).norm(
+    dim=1
+)  # offsets 1..1000: all clearly apart
+assert gaps.min() > 0.1 and torch.allclose(
+    table[1001], table[0]
+)  # 1001 repeats 0
 
 # %% [markdown]
 #
@@ -1179,6 +1311,8 @@ assert gaps.min() > 0.1 and torch.allclose(table[1001], table[0])  # 1001 repeat
 by_hand = torch.tensor([[math.cos(2), math.sin(2)]])
 rotated_pair = apply_rotary(torch.tensor([[1.0, 0.0]]), torch.tensor([2]))
 torch.testing.assert_close(rotated_pair, by_hand)
-as_rows = torch.tensor([[1.0, 0.0]], dtype=torch.float64) @ relative_rotation(2, 2)
+as_rows = torch.tensor([[1.0, 0.0]], dtype=torch.float64) @ relative_rotation(
+    2, 2
+)
 torch.testing.assert_close(rotated_pair, as_rows.float())
 print(rotated_pair.numpy().round(3))

@@ -35,7 +35,9 @@ HELPERS = "attention-book-helpers @ git+https://github.com/attention-book/attent
 if "google.colab" in sys.modules:
     import subprocess
 
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", HELPERS], check=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", HELPERS], check=True
+    )
 try:
     import helpers
 except ModuleNotFoundError:  # outside Colab the package must be installed first
@@ -126,10 +128,14 @@ helpers.use_one_thread(device)
 
 # %%
 class ScratchEncoderBlock(nn.Module):
-    def __init__(self, d_model, num_heads, ffn_width, dropout=0.0, norm_first=True):
+    def __init__(
+        self, d_model, num_heads, ffn_width, dropout=0.0, norm_first=True
+    ):
         super().__init__()
         self.norm_first = norm_first
-        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout, bias=True)
+        self.self_attn = MultiHeadAttention(
+            d_model, num_heads, dropout, bias=True
+        )
         self.ffn = nn.Sequential(
             OrderedDict(
                 linear1=nn.Linear(d_model, ffn_width),
@@ -188,7 +194,9 @@ for norm_first in (True, False):
     torch.testing.assert_close(
         package(x, causal_mask(10)), reference(x, causal_mask(10))
     )
-print("scratch and package blocks agree, pre-LN and post-LN, with and without a mask")
+print(
+    "scratch and package blocks agree, pre-LN and post-LN, with and without a mask"
+)
 
 # %% [markdown]
 # ## The same block as PyTorch's
@@ -208,7 +216,9 @@ for norm_first in (True, False):
     block = EncoderBlock(64, 4, 256, dropout=0.1, norm_first=norm_first).eval()
     load_encoder_block(block, torch_layer)
     mask = causal_mask(10)
-    difference = (block(x, mask) - torch_layer(x, src_mask=~mask)).abs().max().item()
+    difference = (
+        (block(x, mask) - torch_layer(x, src_mask=~mask)).abs().max().item()
+    )
     print(
         f"norm_first={norm_first}: agrees with PyTorch within 1e-5: {difference < 1e-5}"
     )
@@ -225,7 +235,9 @@ for norm_first in (True, False):
 # ```
 
 # %%
-wrong = torch_layer(x, src_mask=mask)  # True meant "may attend" here, "blocked" there
+wrong = torch_layer(
+    x, src_mask=mask
+)  # True meant "may attend" here, "blocked" there
 mask_error = (wrong - block(x, mask)).abs().max().item()
 print(f"largest difference from the right output: {mask_error:.1f}")
 assert mask_error > 0.1
@@ -308,8 +320,12 @@ def ffn_gradient_norms(norm_first, num_blocks, seed, d_model=32):
             nn.init.xavier_uniform_(weight)
     classifier = nn.Linear(d_model, 10)
     x, y = torch.randn(8, 16, d_model), torch.randint(0, 10, (8, 16))
-    F.cross_entropy(classifier(encoder(x)).flatten(0, 1), y.flatten()).backward()
-    return [block.ffn.linear2.weight.grad.norm().item() for block in encoder.blocks]
+    F.cross_entropy(
+        classifier(encoder(x)).flatten(0, 1), y.flatten()
+    ).backward()
+    return [
+        block.ffn.linear2.weight.grad.norm().item() for block in encoder.blocks
+    ]
 
 
 depths, seeds = [2, 4, 8, 16, 32], range(4)
@@ -328,7 +344,9 @@ for variant, color in (("post-LN", "C3"), ("pre-LN", "C0")):
     left.plot(range(1, 33), per_block, ".-", color=color, label=variant)
     last = [grads[(variant, depth)][-1] for depth in depths]
     right.plot(depths, last, "o-", color=color, label=variant)
-left.set(xlabel="block (1 = nearest the input)", ylabel="gradient norm of FFN $W_2$")
+left.set(
+    xlabel="block (1 = nearest the input)", ylabel="gradient norm of FFN $W_2$"
+)
 left.set_title("a stack of 32 blocks")
 right.set(
     xscale="log",
@@ -407,12 +425,16 @@ def stream_rms(seed, num_blocks=32, d_model=32):
 rms = np.mean([stream_rms(s) for s in seeds], 0)
 growth = round(rms[15] / rms[0], 2)
 glue("ch6_stream_growth", growth)
-stream_slope = np.polyfit(np.log(depths), np.log([rms[d - 1] for d in depths]), 1)[0]
+stream_slope = np.polyfit(
+    np.log(depths), np.log([rms[d - 1] for d in depths]), 1
+)[0]
 glue("ch6_stream_slope", round(float(stream_slope), 2))
 assert growth > 2 and stream_slope > 0.2
 # the pre-LN gradient falls roughly like 1 / (stream RMS)
 assert abs(pre_slope + stream_slope) < 0.15
-print(f"stream RMS after blocks 1, 16, 32: {rms[0]:.2f}, {rms[15]:.2f}, {rms[31]:.2f}")
+print(
+    f"stream RMS after blocks 1, 16, 32: {rms[0]:.2f}, {rms[15]:.2f}, {rms[31]:.2f}"
+)
 
 # %% [markdown]
 # The root-mean-square of the pre-LN residual stream grows by a factor
@@ -451,7 +473,9 @@ bn_shift = round((bn(changed)[0] - bn(batch)[0]).abs().max().item(), 2)
 glue("ch6_bn_shift", bn_shift)
 torch.testing.assert_close(layer_norm(changed)[0], layer_norm(batch)[0])
 assert bn_shift > 0.5
-print(f"sequence 0 moves by up to {bn_shift} under BatchNorm, by 0 under LayerNorm")
+print(
+    f"sequence 0 moves by up to {bn_shift} under BatchNorm, by 0 under LayerNorm"
+)
 
 # %% [markdown]
 # Under BatchNorm sequence 0's output moves by up to {glue:text}`ch6_bn_shift` although only
@@ -480,11 +504,15 @@ centred = x - x.mean(-1, keepdim=True)
 torch.testing.assert_close(
     rms_norm(centred), layer_norm(x)
 )  # LN = centre, then RMSNorm
-torch.testing.assert_close(rms_norm(x), nn.RMSNorm(32, eps=1e-5)(x))  # and = PyTorch's
+torch.testing.assert_close(
+    rms_norm(x), nn.RMSNorm(32, eps=1e-5)(x)
+)  # and = PyTorch's
 off_centre = round((rms_norm(x) - layer_norm(x)).abs().max().item(), 2)
 glue("ch6_rms_vs_ln", off_centre)
 assert off_centre > 0.1
-print(f"on off-centre inputs RMSNorm and LayerNorm differ by up to {off_centre}")
+print(
+    f"on off-centre inputs RMSNorm and LayerNorm differ by up to {off_centre}"
+)
 
 # %% [markdown]
 # On off-centre inputs the two differ by up to {glue:text}`ch6_rms_vs_ln`; on centred inputs
@@ -513,7 +541,9 @@ shared = EncoderBlock(64, 4, 256, norm_first=False).eval()
 shared.load_state_dict(separate.state_dict())
 shared.norm2 = shared.norm1  # one module, called twice
 x = torch.randn(2, 10, 64)
-torch.testing.assert_close(shared(x), separate(x))  # identical at initialization
+torch.testing.assert_close(
+    shared(x), separate(x)
+)  # identical at initialization
 saving = count_parameters(separate) - count_parameters(shared)
 assert saving == 2 * 64
 _ = glue("ch6_shared_saving", saving / count_parameters(separate))
@@ -558,9 +588,13 @@ for _ in range(6):
             for out in (right, wrong)
         ]
     )
-survival = pd.DataFrame(survival, columns=["right", "misplaced"], index=range(1, 7))
+survival = pd.DataFrame(
+    survival, columns=["right", "misplaced"], index=range(1, 7)
+)
 survival.index.name = "blocks"
-assert (survival["right"] > 0.999).all()  # the skip path is intact at every depth
+assert (
+    survival["right"] > 0.999
+).all()  # the skip path is intact at every depth
 assert survival["misplaced"][1] < 0.8 and survival["misplaced"][6] < 0.25
 glue("ch6_survival_1", round(survival["misplaced"][1], 2))
 glue("ch6_survival_6", round(survival["misplaced"][6], 2))
@@ -604,7 +638,9 @@ assert all(torch.all(m.triu(1) == 0) for m in maps)  # no weight on the future
 # %% tags=["hide-input"]
 fig, axes = plt.subplots(1, 3, figsize=(6.2, 2.6), sharey=True)
 for index, (ax, weights) in enumerate(zip(axes, maps, strict=True)):
-    helpers.plotting.heatmap(weights[0].mean(0), ax=ax, colorbar=False, vmin=0, vmax=1)
+    helpers.plotting.heatmap(
+        weights[0].mean(0), ax=ax, colorbar=False, vmin=0, vmax=1
+    )
     ax.set_title(f"block {index + 1}")
     ax.set_xlabel("key")
     ax.set_xticks(range(0, 10, 3))
@@ -679,7 +715,9 @@ _ = glue("ch6_rank_mha", round(ranks["MHA(X)"], 1))
 _ = glue("ch6_rank_input", round(ranks["input X"], 1))
 assert ranks["MHA(X)"] < 0.1 * ranks["input X"]
 assert ranks["MHA(X)"] < 0.2 * min(ranks["queries XW_Q"], ranks["keys XW_K"])
-assert torch.linalg.matrix_rank(queries[0]) == 128  # the projection loses nothing
+assert (
+    torch.linalg.matrix_rank(queries[0]) == 128
+)  # the projection loses nothing
 assert ranks["X + MHA(X)"] > 0.9 * ranks["input X"]
 
 # %% [markdown]
@@ -699,10 +737,16 @@ with torch.no_grad():
         residual = residual + layer(residual, residual, residual)
         stack_ranks.append((stable_rank(plain[0]), stable_rank(residual[0])))
 stack_ranks = pd.DataFrame(
-    stack_ranks, columns=["without residuals", "with residuals"], index=range(1, 7)
+    stack_ranks,
+    columns=["without residuals", "with residuals"],
+    index=range(1, 7),
 ).rename_axis("layers")
-_ = glue("ch6_rank_plain_6", round(stack_ranks["without residuals"].iloc[-1], 1))
-_ = glue("ch6_rank_residual_6", round(stack_ranks["with residuals"].iloc[-1], 1))
+_ = glue(
+    "ch6_rank_plain_6", round(stack_ranks["without residuals"].iloc[-1], 1)
+)
+_ = glue(
+    "ch6_rank_residual_6", round(stack_ranks["with residuals"].iloc[-1], 1)
+)
 assert (
     stack_ranks["without residuals"].iloc[-1] < 1.5
 )  # collapsed to about one direction

@@ -34,7 +34,9 @@ HELPERS = "attention-book-helpers @ git+https://github.com/attention-book/attent
 if "google.colab" in sys.modules:
     import subprocess
 
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", HELPERS], check=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", HELPERS], check=True
+    )
 try:
     import helpers
 except ModuleNotFoundError:  # outside Colab the package must be installed first
@@ -199,8 +201,14 @@ plt.show()
 
 
 # %%
-def source_factor(step, warmup, max_iter):  # the source text's formula, for comparison
-    return 0.5 * (1 + math.cos(math.pi * step / max_iter)) * min(1.0, step / warmup)
+def source_factor(
+    step, warmup, max_iter
+):  # the source text's formula, for comparison
+    return (
+        0.5
+        * (1 + math.cos(math.pi * step / max_iter))
+        * min(1.0, step / warmup)
+    )
 
 
 print("source factor at step 0:", source_factor(0, 100, 1500))
@@ -236,7 +244,11 @@ show_source(ReversePredictor)
 # %%
 torch.manual_seed(config.seed)
 model = ReversePredictor(
-    num_classes, config.d_model, config.num_heads, config.num_blocks, config.ffn_width
+    num_classes,
+    config.d_model,
+    config.num_heads,
+    config.num_blocks,
+    config.ffn_width,
 )
 table = parameter_table(model)
 d, c, f = config.d_model, num_classes, config.ffn_width
@@ -274,7 +286,11 @@ print("logits", tuple(logits.shape), "for one sequence of", seq_len, "tokens")
 # %% tags=["nbval-ignore-output"]
 torch.manual_seed(config.seed)
 model = ReversePredictor(
-    num_classes, config.d_model, config.num_heads, config.num_blocks, config.ffn_width
+    num_classes,
+    config.d_model,
+    config.num_heads,
+    config.num_blocks,
+    config.ffn_width,
 )
 optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
 loader = DataLoader(train_set, batch_size=config.batch_size, shuffle=True)
@@ -354,7 +370,9 @@ pd.DataFrame(
 # so the next cell's output is not compared when the book is tested.
 
 # %% tags=["nbval-ignore-output"]
-model, optimizer, scheduler, train_loader = build_reverse_training(config, train_set)
+model, optimizer, scheduler, train_loader = build_reverse_training(
+    config, train_set
+)
 val_loader = DataLoader(val_set, batch_size=1000)
 start = time.perf_counter()
 history = fit(
@@ -374,7 +392,10 @@ history = fit(
 train_seconds = time.perf_counter() - start
 glue("ch7_train_seconds", round(train_seconds, 1))
 glue("ch7_batch_size", config.batch_size)
-glue("ch7_ms_per_step", round(1000 * train_seconds / int(history["step"].iloc[-1]), 1))
+glue(
+    "ch7_ms_per_step",
+    round(1000 * train_seconds / int(history["step"].iloc[-1]), 1),
+)
 print(
     f"{len(history)} log rows, {history['step'].iloc[-1]} steps in {train_seconds:.1f} s"
 )
@@ -389,7 +410,9 @@ history.drop(columns="elapsed_s").tail(4)
 
 # %% tags=["nbval-ignore-output"]
 test_loader = DataLoader(test_set, batch_size=2000)
-test = evaluate(model, test_loader, token_cross_entropy, {"accuracy": token_accuracy})
+test = evaluate(
+    model, test_loader, token_cross_entropy, {"accuracy": token_accuracy}
+)
 test_accuracy = round(test["accuracy"], 4)
 glue("ch7_test_accuracy", test_accuracy)
 with torch.no_grad():
@@ -418,8 +441,12 @@ left.plot(history["step"], history["train_loss"], label="train")
 left.axhline(test["loss"], color="k", ls="--", label="test, after training")
 left.set(xlabel="step", ylabel="cross-entropy", yscale="log")
 left.legend(loc="upper right")
-right.plot(history["step"], history["train_accuracy"], color="C1", label="train")
-right.axhline(test["accuracy"], color="k", ls="--", label="test, after training")
+right.plot(
+    history["step"], history["train_accuracy"], color="C1", label="train"
+)
+right.axhline(
+    test["accuracy"], color="k", ls="--", label="test, after training"
+)
 right.set(xlabel="step", ylabel="token accuracy", ylim=(0, 1.02))
 right.legend(loc="center right")
 plt.show()
@@ -473,7 +500,10 @@ map_inputs = test_inputs[:num_map_sequences].to(device)
 maps = [m.cpu() for m in model.get_attention_maps(map_inputs)]
 anti_diagonal = torch.arange(seq_len - 1, -1, -1)
 mass = torch.stack(
-    [m[:, :, torch.arange(seq_len), anti_diagonal].mean(dim=(0, 2)) for m in maps]
+    [
+        m[:, :, torch.arange(seq_len), anti_diagonal].mean(dim=(0, 2))
+        for m in maps
+    ]
 )
 mass_table = pd.DataFrame(
     mass.numpy(),
@@ -488,7 +518,9 @@ mass_table.round(2)
 # %% tags=["hide-input"]
 sequence = test_inputs[0]
 labels = sequence.tolist()
-fig, axes = plt.subplots(config.num_blocks, config.num_heads, figsize=(6.2, 6.0))
+fig, axes = plt.subplots(
+    config.num_blocks, config.num_heads, figsize=(6.2, 6.0)
+)
 for b, row in enumerate(axes):
     for h, ax in enumerate(row):
         heatmap(
@@ -540,7 +572,9 @@ alt.Chart(
     color=alt.Color(
         "weight:Q",
         scale=alt.Scale(domain=[0, 1]),
-        legend=alt.Legend(orient="bottom"),  # below: the chart fits a phone's column
+        legend=alt.Legend(
+            orient="bottom"
+        ),  # below: the chart fits a phone's column
     ),
     tooltip=["query", "key", "query token", "key token", "weight"],
 ).properties(width=290, height=290)
@@ -568,7 +602,9 @@ with torch.no_grad():
         embedded, embedded, embedded, return_attention=True
     )
 source_style = source_style.cpu()
-source_mass = source_style[:, :, torch.arange(seq_len), anti_diagonal].mean(dim=(0, 2))
+source_mass = source_style[:, :, torch.arange(seq_len), anti_diagonal].mean(
+    dim=(0, 2)
+)
 print(
     "anti-diagonal weight of block 1's heads, true maps: ",
     [f"{v:.2f}" for v in mass[0]],
@@ -646,7 +682,9 @@ dropout_train = dropout_history["train_accuracy"].tail(5).mean()
 dropout_model.eval()
 with torch.no_grad():
     dropout_predictions = dropout_model(test_inputs.to(device)).argmax(-1).cpu()
-dropout_sequences = (dropout_predictions == test_targets).all(-1).float().mean().item()
+dropout_sequences = (
+    (dropout_predictions == test_targets).all(-1).float().mean().item()
+)
 glue("ch7_dropout_train_accuracy", round(dropout_train, 2))
 glue("ch7_dropout_test_accuracy", round(dropout_accuracy, 4))
 glue("ch7_dropout_sequence_accuracy", round(dropout_sequences, 4))
@@ -682,8 +720,14 @@ print(f"{ablation_command}\non {ablation_machine}")
 
 # %%
 # The claims of this section, on every seed of the file.
-by_run = {name: rows.set_index("seed") for name, rows in ablations.groupby("run")}
-plain, light, heavy = by_run["plain"], by_run["dropout 0.1"], by_run["dropout 0.3"]
+by_run = {
+    name: rows.set_index("seed") for name, rows in ablations.groupby("run")
+}
+plain, light, heavy = (
+    by_run["plain"],
+    by_run["dropout 0.1"],
+    by_run["dropout 0.3"],
+)
 blind = by_run["no positions"]
 blind_gap = (blind["test accuracy"] - blind["bag oracle"]).abs().max()
 assert len(plain) >= 3 and (plain["test accuracy"] >= 0.999).all()
@@ -693,7 +737,9 @@ assert (light["test accuracy"] >= 0.999).all()
 assert (light["train accuracy"] < 0.95).all()
 # 0.3: test accuracy below the plain recipe's, most visibly in whole sequences.
 assert (heavy["test accuracy"] < plain["test accuracy"]).all()
-assert (heavy["test sequence accuracy"] < plain["test sequence accuracy"] - 0.02).all()
+assert (
+    heavy["test sequence accuracy"] < plain["test sequence accuracy"] - 0.02
+).all()
 assert (heavy["train accuracy"] < 0.7).all()
 glue("ch7_ablation_seeds", len(plain))
 glue("ch7_blind_gap", round(blind_gap, 3))
@@ -753,9 +799,12 @@ assert ((dropped_seeds - (1 - p_drop**2)).abs() < 0.05).all() and (
     dropped_seeds < 0.95
 ).all()
 glue(
-    "ch7_attn_dropout_seeds", f"{dropped_seeds.min():.2f} to {dropped_seeds.max():.2f}"
+    "ch7_attn_dropout_seeds",
+    f"{dropped_seeds.min():.2f} to {dropped_seeds.max():.2f}",
 )
-print(f"{len(plain)} seeds: {dropped_seeds.min():.3f} to {dropped_seeds.max():.3f}")
+print(
+    f"{len(plain)} seeds: {dropped_seeds.min():.3f} to {dropped_seeds.max():.3f}"
+)
 
 # %% [markdown]
 # Accuracy falls to {glue:text}`ch7_attn_dropout_accuracy` (from
@@ -797,11 +846,15 @@ for length in [20, 24]:
         500, length, num_classes, torch.Generator().manual_seed(3)
     ).tensors[0]
     length_maps = model.get_attention_maps(inputs.to(device))
-    reads = length_maps[best_block][:, best_head].mean(0).argmax(-1).cpu()[:seq_len]
+    reads = (
+        length_maps[best_block][:, best_head].mean(0).argmax(-1).cpu()[:seq_len]
+    )
     mirror_reads[length] = int((reads == anti_diagonal).sum())
 glue("ch7_mirror_reads_20", mirror_reads[20])
 glue("ch7_mirror_reads_24", mirror_reads[24])
-assert all(count >= seq_len - 1 for count in mirror_reads.values()), mirror_reads
+assert all(count >= seq_len - 1 for count in mirror_reads.values()), (
+    mirror_reads
+)
 pd.Series(by_length, name="token accuracy").rename_axis("test length").round(
     3
 ).to_frame()
@@ -812,7 +865,9 @@ pd.Series(by_length, name="token accuracy").rename_axis("test length").round(
 other_length_seeds = plain["best other-length accuracy"]
 assert (other_length_seeds < 0.5).all()
 glue("ch7_length_other_seeds_max", round(other_length_seeds.max(), 2))
-print(f"best at another length, {len(plain)} seeds: {other_length_seeds.max():.2f}")
+print(
+    f"best at another length, {len(plain)} seeds: {other_length_seeds.max():.2f}"
+)
 mirror_seeds = plain[["mirror reads at 20", "mirror reads at 24"]]
 assert (mirror_seeds >= seq_len - 1).all().all()
 glue("ch7_mirror_reads_seeds_min", int(mirror_seeds.min().min()))
@@ -885,7 +940,9 @@ print(f"{len(reached)} runs in {time.perf_counter() - start:.0f} s")
 # %% tags=["hide-input", "nbval-ignore-output"]
 def plot_runs(ax, names, title, legend_at):
     for color, name in enumerate(names):
-        style = "--" if SCHEDULE_EXPERIMENT[name].get("warmup_steps") == 0 else "-"
+        style = (
+            "--" if SCHEDULE_EXPERIMENT[name].get("warmup_steps") == 0 else "-"
+        )
         for seed in experiment_seeds:
             run = curves[(curves["run"] == name) & (curves["seed"] == seed)]
             label = name if seed == experiment_seeds[0] else None
@@ -922,7 +979,9 @@ panels = {
 }
 fig, axes = plt.subplots(3, 1, figsize=(6.2, 8.4), sharex=True)
 legend_places = ["lower right", "center right", "center right"]
-for ax, (title, names), place in zip(axes, panels.items(), legend_places, strict=True):
+for ax, (title, names), place in zip(
+    axes, panels.items(), legend_places, strict=True
+):
     plot_runs(ax, names, title, place)
 axes[-1].set_xlabel("step")
 fig.tight_layout()
@@ -947,7 +1006,9 @@ plt.show()
 schedules = schedule_results()
 (schedules_command,) = schedules["command"].unique()
 (schedules_machine,) = schedules["machine"].unique()
-steps_table = schedules.pivot(index="run", columns="seed", values="steps to 99%")
+steps_table = schedules.pivot(
+    index="run", columns="seed", values="steps to 99%"
+)
 steps_table = steps_table.loc[list(SCHEDULE_EXPERIMENT)]
 final_accuracy = schedules.pivot(index="run", columns="seed", values="final")
 final_accuracy = final_accuracy.loc[list(SCHEDULE_EXPERIMENT)]
@@ -971,8 +1032,14 @@ table.assign(
 
 # %%
 reached_all = steps_table.notna().all(axis=1)
-slowest = steps_table.max(axis=1).where(reached_all)  # NaN unless every seed got to 99%
-schedules_at_book_lr = ["book: lr 0.02, warm-up, cosine", "no warm-up", "constant lr"]
+slowest = steps_table.max(axis=1).where(
+    reached_all
+)  # NaN unless every seed got to 99%
+schedules_at_book_lr = [
+    "book: lr 0.02, warm-up, cosine",
+    "no warm-up",
+    "constant lr",
+]
 post_book_lr = ["post-LN", "post-LN, no warm-up"]
 stuck = final_accuracy.max(axis=1)  # the best seed's final accuracy
 num_seeds = steps_table.shape[1]
@@ -986,7 +1053,9 @@ glue("ch7_post05_stuck", round(stuck["post-LN, lr 0.05, no warm-up"], 2))
 glue("ch7_post05_reached", post05_reached)
 glue("ch7_post05_worst", round(final_accuracy.loc["post-LN, lr 0.05"].min(), 2))
 glue("ch7_pre05_reached", pre05_reached)
-glue("ch7_pre05_worst", round(final_accuracy.loc["lr 0.05, no warm-up"].min(), 2))
+glue(
+    "ch7_pre05_worst", round(final_accuracy.loc["lr 0.05, no warm-up"].min(), 2)
+)
 glue("ch7_post_book_slowest", int(slowest[post_book_lr].max()))
 # At the book's rate the schedule does not change the speed; the source's rate is slower.
 assert (
@@ -1006,15 +1075,21 @@ assert final_accuracy.loc["lr 0.05, no warm-up"].min() > 0.9
 assert 0 < post05_reached < num_seeds
 assert final_accuracy.loc["post-LN, lr 0.05"].min() < 0.3
 # This notebook's live runs (the figure) agree with the file.
-live_steps = pd.DataFrame(reached).pivot(index="run", columns="seed", values="steps")
+live_steps = pd.DataFrame(reached).pivot(
+    index="run", columns="seed", values="steps"
+)
 live_final = (
-    curves[curves["step"] == experiment_steps].groupby("run")["train_accuracy"].max()
+    curves[curves["step"] == experiment_steps]
+    .groupby("run")["train_accuracy"]
+    .max()
 )
 assert live_steps.loc[schedules_at_book_lr].max().max() <= 100
 assert live_final["lr 0.1, no warm-up"] < 0.3
 assert live_final["post-LN, lr 0.05, no warm-up"] < 0.3
 assert not live_steps.loc["lr 0.001"].min() < 150  # (NaN, not reached, passes)
-print(f"every claim of the experiment holds on all {num_seeds} seeds of the file")
+print(
+    f"every claim of the experiment holds on all {num_seeds} seeds of the file"
+)
 
 # %% [markdown]
 # What the runs say, on every seed of the file (and on this page's live runs):

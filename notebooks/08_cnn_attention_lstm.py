@@ -44,7 +44,9 @@ HELPERS = "attention-book-helpers @ git+https://github.com/attention-book/attent
 if "google.colab" in sys.modules:
     import subprocess
 
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", HELPERS], check=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", HELPERS], check=True
+    )
 try:
     import helpers
 except ModuleNotFoundError:  # outside Colab the package must be installed first
@@ -121,7 +123,9 @@ print(
     tuple(train_data.targets.shape),
 )
 print(
-    "triangles", tuple(train_data.triangles.shape), "(center, height, width) per shape"
+    "triangles",
+    tuple(train_data.triangles.shape),
+    "(center, height, width) per shape",
 )
 
 
@@ -135,7 +139,11 @@ def shade_shapes(ax, shape_ids):
         positions = torch.nonzero(shape_ids == shape_id).flatten()
         color = KIND_COLORS["triangle" if shape_id < 2 else "box"]
         ax.axvspan(
-            positions.min() - 0.5, positions.max() + 0.5, color=color, alpha=0.12, lw=0
+            positions.min() - 0.5,
+            positions.max() + 0.5,
+            color=color,
+            alpha=0.12,
+            lw=0,
         )
 
 
@@ -166,15 +174,24 @@ def shape_table(data, index):
     ):
         for center, height, width in shapes.tolist():
             rows.append(
-                {"kind": kind, "center": center, "width": width, "input height": height}
+                {
+                    "kind": kind,
+                    "center": center,
+                    "width": width,
+                    "input height": height,
+                }
             )
     table = pd.DataFrame(rows)
-    table["target height"] = table.groupby("kind")["input height"].transform("mean")
+    table["target height"] = table.groupby("kind")["input height"].transform(
+        "mean"
+    )
     return table.round(2)
 
 
 first_shapes = shape_table(train_data, 0)
-peaks = [train_data.targets[0, 0, round(c)].item() for c in first_shapes["center"]]
+peaks = [
+    train_data.targets[0, 0, round(c)].item() for c in first_shapes["center"]
+]
 np.testing.assert_allclose(peaks, first_shapes["target height"], atol=0.01)
 first_shapes
 
@@ -194,9 +211,13 @@ first_shapes
 candidates = make_shapes_dataset(
     5_000, min_height_gap=0.0, seed=4
 )  # collision check only
-triangle_gap = (candidates.triangles[:, 0, 1] - candidates.triangles[:, 1, 1]).abs()
+triangle_gap = (
+    candidates.triangles[:, 0, 1] - candidates.triangles[:, 1, 1]
+).abs()
 box_gap = (candidates.boxes[:, 0, 1] - candidates.boxes[:, 1, 1]).abs()
-source_rule = (triangle_gap > 4) & (triangle_gap > 4)  # the blog post's logic, verbatim
+source_rule = (triangle_gap > 4) & (
+    triangle_gap > 4
+)  # the blog post's logic, verbatim
 fixed_rule = (triangle_gap > 4) & (box_gap > 4)
 easy_boxes = (box_gap[source_rule] <= 4).float().mean().item()
 glue("ch8_source_rule_easy_boxes", round(easy_boxes, 3))
@@ -217,7 +238,9 @@ MEAN, STD = train_values.mean().item(), train_values.std().item()
 
 
 def normalized(data):
-    return TensorDataset((data.inputs - MEAN) / STD, (data.targets - MEAN) / STD)
+    return TensorDataset(
+        (data.inputs - MEAN) / STD, (data.targets - MEAN) / STD
+    )
 
 
 train_set, val_set, test_set = (
@@ -274,7 +297,9 @@ assert math.isclose(noise_floor, 0.3**2 / 12 / STD**2, rel_tol=0.05)
 # its partner. A model that beats it must be looking across the sequence.
 
 # %%
-oracle_mse = (((local_oracle(test_data) - test_data.targets) / STD) ** 2).mean().item()
+oracle_mse = (
+    (((local_oracle(test_data) - test_data.targets) / STD) ** 2).mean().item()
+)
 glue("ch8_oracle_mse", round(oracle_mse, 3))
 assert noise_floor < oracle_mse < copy_mse
 print(f"local oracle: test MSE {oracle_mse:.3f}")
@@ -354,7 +379,11 @@ print(
 # %%
 def conv_self_attention(x, w_query, w_key, w_value, scaled=True):
     """x: [B, C, T]; w_query, w_key: [d, C]; w_value: [C_out, C] -> ([B, C_out, T], [B, T, T])."""
-    queries, keys, values = w_query @ x, w_key @ x, w_value @ x  # [B, d or C_out, T]
+    queries, keys, values = (
+        w_query @ x,
+        w_key @ x,
+        w_value @ x,
+    )  # [B, d or C_out, T]
     scores = queries.transpose(1, 2) @ keys  # [B, T, T]: q_t . k_s
     if scaled:
         scores = scores / math.sqrt(w_query.shape[0])
@@ -428,7 +457,9 @@ init_scaled = mean_max_weight(fresh_scaled, batch_inputs)
 init_unscaled = mean_max_weight(fresh_unscaled, batch_inputs)
 glue("ch8_init_max_weight_scaled", round(init_scaled, 3))
 glue("ch8_init_max_weight_unscaled", round(init_unscaled, 3))
-assert init_scaled < init_unscaled < 0.02  # both within a factor 2 of uniform's 0.01
+assert (
+    init_scaled < init_unscaled < 0.02
+)  # both within a factor 2 of uniform's 0.01
 
 # %% [markdown]
 # ### A recurrent network reads the signal in order
@@ -461,7 +492,9 @@ with torch.no_grad():
     after_others = batch_axis_lstm(signals.flip(0))[
         2
     ]  # the same sample, now after 2 others
-print("LSTM's view of the input: (steps, batch, features) =", tuple(signals.shape))
+print(
+    "LSTM's view of the input: (steps, batch, features) =", tuple(signals.shape)
+)
 print(
     f"sample 5, max change when its batch-mates change: {(in_a_batch - on_its_own).abs().max():.3f}"
 )
@@ -500,7 +533,9 @@ SOURCE_PARAMETERS = {
     "CNN + attention": 58_177,
     "batch-axis LSTM": 130_660,
 }
-assert {name: parameters[name] for name in SOURCE_PARAMETERS} == SOURCE_PARAMETERS
+assert {
+    name: parameters[name] for name in SOURCE_PARAMETERS
+} == SOURCE_PARAMETERS
 parameters.rename("parameters").to_frame()
 
 # %% [markdown]
@@ -524,7 +559,10 @@ MODEL_COLORS = {
     "bidirectional LSTM": "tab:purple",
     "batch-axis LSTM": "tab:brown",
 }
-overfit_inputs, overfit_targets = train_set.tensors[0][:20], train_set.tensors[1][:20]
+overfit_inputs, overfit_targets = (
+    train_set.tensors[0][:20],
+    train_set.tensors[1][:20],
+)
 overfit_curves = {}
 for name in ("CNN", "CNN + attention", "bidirectional LSTM"):
     torch.manual_seed(0)
@@ -542,8 +580,12 @@ for name in ("CNN", "CNN + attention", "bidirectional LSTM"):
     overfit_curves[name] = losses
 overfit_table = pd.DataFrame(
     {
-        "first loss": {name: curve[0] for name, curve in overfit_curves.items()},
-        "final loss": {name: curve[-1] for name, curve in overfit_curves.items()},
+        "first loss": {
+            name: curve[0] for name, curve in overfit_curves.items()
+        },
+        "final loss": {
+            name: curve[-1] for name, curve in overfit_curves.items()
+        },
     }
 )
 overfit_table["final / first"] = (
@@ -604,11 +646,14 @@ overfit_spread
 
 # %%
 fell = losses.loc[5000] / losses.loc[0]  # per model and seed
-rises = losses / losses.shift()  # > 1 where the loss went up between two printed steps
+rises = (
+    losses / losses.shift()
+)  # > 1 where the loss went up between two printed steps
 runs_rising = int((rises > 1).any().sum())
 glue("ch8_long_overfit_factor", int(1 / fell.max()))
 glue(
-    "ch8_long_overfit_first", f"{losses.loc[0].min():.2f} to {losses.loc[0].max():.2f}"
+    "ch8_long_overfit_first",
+    f"{losses.loc[0].min():.2f} to {losses.loc[0].max():.2f}",
 )
 glue("ch8_long_overfit_cnn_last", float(f"{losses.loc[5000, 'CNN'].max():.2g}"))
 glue("ch8_long_overfit_rising", runs_rising)
@@ -620,7 +665,9 @@ assert (fell < 0.01).all()
 assert (losses.min() < SOURCE_OVERFIT_LOSS[5000]).all()
 # but not monotonically: at a flat learning rate the loss jumps back up now and then.
 assert runs_rising >= 1 and rises.max().max() > 5
-print(f"loss at 5,000 / at 0: at most {fell.max():.4f}; runs that rise: {runs_rising}")
+print(
+    f"loss at 5,000 / at 0: at most {fell.max():.4f}; runs that rise: {runs_rising}"
+)
 
 # %% [markdown]
 # **Table.** Training loss on the same 20 sequences at the steps the post prints: its
@@ -723,7 +770,9 @@ for job, (model, history, test_mse) in zip(jobs, trained, strict=True):
 runs = pd.DataFrame(runs).rename(columns={"name": "model"})
 histories = pd.concat(histories, ignore_index=True)
 glue("ch8_wall_seconds", round(wall_seconds))
-print(f"{len(jobs)} runs in {wall_seconds:.0f} s of wall time with {workers} worker(s)")
+print(
+    f"{len(jobs)} runs in {wall_seconds:.0f} s of wall time with {workers} worker(s)"
+)
 
 # %% [markdown]
 # ### Results
@@ -762,7 +811,9 @@ results
 
 # %% tags=["nbval-ignore-output"]
 by_seed = runs.pivot(index="seed", columns="model", values="test MSE")
-ratios = (by_seed["CNN"] / by_seed["CNN + attention"]).rename("CNN / CNN + attention")
+ratios = (by_seed["CNN"] / by_seed["CNN + attention"]).rename(
+    "CNN / CNN + attention"
+)
 glue("ch8_ratio_min", round(ratios.min(), 1))
 glue("ch8_ratio_of_means", round(mse["CNN"] / mse["CNN + attention"], 1))
 floor_over_worst = oracle_mse / results.loc["CNN + attention", "worst"]
@@ -797,12 +848,16 @@ for key, values in spread.items():
 # On every seed: attention about an order of magnitude below the CNN (more than 8 times) and
 # below the local oracle's floor; the bidirectional LSTM below that floor but at least twice
 # the attention model's error; the batch-axis LSTM worse than the CNN, better than copying.
-assert (seed_ratio > 8).all() and (seeds_table["attention / oracle"] < 1 / 8).all()
+assert (seed_ratio > 8).all() and (
+    seeds_table["attention / oracle"] < 1 / 8
+).all()
 assert (seed_mse["bidirectional LSTM"] < 0.75 * oracle_mse).all()
 assert (seed_mse["bidirectional LSTM"] > 2 * seed_mse["CNN + attention"]).all()
 assert (seed_mse["batch-axis LSTM"] > 1.3 * seed_mse["CNN"]).all()
 assert (seed_mse["batch-axis LSTM"] < copy_mse).all()
-pd.DataFrame({k: v.agg(["min", "median", "max"]) for k, v in spread.items()}).T.round(3)
+pd.DataFrame(
+    {k: v.agg(["min", "median", "max"]) for k, v in spread.items()}
+).T.round(3)
 
 # %%
 # This page's runs fall inside that spread, give or take a factor of 2 (on another CPU the
@@ -828,14 +883,28 @@ fig, ax = plt.subplots(figsize=(6, 3))
 for position, (name, color) in enumerate(MODEL_COLORS.items()):
     values = runs.loc[runs["model"] == name, "test MSE"]
     ax.scatter(
-        np.full(len(values), position), values, color=color, s=30, zorder=3, label=name
+        np.full(len(values), position),
+        values,
+        color=color,
+        s=30,
+        zorder=3,
+        label=name,
     )
 ax.axhline(oracle_mse, color="black", ls="--", lw=1)
 ax.text(3.45, oracle_mse * 1.15, "local oracle", ha="right", fontsize=8)
 ax.axhline(copy_mse, color="grey", ls=":", lw=1)
-ax.text(3.45, copy_mse * 1.15, "copy the input", ha="right", fontsize=8, color="grey")
+ax.text(
+    3.45,
+    copy_mse * 1.15,
+    "copy the input",
+    ha="right",
+    fontsize=8,
+    color="grey",
+)
 ax.set_xticks(range(len(MODEL_COLORS)))
-ax.set_xticklabels([name.replace(" ", "\n", 1) for name in MODEL_COLORS], fontsize=8)
+ax.set_xticklabels(
+    [name.replace(" ", "\n", 1) for name in MODEL_COLORS], fontsize=8
+)
 ax.set(ylabel="test MSE (normalized)", yscale="log", xlim=(-0.5, 3.5))
 plt.show()
 
@@ -911,11 +980,17 @@ assert abs(val_loss.loc["CNN"].iloc[-1] / oracle_mse - 1) < 0.1
 assert val_loss.loc["CNN + attention"].is_monotonic_decreasing
 
 # %% tags=["hide-input"]
-EXAMPLES = [84, 701, 27, 493]  # the indices of the test sequences the blog post plots
+EXAMPLES = [
+    84,
+    701,
+    27,
+    493,
+]  # the indices of the test sequences the blog post plots
 shown = ["CNN", "CNN + attention", "bidirectional LSTM"]
 with torch.no_grad():
     predictions = {
-        name: models[name, 0](test_inputs[EXAMPLES]) * STD + MEAN for name in shown
+        name: models[name, 0](test_inputs[EXAMPLES]) * STD + MEAN
+        for name in shown
     }
 fig, axes = plt.subplots(2, 2, figsize=(6.2, 4.4), sharex=True, sharey=True)
 for panel, (ax, index) in enumerate(zip(axes.flat, EXAMPLES, strict=True)):
@@ -923,10 +998,18 @@ for panel, (ax, index) in enumerate(zip(axes.flat, EXAMPLES, strict=True)):
     ax.plot(test_data.inputs[index, 0], color="grey", lw=0.8, label="input")
     ax.plot(test_data.targets[index, 0], color="black", lw=1.6, label="target")
     for name in shown:
-        ax.plot(predictions[name][panel, 0], color=MODEL_COLORS[name], lw=1, label=name)
+        ax.plot(
+            predictions[name][panel, 0],
+            color=MODEL_COLORS[name],
+            lw=1,
+            label=name,
+        )
     ax.set_title(f"test sequence {index}", fontsize=9)
 fig.legend(
-    *axes[0, 0].get_legend_handles_labels(), loc="lower center", ncol=3, fontsize=7
+    *axes[0, 0].get_legend_handles_labels(),
+    loc="lower center",
+    ncol=3,
+    fontsize=7,
 )
 fig.subplots_adjust(bottom=0.22)
 for ax in axes[1]:
@@ -959,7 +1042,9 @@ torch.testing.assert_close(test_weights.sum(-1), torch.ones(NUM_TEST, 100))
 
 
 # %% tags=["hide-input", "nbval-ignore-output"]
-SHAPE_NAMES = np.array(["background", "triangle 1", "triangle 2", "box 1", "box 2"])
+SHAPE_NAMES = np.array(
+    ["background", "triangle 1", "triangle 2", "box 1", "box 2"]
+)
 # Vega needs CSS colours: matplotlib's tab:orange and tab:blue, and lighter tints of them.
 SHAPE_COLORS = ["#f2f2f2", "#ff7f0e", "#ffbb78", "#1f77b4", "#aec7e8"]
 
@@ -988,7 +1073,9 @@ def attention_chart(index, pair=2):
     domain = [-5, 100]
     x_scale = alt.Scale(domain=domain, nice=False)
     y_scale = alt.Scale(domain=domain, nice=False, reverse=True)
-    y_axis = alt.Axis(minExtent=30, maxExtent=30, values=list(range(0, 101, 20)))
+    y_axis = alt.Axis(
+        minExtent=30, maxExtent=30, values=list(range(0, 101, 20))
+    )
     shape_colors = alt.Scale(domain=list(SHAPE_NAMES), range=SHAPE_COLORS)
     shape_of = alt.LookupData(labels, key="position", fields=["shape"])
     signal = (
@@ -1021,7 +1108,9 @@ def attention_chart(index, pair=2):
         .mark_rect()
         .transform_lookup(lookup="q", from_=shape_of, as_=["query shape"])
         .transform_lookup(lookup="k", from_=shape_of, as_=["key shape"])
-        .transform_calculate(k_end=f"datum.k + {pair}", q_end=f"datum.q + {pair}")
+        .transform_calculate(
+            k_end=f"datum.k + {pair}", q_end=f"datum.q + {pair}"
+        )
         .encode(
             x=alt.X("k:Q", scale=x_scale, title="key position (attended to)"),
             x2="k_end:Q",
@@ -1030,7 +1119,10 @@ def attention_chart(index, pair=2):
             fill=alt.Fill(
                 "w:Q",
                 scale=alt.Scale(
-                    scheme="greys", type="sqrt", domain=[0, 10 * pair / 100], clamp=True
+                    scheme="greys",
+                    type="sqrt",
+                    domain=[0, 10 * pair / 100],
+                    clamp=True,
                 ),
                 title="weight",
             ),
@@ -1080,13 +1172,17 @@ from itertools import product
 
 T_SMALL = 4
 causal_weights = torch.tril(torch.ones(T_SMALL, T_SMALL))
-causal_weights = causal_weights / causal_weights.sum(-1, keepdim=True)  # rows: queries
+causal_weights = causal_weights / causal_weights.sum(
+    -1, keepdim=True
+)  # rows: queries
 post_frame = pd.DataFrame(
     list(product(range(T_SMALL), range(T_SMALL))), columns=["input", "output"]
 ).assign(weight=causal_weights.flatten().numpy())
 # Read as the caption reads it: rows "output" (what is computed), columns "input" (read).
 as_read = post_frame.pivot(index="output", columns="input", values="weight")
-assert np.array_equal(as_read.to_numpy(), causal_weights.T.numpy())  # the transpose
+assert np.array_equal(
+    as_read.to_numpy(), causal_weights.T.numpy()
+)  # the transpose
 assert (
     np.triu(as_read.to_numpy(), k=1).sum() > 0
 )  # weight on later positions: impossible
@@ -1206,11 +1302,13 @@ full = full_scale_results()
 (full_command,) = full["command"].unique()
 (full_machine,) = full["machine"].unique()
 options = full_command.split()[2:]  # "--protocol source --epochs 50 ..."
-protocol = dict(zip([key[2:] for key in options[::2]], options[1::2], strict=True))
-# The file is that protocol, with every run of every model complete:
-assert {key: type(value)(protocol[key]) for key, value in SOURCE_SCALE.items()} == (
-    SOURCE_SCALE
+protocol = dict(
+    zip([key[2:] for key in options[::2]], options[1::2], strict=True)
 )
+# The file is that protocol, with every run of every model complete:
+assert {
+    key: type(value)(protocol[key]) for key, value in SOURCE_SCALE.items()
+} == (SOURCE_SCALE)
 full_epochs, full_seeds = SOURCE_SCALE["epochs"], int(protocol["seeds"])
 full_models = list(MODEL_COLORS)  # the four models, the post's LSTM included
 epochs_run = full.groupby(["model", "seed"])["epoch"].apply(list)
@@ -1246,11 +1344,17 @@ for name in full_models:
     of_model = full[full["model"] == name]
     for _, run in of_model.groupby("seed"):
         ax.plot(
-            run["epoch"], run["valid_mse"], color=MODEL_COLORS[name], lw=0.7, alpha=0.5
+            run["epoch"],
+            run["valid_mse"],
+            color=MODEL_COLORS[name],
+            lw=0.7,
+            alpha=0.5,
         )
     median = of_model.groupby("epoch")["valid_mse"].median()
     ax.plot(median.index, median, color=MODEL_COLORS[name], lw=2, label=name)
-ax.axhline(full_floor["valid_mse"], color="black", ls="--", lw=1, label="local oracle")
+ax.axhline(
+    full_floor["valid_mse"], color="black", ls="--", lw=1, label="local oracle"
+)
 ax.set(
     xlabel="epoch",
     ylabel="validation MSE (normalized)",
@@ -1258,11 +1362,21 @@ ax.set(
     xlim=(0, full_epochs + 1),
 )
 ax.legend(
-    fontsize=9, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=3, frameon=False
+    fontsize=9,
+    loc="lower center",
+    bbox_to_anchor=(0.5, 1.0),
+    ncol=3,
+    frameon=False,
 )
 label = textwrap.fill(full_command, 95) + "\n" + full_machine
 fig.text(
-    0.01, 0.01, label, fontsize=6, family="monospace", color="dimgrey", va="bottom"
+    0.01,
+    0.01,
+    label,
+    fontsize=6,
+    family="monospace",
+    color="dimgrey",
+    va="bottom",
 )
 fig.tight_layout(rect=(0, 0.08, 1, 1))
 plt.show()
@@ -1277,7 +1391,9 @@ plt.show()
 
 # %% tags=["hide-input"]
 milestones = [5, 20, full_epochs]
-columns = [("valid_mse", epoch) for epoch in milestones] + [("test_mse", full_epochs)]
+columns = [("valid_mse", epoch) for epoch in milestones] + [
+    ("test_mse", full_epochs)
+]
 full_table = pd.DataFrame(
     {
         f"{'validation' if column == 'valid_mse' else 'test'}, epoch {epoch}": [
@@ -1302,16 +1418,22 @@ short = {
     "batch-axis LSTM": "batch",
 }
 LEVEL = 0.01  # a level every attention and bidirectional LSTM seed crosses
-JUMPS_AFTER = 10  # from here on, a flat learning rate's jumps are not the first descent
+JUMPS_AFTER = (
+    10  # from here on, a flat learning rate's jumps are not the first descent
+)
 glue("ch8_full_level", LEVEL)
 glue("ch8_full_jumps_after", JUMPS_AFTER)
-test_median = full[full["epoch"] == full_epochs].groupby("model")["test_mse"].median()
+test_median = (
+    full[full["epoch"] == full_epochs].groupby("model")["test_mse"].median()
+)
 glue("ch8_full_attention_50", float(f"{test_median['CNN + attention']:.2g}"))
 
 
 def full_claims(column):
     """The numbers behind the statements below, on one split, every seed counted."""
-    curves = full.pivot_table(index="epoch", columns=["model", "seed"], values=column)
+    curves = full.pivot_table(
+        index="epoch", columns=["model", "seed"], values=column
+    )
     final, floor = curves.loc[full_epochs], full_floor[column]
     first_below = {
         name: [run.index[run < LEVEL].min() for _, run in curves[name].items()]
@@ -1334,30 +1456,51 @@ def full_claims(column):
 claims = {column: full_claims(column) for column in ("valid_mse", "test_mse")}
 # The statements below, checked on the validation split and on the test set, on every seed:
 for c in claims.values():
-    assert all(map(math.isnan, c["first_below"]["CNN"]))  # the CNN never gets there
-    assert 0.8 < c["cnn_over_floor"] < 1  # ... and ends just under the oracle's floor
+    assert all(
+        map(math.isnan, c["first_below"]["CNN"])
+    )  # the CNN never gets there
+    assert (
+        0.8 < c["cnn_over_floor"] < 1
+    )  # ... and ends just under the oracle's floor
     assert c["ratio"] > 50  # every attention seed far below every CNN seed
     attention_first = c["first_below"]["CNN + attention"]
     assert max(attention_first) < min(c["first_below"]["bidirectional LSTM"])
-    assert c["lstm_over_attention"] > 1.5  # still above attention after fifty epochs
-    assert c["batch_over_cnn"] > 1 and c["batch_over_floor"] > 1  # the post's LSTM
-    assert c["jump_low"] > 1.3  # every attention seed's error jumps at least once
+    assert (
+        c["lstm_over_attention"] > 1.5
+    )  # still above attention after fifty epochs
+    assert (
+        c["batch_over_cnn"] > 1 and c["batch_over_floor"] > 1
+    )  # the post's LSTM
+    assert (
+        c["jump_low"] > 1.3
+    )  # every attention seed's error jumps at least once
 valid = claims["valid_mse"]
 glue("ch8_full_cnn_over_floor", round(valid["cnn_over_floor"], 2))
 glue("ch8_full_batch_over_floor", round(valid["batch_over_floor"], 2))
 # "at least" figures are rounded down, so that the text never overstates them:
 glue("ch8_full_batch_over_cnn", math.floor(valid["batch_over_cnn"] * 100) / 100)
 glue("ch8_full_ratio", math.floor(valid["ratio"]))
-glue("ch8_full_lstm_over_attention", math.floor(valid["lstm_over_attention"] * 10) / 10)
+glue(
+    "ch8_full_lstm_over_attention",
+    math.floor(valid["lstm_over_attention"] * 10) / 10,
+)
 glue("ch8_full_jump_low", math.floor(valid["jump_low"] * 10) / 10)
 for name in ("CNN + attention", "bidirectional LSTM"):
-    glue(f"ch8_full_{short[name]}_first_low", int(min(valid["first_below"][name])))
-    glue(f"ch8_full_{short[name]}_first_high", int(max(valid["first_below"][name])))
     glue(
-        f"ch8_full_{short[name]}_final_low", float(f"{valid['final'][name].min():.3g}")
+        f"ch8_full_{short[name]}_first_low",
+        int(min(valid["first_below"][name])),
     )
     glue(
-        f"ch8_full_{short[name]}_final_high", float(f"{valid['final'][name].max():.3g}")
+        f"ch8_full_{short[name]}_first_high",
+        int(max(valid["first_below"][name])),
+    )
+    glue(
+        f"ch8_full_{short[name]}_final_low",
+        float(f"{valid['final'][name].min():.3g}"),
+    )
+    glue(
+        f"ch8_full_{short[name]}_final_high",
+        float(f"{valid['final'][name].max():.3g}"),
     )
 
 # %% [markdown]

@@ -36,7 +36,9 @@ HELPERS = "attention-book-helpers @ git+https://github.com/attention-book/attent
 if "google.colab" in sys.modules:
     import subprocess
 
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", HELPERS], check=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", HELPERS], check=True
+    )
 try:
     import helpers
 except ModuleNotFoundError:  # outside Colab the package must be installed first
@@ -133,7 +135,9 @@ def agrees_with_torch(norm_first: bool) -> bool:
     layer = nn.TransformerDecoderLayer(
         16, 4, 32, norm_first=norm_first, batch_first=True
     )
-    block = load_decoder_block(DecoderBlock(16, 4, 32, norm_first=norm_first), layer)
+    block = load_decoder_block(
+        DecoderBlock(16, 4, 32, norm_first=norm_first), layer
+    )
     layer.eval(), block.eval()
     target, memory = torch.randn(3, 5, 16), torch.randn(3, 7, 16)
     # (B, 1, 1, Ts), True = a real source token; the sources have 7, 4 and 6 tokens
@@ -146,7 +150,10 @@ def agrees_with_torch(norm_first: bool) -> bool:
 
 
 for norm_first in (True, False):
-    print(f"norm_first={norm_first}: agree within 1e-5:", agrees_with_torch(norm_first))
+    print(
+        f"norm_first={norm_first}: agree within 1e-5:",
+        agrees_with_torch(norm_first),
+    )
     assert agrees_with_torch(norm_first)
 
 # %% [markdown]
@@ -187,12 +194,17 @@ for norm_first in (True, False):
 # 0-9, 1 starts, 2 ends, 0 pads) with the decoder's input above it:
 
 # %%
-example = make_sorting_dataset(1, 5, torch.Generator().manual_seed(0), min_len=4)
+example = make_sorting_dataset(
+    1, 5, torch.Generator().manual_seed(0), min_len=4
+)
 source, decoder_input, target = example.tensors
 print("source        ", source[0].tolist())
 print("decoder input ", decoder_input[0].tolist())
 print("target        ", target[0].tolist())
-assert torch.equal(decoder_input[0, 1:], target[0, :-1]) and decoder_input[0, 0] == BOS
+assert (
+    torch.equal(decoder_input[0, 1:], target[0, :-1])
+    and decoder_input[0, 0] == BOS
+)
 
 # %% [markdown]
 # At generation time there is no target to shift. The decoder starts from the start token,
@@ -213,7 +225,9 @@ show_source(EncoderDecoderTransformer.generate)
 
 # %%
 torch.manual_seed(0)
-model = EncoderDecoderTransformer(VOCAB_SIZE, VOCAB_SIZE, 32, 2, 2, 2, pad_id=PAD)
+model = EncoderDecoderTransformer(
+    VOCAB_SIZE, VOCAB_SIZE, 32, 2, 2, 2, pad_id=PAD
+)
 model.eval()
 sources, _, _ = make_sorting_dataset(64, 8, torch.Generator().manual_seed(6))[:]
 written = model.generate(sources, BOS, num_steps=9)  # (B, 1 + 9)
@@ -221,7 +235,9 @@ teacher_forced = model(sources, written[:, :-1])  # one pass, every position
 memory, source_mask = model.encode(sources)
 same = True
 for t in range(1, written.shape[1]):
-    step = model.decode(written[:, :t], memory, source_mask)[:, -1]  # pass number t
+    step = model.decode(written[:, :t], memory, source_mask)[
+        :, -1
+    ]  # pass number t
     same &= torch.allclose(teacher_forced[:, t - 1], step, atol=1e-5)
 print("teacher-forced logits equal step-by-step logits (within 1e-5):", same)
 assert same
@@ -258,7 +274,12 @@ train_points, train_clockwise = make_corner_sequences(128, seeded(13))
 test_points, test_clockwise = make_corner_sequences(1000, seeded(19))
 glue("ch9_corner_num_train", len(train_points))
 glue("ch9_corner_num_test", len(test_points))
-print(train_points.shape, test_points.shape, "clockwise:", int(train_clockwise.sum()))
+print(
+    train_points.shape,
+    test_points.shape,
+    "clockwise:",
+    int(train_clockwise.sum()),
+)
 
 # %% tags=["hide-input"]
 fig, axes = plt.subplots(1, 2, figsize=(6.0, 3.0), sharey=True)
@@ -268,8 +289,12 @@ for ax, clockwise in zip(axes, (True, False), strict=True):
         ax.scatter(points[:2, 0], points[:2, 1], color="C0", s=14)
         ax.scatter(points[2:, 0], points[2:, 1], color="C1", s=14)
         tip, tail = points[1].tolist(), points[0].tolist()
-        ax.annotate("", tip, tail, arrowprops={"arrowstyle": "->", "color": "C0"})
-    ax.set(title="clockwise" if clockwise else "counter-clockwise", aspect="equal")
+        ax.annotate(
+            "", tip, tail, arrowprops={"arrowstyle": "->", "color": "C0"}
+        )
+    ax.set(
+        title="clockwise" if clockwise else "counter-clockwise", aspect="equal"
+    )
     ax.set(xlim=(-1.5, 1.5), ylim=(-1.5, 1.5))
 plt.show()
 
@@ -286,19 +311,31 @@ plt.show()
 
 # %% tags=["nbval-ignore-output"]
 start = time.perf_counter()
-corner_model, corner_history = train_corners(CornerConfig(), train_points, test_points)
+corner_model, corner_history = train_corners(
+    CornerConfig(), train_points, test_points
+)
 corner_seconds = time.perf_counter() - start
 corner_tf, corner_free = free_running_mse(corner_model, test_points)
 glue("ch9_corner_seconds", round(corner_seconds, 1))
 glue("ch9_corner_test_mse", round(corner_tf, 4))
 glue("ch9_corner_free_mse", round(corner_free, 4))
 assert corner_tf < 0.025 and corner_free < 0.025  # 0.01 is the floor
-print(f"test MSE {corner_tf:.4f} (teacher forced), {corner_free:.4f} (free running)")
+print(
+    f"test MSE {corner_tf:.4f} (teacher forced), {corner_free:.4f} (free running)"
+)
 
 # %% tags=["hide-input", "nbval-ignore-output"]
 fig, ax = plt.subplots(figsize=(4.5, 2.8))
-ax.plot(corner_history["epoch"], corner_history["train_loss"], label="training batches")
-ax.plot(corner_history["epoch"], corner_history["val_loss"], label="held-out test set")
+ax.plot(
+    corner_history["epoch"],
+    corner_history["train_loss"],
+    label="training batches",
+)
+ax.plot(
+    corner_history["epoch"],
+    corner_history["val_loss"],
+    label="held-out test set",
+)
 ax.axhline(0.01, color="k", ls=":", label="noise variance 0.01")
 ax.set(xlabel="epoch", ylabel="mean squared error", yscale="log")
 ax.legend()
@@ -320,15 +357,29 @@ source, decoder_input, target = teacher_forcing_split(test_points).tensors
 predicted = corner_model.generate(source, 2)
 fig, axes = plt.subplots(2, 2, figsize=(5.0, 5.0), sharex=True, sharey=True)
 for column, clockwise in enumerate((True, False)):
-    for row, n in enumerate(torch.nonzero(test_clockwise == clockwise)[:2, 0].tolist()):
+    for row, n in enumerate(
+        torch.nonzero(test_clockwise == clockwise)[:2, 0].tolist()
+    ):
         ax = axes[row, column]
-        ax.plot(test_points[n, :, 0], test_points[n, :, 1], "-", color="0.75", lw=0.8)
-        ax.scatter(source[n, :, 0], source[n, :, 1], color="C0", s=16, label="given")
-        ax.scatter(target[n, :, 0], target[n, :, 1], color="C1", s=16, label="true")
+        ax.plot(
+            test_points[n, :, 0],
+            test_points[n, :, 1],
+            "-",
+            color="0.75",
+            lw=0.8,
+        )
+        ax.scatter(
+            source[n, :, 0], source[n, :, 1], color="C0", s=16, label="given"
+        )
+        ax.scatter(
+            target[n, :, 0], target[n, :, 1], color="C1", s=16, label="true"
+        )
         ax.scatter(predicted[n, :, 0], predicted[n, :, 1], color="C3", marker="x", s=30,
                    label="predicted")  # fmt: skip
         for k, point in enumerate(test_points[n].tolist()):
-            ax.annotate(str(k + 1), point, xytext=(5, 4), textcoords="offset points")
+            ax.annotate(
+                str(k + 1), point, xytext=(5, 4), textcoords="offset points"
+            )
         ax.set(aspect="equal", xlim=(-1.5, 1.5), ylim=(-1.5, 1.5))
         ax.set_title("clockwise" if clockwise else "counter-clockwise")
 axes[0, 0].legend(loc="center", fontsize=8)
@@ -365,14 +416,18 @@ corner_train_mse, _ = free_running_mse(corner_model, train_points)
 glue("ch9_corner_train_mse", round(corner_train_mse, 4))
 glue("ch9_corner_inflation", round(corner_tf / corner_train_mse, 2))
 assert corner_tf / corner_train_mse > 1.2
-print(f"MSE on training points {corner_train_mse:.4f}, held-out ones {corner_tf:.4f}")
+print(
+    f"MSE on training points {corner_train_mse:.4f}, held-out ones {corner_tf:.4f}"
+)
 
 # %%
 # The source's labels on the fixed split: the training directions, read against test points.
 paired = len(train_clockwise)
 agreement = (train_clockwise == test_clockwise[:paired]).float().mean().item()
 glue("ch9_label_agreement", f"{agreement:.0%}")
-assert 0.3 < agreement < 0.7  # chance, not the 100% of labels drawn with the points
+assert (
+    0.3 < agreement < 0.7
+)  # chance, not the 100% of labels drawn with the points
 print(f"training labels right on test sequences: {agreement:.0%} of {paired}")
 
 # %% [markdown]
@@ -406,15 +461,21 @@ negate_mse = nn.functional.mse_loss(-given, truth).item()
 glue("ch9_rule_mse", round(rule_mse, 4))
 glue("ch9_negate_mse", round(negate_mse, 4))
 glue("ch9_model_minus_rule", round(corner_tf - rule_mse, 4))
-seeds = seed_results()  # five seeds, shipped: scripts/margins.py encoder-decoder
+seeds = (
+    seed_results()
+)  # five seeds, shipped: scripts/margins.py encoder-decoder
 rule_gap = seeds["model - rule mse"]
 glue("ch9_rule_gap_min", round(rule_gap.min(), 4))
 glue("ch9_rule_gap_max", round(rule_gap.max(), 4))
-assert abs(rule_mse - 0.01) < 0.001 and negate_mse > 0.015  # the floor; twice the floor
+assert (
+    abs(rule_mse - 0.01) < 0.001 and negate_mse > 0.015
+)  # the floor; twice the floor
 # the trained model is worse than the rule on every seed, and this run is one of them
 assert (rule_gap > 0.002).all() and corner_tf - rule_mse > 0.002
 assert rule_gap.min() - 0.001 < corner_tf - rule_mse < rule_gap.max() + 0.001
-print(f"MSE: rule {rule_mse:.4f}, unsnapped {negate_mse:.4f}, model {corner_tf:.4f}")
+print(
+    f"MSE: rule {rule_mse:.4f}, unsnapped {negate_mse:.4f}, model {corner_tf:.4f}"
+)
 
 # %% [markdown]
 # ### Exposure bias on the corners
@@ -453,11 +514,17 @@ focus = mean_maps["cross"].diagonal(dim1=-2, dim2=-1).max(dim=0).values  # (2,)
 glue("ch9_cross_focus", round(focus.min().item(), 2))
 assert focus.min() > 0.55  # uniform attention would give 0.5
 assert torch.all(maps["decoder"][0][..., 0, 1] == 0)  # the causal mask, exactly
-print("best head's weight on source point t, per query t:", focus.numpy().round(2))
+print(
+    "best head's weight on source point t, per query t:", focus.numpy().round(2)
+)
 
 # %% tags=["hide-input", "nbval-ignore-output"]
 fig, axes = plt.subplots(3, 2, figsize=(5.0, 6.6))
-titles = {"encoder": "encoder self", "decoder": "decoder self", "cross": "cross"}
+titles = {
+    "encoder": "encoder self",
+    "decoder": "decoder self",
+    "cross": "cross",
+}
 labels = {"encoder": (["p1", "p2"], ["p1", "p2"]), "decoder": (["p2", "p3"], ["p2", "p3"]),
           "cross": (["p1", "p2"], ["→p3", "→p4"])}  # fmt: skip
 for row, kind in enumerate(titles):
@@ -501,7 +568,9 @@ glue("ch9_follows_rule", round(follows, 3))
 shipped = seeds["follows the rule"]
 glue("ch9_follows_rule_spread", spread(shipped, digits=2))
 assert (shipped > 0.7).all() and follows > 0.7  # an untrained model: about 0.25
-print(f"third point opposite the first, second point a random corner: {follows:.3f}")
+print(
+    f"third point opposite the first, second point a random corner: {follows:.3f}"
+)
 
 # %% [markdown]
 # ```{admonition} Pitfall: layers without residual connections or normalization
@@ -516,12 +585,16 @@ print(f"third point opposite the first, second point a random corner: {follows:.
 # ```
 
 # %% tags=["nbval-ignore-output"]
-plain_model, _ = train_corners(CornerConfig(residual=False), train_points, test_points)
+plain_model, _ = train_corners(
+    CornerConfig(residual=False), train_points, test_points
+)
 plain_mse, _ = free_running_mse(plain_model, test_points)
 glue("ch9_plain_mse", round(plain_mse, 3))
 glue("ch9_plain_ratio", round(plain_mse / corner_tf))
 assert plain_mse > 3 * corner_tf
-print(f"test MSE without residuals and norms: {plain_mse:.3f}; with: {corner_tf:.4f}")
+print(
+    f"test MSE without residuals and norms: {plain_mse:.3f}; with: {corner_tf:.4f}"
+)
 
 # %% [markdown]
 # ## Sorting digits with the full encoder-decoder
@@ -563,14 +636,18 @@ print(f"{sort_seconds:.0f} s, {int(sort_history['step'].iloc[-1])} steps")
 # %% tags=["nbval-ignore-output"]
 source, decoder_input, target = sort_test.tensors
 with torch.no_grad():
-    sort_tf = sequence_accuracy(sort_model(source, decoder_input), target).item()
+    sort_tf = sequence_accuracy(
+        sort_model(source, decoder_input), target
+    ).item()
 sort_generated = generated_accuracy(sort_model, sort_test)
 glue("ch9_sort_tf_accuracy", round(sort_tf, 4))
 glue("ch9_sort_generated_accuracy", round(sort_generated, 4))
 assert sort_generated > 0.97
 # equal by construction under greedy decoding (see below); beam search breaks it
 assert sort_tf == sort_generated
-print(f"sequences right: {sort_tf:.4f} teacher forced, {sort_generated:.4f} generated")
+print(
+    f"sequences right: {sort_tf:.4f} teacher forced, {sort_generated:.4f} generated"
+)
 
 # %% tags=["hide-input", "nbval-ignore-output"]
 fig, ax = plt.subplots(figsize=(4.5, 2.8))
@@ -604,18 +681,28 @@ plt.show()
 # %% tags=["nbval-ignore-output"]
 distinct = make_sorting_dataset(500, 8, seeded(3), min_len=8, distinct=True)
 source, decoder_input, _ = distinct.tensors
-order = source.argsort(dim=-1)  # order[b, t]: where the t-th smallest digit sits
-cross = sort_model.get_attention_maps(source, decoder_input)["cross"]  # (B, H, 9, 8)
+order = source.argsort(
+    dim=-1
+)  # order[b, t]: where the t-th smallest digit sits
+cross = sort_model.get_attention_maps(source, decoder_input)[
+    "cross"
+]  # (B, H, 9, 8)
 # per block and head: how often a query's largest weight is on the digit it writes
 hits = torch.stack(
-    [(w[:, :, :8].argmax(-1) == order[:, None]).float().mean((0, 2)) for w in cross]
+    [
+        (w[:, :, :8].argmax(-1) == order[:, None]).float().mean((0, 2))
+        for w in cross
+    ]
 )
 block, head = divmod(hits.argmax().item(), hits.shape[1])
 glue("ch9_permutation_hits", round(hits.max().item(), 3))
 glue("ch9_best_block", block)
 glue("ch9_best_head", head)
 assert hits.max() > 0.8  # chance: 1/8 of the positions
-print("arg-max on the digit being written (block x head):\n", hits.numpy().round(3))
+print(
+    "arg-max on the digit being written (block x head):\n",
+    hits.numpy().round(3),
+)
 
 # %% tags=["hide-input", "nbval-ignore-output"]
 digits = (source[0] - 3).tolist()
@@ -624,7 +711,9 @@ heatmap(cross[block][0, head], ax=ax, xlabel="source digit", ylabel="decoder que
         vmin=0, vmax=1)  # fmt: skip
 ax.set_xticks(range(8), digits)
 ax.set_yticks(range(9), [*sorted(digits), "end"])
-ax.scatter(order[0], range(8), marker="o", facecolors="none", edgecolors="w", s=90)
+ax.scatter(
+    order[0], range(8), marker="o", facecolors="none", edgecolors="w", s=90
+)
 plt.show()
 
 # %% [markdown]
@@ -680,7 +769,9 @@ glue("ch9_full_ece", round(full_ece, 4))
 # the short budget below: above 0.05, and beam search 0.02 or more below greedy
 assert full["token_tf"] - full["token_generated"] < 0.005
 assert abs(full_beam - sort_generated) < 0.005
-print(f"positions after a first mistake: {full['num_after']}, beam-4: {full_beam:.4f}")
+print(
+    f"positions after a first mistake: {full['num_after']}, beam-4: {full_beam:.4f}"
+)
 
 # %% [markdown]
 # So we give the same model a short budget: one epoch ({glue:text}`ch9_short_steps` steps)
@@ -694,7 +785,9 @@ SEEDS = (0, 1, 2)
 short = [SortingConfig(epochs=1, seed=seed, label_smoothing=epsilon)
          for seed in SEEDS for epsilon in (0.0, 0.1)]  # fmt: skip
 study_test = make_sorting_dataset(1000, config.max_len, seeded(4))
-glue("ch9_short_steps", config.num_train // config.batch_size)  # one epoch, drop_last
+glue(
+    "ch9_short_steps", config.num_train // config.batch_size
+)  # one epoch, drop_last
 glue("ch9_study_num_test", f"{len(study_test):,}")
 start = time.perf_counter()
 results = run_in_processes(train_and_measure, [{"config": c} for c in short],
@@ -722,9 +815,13 @@ measures = ["token_tf", "token_generated", "after_tf", "after_generated",
 print(hard[measures].agg(["min", "median", "max"]).T.round(3).to_string())
 for measure in measures:
     glue(f"ch9_eb_{measure}", spread(hard[measure]))
-assert (hard.sequence_tf == hard.sequence_generated).all()  # greedy: always equal
+assert (
+    hard.sequence_tf == hard.sequence_generated
+).all()  # greedy: always equal
 assert (hard.token_tf - hard.token_generated > 0.05).all()
-assert (hard.after_tf - hard.after_generated > 0.3).all()  # an untrained model: about 0
+assert (
+    hard.after_tf - hard.after_generated > 0.3
+).all()  # an untrained model: about 0
 assert (hard.after_loss_generated > 2 * hard.after_loss_tf).all()
 
 # %% [markdown]
@@ -774,7 +871,9 @@ for measure in beam_measures:
     glue(f"ch9_beam_{measure}", spread(study[measure]))
 glue("ch9_beam_loss", spread(study.greedy - study.beam))
 glue("ch9_beam_normalized_change", spread(study.beam_normalized - study.greedy))
-assert (study.beam_log_prob_gain > 0).all() and (study.beam_not_worse > 0.99).all()
+assert (study.beam_log_prob_gain > 0).all() and (
+    study.beam_not_worse > 0.99
+).all()
 assert (study.beam < study.greedy - 0.01).all()  # the full budget: equal
 assert (study.beam_short > study.greedy_short).all()
 assert (study.beam_normalized > study.beam).all()
@@ -830,20 +929,30 @@ glue("ch9_ls_full_ece_hard", spread(full_hard))
 glue("ch9_ls_full_ece_smooth", spread(full_smooth))
 glue("ch9_ls_full_confidence", spread(seeds["full ls=0.1: confidence"]))
 assert (full_smooth - full_hard > 0.05).all()  # the full budget, five seeds
-assert full_hard.min() - 0.005 < full_ece < full_hard.max() + 0.005  # this run: inside
-assert (ece_rise > 0.02).all()  # on every seed smoothing worsens calibration here
-assert (paired.confidence[0.0] < paired.token_tf[0.0]).all()  # underconfident already
+assert (
+    full_hard.min() - 0.005 < full_ece < full_hard.max() + 0.005
+)  # this run: inside
+assert (
+    ece_rise > 0.02
+).all()  # on every seed smoothing worsens calibration here
+assert (
+    paired.confidence[0.0] < paired.token_tf[0.0]
+).all()  # underconfident already
 assert (accuracy_change.abs() < 0.05).all()
 
 # %% tags=["hide-input", "nbval-ignore-output"]
 fig, ax = plt.subplots(figsize=(4.0, 3.4))
 labels = ("hard targets", "label smoothing 0.1")
 for result, label in zip(results[:2], labels, strict=True):
-    table = torch.tensor(result["reliability"])  # (bins, 3): confidence, accuracy, n
+    table = torch.tensor(
+        result["reliability"]
+    )  # (bins, 3): confidence, accuracy, n
     used = table[:, 2] > 0
     ax.plot(table[used, 0], table[used, 1], "o-", label=label)
 ax.plot([0, 1], [0, 1], "k:", label="calibrated")
-ax.set(xlabel="confidence (bin mean)", ylabel="accuracy", xlim=(0, 1), ylim=(0, 1))
+ax.set(
+    xlabel="confidence (bin mean)", ylabel="accuracy", xlim=(0, 1), ylim=(0, 1)
+)
 ax.legend(fontsize=8)
 plt.show()
 

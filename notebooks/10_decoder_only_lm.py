@@ -39,7 +39,9 @@ HELPERS = "attention-book-helpers @ git+https://github.com/attention-book/attent
 if "google.colab" in sys.modules:
     import subprocess
 
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", HELPERS], check=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", HELPERS], check=True
+    )
 try:
     import helpers
 except ModuleNotFoundError:  # outside Colab the package must be installed first
@@ -129,13 +131,25 @@ def docstrings(module) -> list[str]:
     parts = [inspect.getdoc(module) or ""]
     for _, member in inspect.getmembers(module):
         defined_here = getattr(member, "__module__", None) == module.__name__
-        if defined_here and (inspect.isclass(member) or inspect.isfunction(member)):
+        if defined_here and (
+            inspect.isclass(member) or inspect.isfunction(member)
+        ):
             parts.append(inspect.getdoc(member) or "")
     return parts
 
 
-names = ["attention", "positional", "transformer", "training", "analysis", "gpt"]
-modules = [helpers, *(importlib.import_module(f"helpers.{name}") for name in names)]
+names = [
+    "attention",
+    "positional",
+    "transformer",
+    "training",
+    "analysis",
+    "gpt",
+]
+modules = [
+    helpers,
+    *(importlib.import_module(f"helpers.{name}") for name in names),
+]
 text = "\n\n".join(part for module in modules for part in docstrings(module))
 split = int(0.8 * len(text))
 fitting_text, held_out_text = text[:split], text[split:]
@@ -202,7 +216,9 @@ def learn_bpe(text: str, num_merges: int) -> list[tuple[str, str]]:
                 pairs[pair] += count
         if not pairs:
             break
-        best = max(pairs, key=pairs.get)  # most frequent pair; the first seen wins ties
+        best = max(
+            pairs, key=pairs.get
+        )  # most frequent pair; the first seen wins ties
         merges.append(best)
         for word in word_counts:
             if best[0] in splits[word]:
@@ -227,7 +243,9 @@ def bpe_tokens(text: str, merges: list[tuple[str, str]]) -> list[str]:
 
 merges = learn_bpe(fitting_text, 1000)
 print(len(merges), "merges learned")
-assert "".join(bpe_tokens(held_out_text, merges)) == held_out_text  # nothing lost
+assert (
+    "".join(bpe_tokens(held_out_text, merges)) == held_out_text
+)  # nothing lost
 
 # %% [markdown]
 # Now the trade-off, measured on the held-out fifth of the text (the merges were learned on
@@ -321,7 +339,9 @@ widths = (V_GPT2, V_GPT2 + 1, V_GPT2 - 1, V_PADDED)
 seconds = dict(zip(widths, head_seconds(widths), strict=True))
 ratios = {width: seconds[width] / seconds[V_GPT2] for width in widths}
 print(
-    ", ".join(f"{w:,}: {t * 1e3:.0f} ms ({ratios[w]:.2f})" for w, t in seconds.items())
+    ", ".join(
+        f"{w:,}: {t * 1e3:.0f} ms ({ratios[w]:.2f})" for w, t in seconds.items()
+    )
 )
 glue("ch10_pad_ratio", round(ratios[V_PADDED], 2))
 glue("ch10_even_ratio", round(ratios[V_GPT2 - 1], 2))
@@ -334,7 +354,9 @@ if not faster:
 else:
     verdict = f"{', '.join(faster)} beat the odd width by 5% or more"
     if ratios[V_PADDED] > 0.95 * ratios[V_GPT2 - 1]:
-        verdict += ", and the multiple of 64 did no better than the multiple of 16"
+        verdict += (
+            ", and the multiple of 64 did no better than the multiple of 16"
+        )
 glue("ch10_pad_verdict", verdict)
 
 # %% [markdown]
@@ -369,7 +391,10 @@ assert all(map(is_balanced, train_strings + val_strings))
 assert not any(map(is_balanced, ["([)]", "(()", "", "())(", "(]"]))
 glue("ch10_num_train", f"{len(train_strings):,}")
 glue("ch10_num_val", f"{len(val_strings):,}")
-glue("ch10_mean_length", round(sum(map(len, train_strings)) / len(train_strings), 1))
+glue(
+    "ch10_mean_length",
+    round(sum(map(len, train_strings)) / len(train_strings), 1),
+)
 
 # %% [markdown]
 # `is_balanced` is the language's checker: every string we generated passes it, and the
@@ -466,7 +491,9 @@ encoder_block = EncoderBlock(64, 4, 256, bias=False, norm="rms").eval()
 block = GPTBlock(model_config).eval()  # a feed-forward width of 4 x 64 = 256
 block.load_state_dict(encoder_block.state_dict())
 x = torch.randn(2, 10, 64)
-same = torch.allclose(block(x), encoder_block(x, mask=causal_mask(10)), atol=1e-5)
+same = torch.allclose(
+    block(x), encoder_block(x, mask=causal_mask(10)), atol=1e-5
+)
 print("GPT block == causal encoder block (within 1e-5):", same)
 assert same
 
@@ -485,7 +512,9 @@ logits = model(tokens)
 hook.remove()
 leaks = 0
 for t in range(12):
-    (gradient,) = torch.autograd.grad(logits[0, t].sum(), embedded, retain_graph=True)
+    (gradient,) = torch.autograd.grad(
+        logits[0, t].sum(), embedded, retain_graph=True
+    )
     leaks += int((gradient[0, t + 1 :] != 0).any())
 print("positions whose logits depend on a later token:", leaks)
 assert leaks == 0
@@ -515,7 +544,9 @@ parameter_table(model, max_depth=2)
 # %%
 glue("ch10_num_parameters", f"{count_parameters(model):,}")
 total = count_parameters(model)
-attention_share = sum(count_parameters(b.self_attn) for b in model.blocks) / total
+attention_share = (
+    sum(count_parameters(b.self_attn) for b in model.blocks) / total
+)
 ffn_share = sum(count_parameters(b.ffn) for b in model.blocks) / total
 glue("ch10_ffn_share", f"{ffn_share:.0%}")
 glue("ch10_attention_share", f"{attention_share:.0%}")
@@ -539,7 +570,9 @@ assert ffn_share > 0.6
 # no memory, so building it costs nothing:
 
 # %%
-GPT2_LIKE = dict(bias=True, norm="layer", activation="gelu_tanh", residual_init="gpt2")
+GPT2_LIKE = dict(
+    bias=True, norm="layer", activation="gelu_tanh", residual_init="gpt2"
+)
 GPT2_SMALL = GPTConfig(vocab_size=50_257, context_length=1024, d_model=768, num_layers=12,
                        num_heads=12, **GPT2_LIKE)  # fmt: skip
 with torch.device("meta"):
@@ -595,7 +628,11 @@ deep_gpt2 = GPT(deep.replace(**GPT2_LIKE))  # and GPT-2's options
 
 
 def residual_std(model):
-    return torch.stack([b.self_attn.out_proj.weight for b in model.blocks]).std().item()
+    return (
+        torch.stack([b.self_attn.out_proj.weight for b in model.blocks])
+        .std()
+        .item()
+    )
 
 
 gpt2_residual_std = 0.02 / math.sqrt(2 * 12)
@@ -608,7 +645,10 @@ print("residual projections at std 0.02 by default:",
       abs(residual_std(deep_default) - 0.02) < 0.001)  # fmt: skip
 print("at std 0.02 / sqrt(2L) with residual_init='gpt2':",
       abs(residual_std(deep_gpt2) - gpt2_residual_std) < 0.0005)  # fmt: skip
-print("position table at std 0.02, not GPT-2's 0.01:", abs(position_std - 0.02) < 0.001)
+print(
+    "position table at std 0.02, not GPT-2's 0.01:",
+    abs(position_std - 0.02) < 0.001,
+)
 assert isinstance(deep_default.blocks[0].ffn.activation, nn.ReLU)
 assert isinstance(gpt2.blocks[0].ffn.activation, nn.GELU)
 assert deep_gpt2.blocks[0].ffn.activation.approximate == "tanh"
@@ -647,7 +687,9 @@ ax.plot(history["step"], history["train_loss"], label="training batches")
 ends = history.dropna(subset=["val_loss"])
 ax.plot(ends["step"], ends["val_loss"], "o-", label="validation (end of epoch)")
 ax.axhline(math.log(7), color="k", ls=":", label="uniform, log 7")
-ax.set(xlabel="optimizer step", ylabel="loss (nats per character)", ylim=(1.0, 2.0))
+ax.set(
+    xlabel="optimizer step", ylabel="loss (nats per character)", ylim=(1.0, 2.0)
+)
 ax.legend()
 plt.show()
 
@@ -687,8 +729,12 @@ plt.show()
 
 # %%
 floor = entropy_rate()  # nats per token, the end-of-string newline included
-val_floor = generator_loss(val_strings)  # the true probabilities on the validation rows
-print(f"entropy rate: {floor:.3f} nats per token (perplexity {math.exp(floor):.2f})")
+val_floor = generator_loss(
+    val_strings
+)  # the true probabilities on the validation rows
+print(
+    f"entropy rate: {floor:.3f} nats per token (perplexity {math.exp(floor):.2f})"
+)
 print(f"the generator's own loss on the validation strings: {val_floor:.3f}")
 assert abs(val_floor - floor) < 0.02  # 1,000 strings estimate the rate
 glue("ch10_floor", f"{floor:.3f}")
@@ -700,7 +746,9 @@ assert 0.005 < val_floor - packed_floor < 0.02
 glue("ch10_packed_floor", f"{packed_floor:.3f}")
 
 # %% tags=["nbval-ignore-output"]
-above_floor = val_loss - val_floor  # on the same strings, so the sampling noise cancels
+above_floor = (
+    val_loss - val_floor
+)  # on the same strings, so the sampling noise cancels
 glue("ch10_above_floor", round(above_floor, 3))
 glue("ch10_above_floor_share", f"{above_floor / (math.log(7) - val_floor):.1%}")
 above_packed = val_loss - packed_floor
@@ -735,7 +783,9 @@ small_train = make_rows(make_strings(300, seeded(11)), CONTEXT)
 small_val = make_rows(make_strings(300, seeded(12)), CONTEXT)
 overfit_config = BracketConfig(batch_size=16, epochs=60, lr=3e-3, weight_decay=0.0,
                                warmup_steps=20)  # fmt: skip
-overfit_model, overfit_history = train_brackets(overfit_config, small_train, small_val)
+overfit_model, overfit_history = train_brackets(
+    overfit_config, small_train, small_val
+)
 epochs = overfit_history.dropna(subset=["val_loss"])
 best_epoch = int(epochs.loc[epochs["val_loss"].idxmin(), "epoch"])
 rise = epochs["val_loss"].iloc[-1] - epochs["val_loss"].min()
@@ -794,7 +844,9 @@ show_source(top_k_filter)
 # %% tags=["hide-input", "nbval-ignore-output"]
 prefix = "([{"
 with torch.no_grad():
-    last_logits = lm(torch.tensor([[0] + [ALPHABET.index(c) for c in prefix]]))[0, -1]
+    last_logits = lm(torch.tensor([[0] + [ALPHABET.index(c) for c in prefix]]))[
+        0, -1
+    ]
 settings = {"τ = 0.5": (0.5, None), "τ = 1": (1.0, None), "τ = 2": (2.0, None),
             "τ = 1, top-3": (1.0, 3)}  # fmt: skip
 fig, ax = plt.subplots(figsize=(5.5, 2.6))
@@ -831,7 +883,9 @@ glue("ch10_wrong_mass", f"{wrong:.1%}")
 # generator itself, the baseline a perfect model would match:
 
 # %% tags=["nbval-ignore-output"]
-start_ids = torch.zeros(4, 1, dtype=torch.long)  # four rows that start after a newline
+start_ids = torch.zeros(
+    4, 1, dtype=torch.long
+)  # four rows that start after a newline
 ended = lm.generate(start_ids, CONTEXT - 1, generator=seeded(5), end_id=0)
 free = lm.generate(start_ids, CONTEXT - 1, generator=seeded(5))
 for row_ended, row_free in zip(ended.tolist(), free.tolist(), strict=True):
@@ -850,9 +904,15 @@ def sample_statistics(strings: list[str | None], known: set[str]) -> dict:
 
 
 known = set(train_strings)
-generated = make_strings(1_000, seeded(3))  # the generator's own strings, a fresh seed
+generated = make_strings(
+    1_000, seeded(3)
+)  # the generator's own strings, a fresh seed
 generator_row = {"sampling": "generator"} | sample_statistics(generated, known)
-assert {"()", "[]", "{}"} <= known  # every string of one pair is a training string
+assert {
+    "()",
+    "[]",
+    "{}",
+} <= known  # every string of one pair is a training string
 glue("ch10_generator_new", f"{generator_row['valid and new']:.1%}")
 glue("ch10_generator_repeat", f"{1 - generator_row['valid and new']:.1%}")
 glue("ch10_generator_length", round(generator_row["mean length"], 1))
@@ -864,11 +924,15 @@ for label, (temperature, top_k) in {"greedy": (1.0, None), "τ = 0.7": (0.7, Non
                                     "τ = 1": (1.0, None), "τ = 1.5": (1.5, None),
                                     "τ = 1, top-2": (1.0, 2)}.items():  # fmt: skip
     greedy = label == "greedy"
-    strings = sample_strings(lm, 1_000, seeded(3), temperature, top_k, greedy=greedy)
+    strings = sample_strings(
+        lm, 1_000, seeded(3), temperature, top_k, greedy=greedy
+    )
     samples[label] = strings
     rows.append({"sampling": label} | sample_statistics(strings, known))
 sampling_table = pd.DataFrame([*rows, generator_row]).round(3)
-valid = dict(zip(sampling_table["sampling"], sampling_table["valid"], strict=True))
+valid = dict(
+    zip(sampling_table["sampling"], sampling_table["valid"], strict=True)
+)
 print("greedy writes:", samples["greedy"][0])
 sampling_table
 
@@ -878,14 +942,19 @@ glue("ch10_valid_t07", f"{valid['τ = 0.7']:.1%}")
 glue("ch10_valid_t15", f"{valid['τ = 1.5']:.1%}")
 glue("ch10_greedy_string", samples["greedy"][0])
 valid_new = dict(
-    zip(sampling_table["sampling"], sampling_table["valid and new"], strict=True)
+    zip(
+        sampling_table["sampling"], sampling_table["valid and new"], strict=True
+    )
 )
 glue("ch10_valid_new_t1", f"{valid_new['τ = 1']:.1%}")
 glue("ch10_valid_new_t15", f"{valid_new['τ = 1.5']:.1%}")
 # margins.py lm, 7 runs: valid at τ = 1 0.70-0.87, at τ = 0.7 0.94-0.98, at τ = 1.5
 # 0.28-0.38. Valid and new at τ = 1 (margins.py lm --part quick, seeds 0-4 default, 0-2
 # scalar): 0.64-0.79, so -0.13 to +0.03 from the generator's 0.764 with seeded(3)
-assert valid["τ = 1"] > 0.6 and valid["τ = 0.7"] > valid["τ = 1"] > valid["τ = 1.5"]
+assert (
+    valid["τ = 1"] > 0.6
+    and valid["τ = 0.7"] > valid["τ = 1"] > valid["τ = 1.5"]
+)
 assert len(set(samples["greedy"])) == 1
 assert -0.2 < valid_new["τ = 1"] - valid_new["generator"] < 0.06
 
@@ -910,7 +979,9 @@ assert -0.2 < valid_new["τ = 1"] - valid_new["generator"] < 0.06
 # beside those of the generator's strings:
 
 # %% tags=["nbval-ignore-output"]
-model_lengths = [len(s) for s in samples["τ = 1"] if s is not None and is_balanced(s)]
+model_lengths = [
+    len(s) for s in samples["τ = 1"] if s is not None and is_balanced(s)
+]
 generator_lengths = [len(s) for s in generated]
 model_mean = sum(model_lengths) / len(model_lengths)
 generator_mean = sum(generator_lengths) / len(generator_lengths)
@@ -927,7 +998,11 @@ assert first_mean > generator_mean + 3  # the data's fact: 21.5 against 17.0
 assert abs(model_mean - first_mean) < abs(model_mean - generator_mean)
 # margins.py lm --part quick, 8 runs: valid samples' mean length 20.0-21.7 against the
 # generator's 16.8-17.2; longer than 32: 4.7-8.1%
-assert model_mean > generator_mean + 2 and over > 0.02 and max(generator_lengths) <= 32
+assert (
+    model_mean > generator_mean + 2
+    and over > 0.02
+    and max(generator_lengths) <= 32
+)
 print(f"mean length: model {model_mean:.1f}, generator {generator_mean:.1f}; "
       f"model strings longer than 32: {over:.1%}")  # fmt: skip
 
@@ -1015,7 +1090,9 @@ assert ngram_above_floor > 5 * above_floor
 # the n-gram model (counts, the same in every run) 0.861, 0.999 near, 0.327 far; the
 # validity gap 0.48-0.62
 assert lm_closing > 0.96 and ngram_closing < 0.92 and lm_far > 0.9
-assert scores["opener in sight"].iloc[0] > 0.99 and ngram_far < 0.5  # chance: 1/3
+assert (
+    scores["opener in sight"].iloc[0] > 0.99 and ngram_far < 0.5
+)  # chance: 1/3
 assert valid["τ = 1"] - ngram_valid > 0.35
 
 # %% [markdown]
@@ -1059,10 +1136,15 @@ assert valid["τ = 1"] - ngram_valid > 0.35
 # full pass:
 
 # %%
-prompts = val_rows.tensors[0][:64, :8]  # the first 8 characters of 64 validation rows
+prompts = val_rows.tensors[0][
+    :64, :8
+]  # the first 8 characters of 64 validation rows
 with_cache = lm.generate(prompts, 40, greedy=True)
 without_cache = lm.generate(prompts, 40, greedy=True, use_cache=False)
-print("same tokens with and without the cache:", torch.equal(with_cache, without_cache))
+print(
+    "same tokens with and without the cache:",
+    torch.equal(with_cache, without_cache),
+)
 caches = lm.new_caches(len(prompts))
 with torch.no_grad():
     steps = [lm(with_cache[:, :8], caches)]
@@ -1095,7 +1177,9 @@ for use_cache in (True, False):  # a warm-up run of each
 timings = []
 for length in (32, 64, 128, 256, 512):
     row = {"tokens": length}
-    repeats = 3 if length == 512 else 1  # the speed-up quoted: a median of 3 runs
+    repeats = (
+        3 if length == 512 else 1
+    )  # the speed-up quoted: a median of 3 runs
     for use_cache in (True, False):
         seconds = median_seconds(timing_model.generate, prompt, length, greedy=True,
                                  use_cache=use_cache, repeats=repeats, warmup=0)  # fmt: skip
@@ -1151,7 +1235,9 @@ plt.show()
 # %%
 def per_step(model, context, use_cache=True, steps=8):
     """Operators, value reads and elements written by one step of generate at `context`."""
-    prompt = torch.randint(model.vocab_size, (1, context), generator=seeded(context))
+    prompt = torch.randint(
+        model.vocab_size, (1, context), generator=seeded(context)
+    )
     counts = []
     for new in (1, 1 + steps):
         with DispatchCounter() as counter:
@@ -1162,7 +1248,8 @@ def per_step(model, context, use_cache=True, steps=8):
         "operators": (long.ops - short.ops) // steps,
         "not views": (long.non_view_ops - short.non_view_ops) // steps,
         "value reads": (long.syncs - short.syncs) // steps,
-        "elements written": (long.elements_written - short.elements_written) // steps,
+        "elements written": (long.elements_written - short.elements_written)
+        // steps,
     }
 
 
@@ -1172,15 +1259,22 @@ step_costs = pd.DataFrame(rows).set_index(["cache", "context"])
 cached = step_costs.loc["cache"]
 # the same work at every cache length: operators, and elements written (so no copy of
 # the cache, no mask over its keys); and no value read back into Python
-assert (cached == cached.iloc[0]).all().all() and cached["value reads"].eq(0).all()
+assert (cached == cached.iloc[0]).all().all() and cached["value reads"].eq(
+    0
+).all()
 recomputed = step_costs.loc["no cache"]
-assert recomputed["operators"].nunique() == 1  # as many operators, on more positions:
+assert (
+    recomputed["operators"].nunique() == 1
+)  # as many operators, on more positions:
 assert recomputed["elements written"].is_monotonic_increasing
 glue("ch10_step_ops", int(cached["operators"].iloc[0]))
 glue("ch10_step_launches", int(cached["not views"].iloc[0]))
 glue("ch10_step_elements", f"{int(cached['elements written'].iloc[0]):,}")
 glue("ch10_recompute_launches", int(recomputed["not views"].iloc[0]))
-glue("ch10_recompute_elements", f"{int(recomputed['elements written'].iloc[-1]):,}")
+glue(
+    "ch10_recompute_elements",
+    f"{int(recomputed['elements written'].iloc[-1]):,}",
+)
 glue("ch10_step_longest", f"{cached.index[-1]:,}")
 step_costs
 
@@ -1237,7 +1331,9 @@ glue("ch10_issue_h100_low", ISSUE_27_H100[0])
 glue("ch10_issue_h100_high", ISSUE_27_H100[1])
 print("python scripts/bench_decode.py --models chapter gpt2-small "
       "--out book/bench_decode.csv")  # fmt: skip
-print("python scripts/bench_decode.py --device cuda --models chapter gpt2-small")
+print(
+    "python scripts/bench_decode.py --device cuda --models chapter gpt2-small"
+)
 
 # %% [markdown]
 # The price is memory. For each layer, the cache holds a key and a value of $d_\text{head}$
@@ -1258,15 +1354,23 @@ def held_bytes(caches) -> int:
     return sum(storages.values())
 
 
-caches = lm.new_caches(8, capacity=64)  # room for 64 positions, allocated on first use
+caches = lm.new_caches(
+    8, capacity=64
+)  # room for 64 positions, allocated on first use
 with torch.no_grad():
-    lm(train_rows.tensors[0][:8, :63], caches)  # 8 sequences of 63 tokens in one pass
+    lm(
+        train_rows.tensors[0][:8, :63], caches
+    )  # 8 sequences of 63 tokens in one pass
     counted_after_pass = sum(cache.memory_bytes() for cache in caches)
     held_after_pass = held_bytes(caches)
     lm(train_rows.tensors[0][:8, 63:], caches)  # and one more token each: 64
-counted = sum(cache.memory_bytes() for cache in caches)  # elements x bytes per element
+counted = sum(
+    cache.memory_bytes() for cache in caches
+)  # elements x bytes per element
 # the formula above, as helpers.efficient.kv_cache_bytes (float32: 4 bytes per number)
-assert counted == kv_cache_bytes(2, 4, 16, 64, batch_size=8, bytes_per_element=4)
+assert counted == kv_cache_bytes(
+    2, 4, 16, 64, batch_size=8, bytes_per_element=4
+)
 counted_63 = kv_cache_bytes(2, 4, 16, 63, batch_size=8, bytes_per_element=4)
 assert counted_after_pass == counted_63
 # what is allocated is the capacity, from the first pass on: the formula at T = 64
@@ -1332,20 +1436,29 @@ try:
         from transformers import GPT2Config, GPT2LMHeadModel
 except ModuleNotFoundError:  # the book's tests install it; Colab ships it
     GPT2LMHeadModel = None
-    print("This section needs the transformers package: pip install transformers")
+    print(
+        "This section needs the transformers package: pip install transformers"
+    )
 if GPT2LMHeadModel is not None:
     torch.manual_seed(0)
     sizes = dict(n_layer=2, n_embd=32, n_head=4, vocab_size=64, n_positions=16)
     config = GPT2Config(
-        **sizes, initializer_range=REFERENCE_STD, bos_token_id=0, eos_token_id=None
+        **sizes,
+        initializer_range=REFERENCE_STD,
+        bos_token_id=0,
+        eos_token_id=None,
     )
     reference = GPT2LMHeadModel(config).eval()
-    tiny_gpt2 = GPTConfig(vocab_size=64, context_length=16, d_model=32, **GPT2_LIKE)
+    tiny_gpt2 = GPTConfig(
+        vocab_size=64, context_length=16, d_model=32, **GPT2_LIKE
+    )
     ours = GPT(tiny_gpt2)
     load_gpt2(ours, reference.state_dict(), num_heads=config.n_head).eval()
     tokens = torch.randint(64, (4, 16), generator=seeded(0))
     with torch.no_grad():
-        gpt2_error = (ours(tokens) - reference(tokens).logits).abs().max().item()
+        gpt2_error = (
+            (ours(tokens) - reference(tokens).logits).abs().max().item()
+        )
     print("logits agree within 1e-4:", gpt2_error < 1e-4)
     assert gpt2_error < 1e-4
 glue("ch10_gpt2_atol", "1e-4")
@@ -1371,7 +1484,9 @@ if GPT2LMHeadModel is not None:
         pad_token_id=0,
     )
     for use_cache in (True, False):
-        ours_tokens = ours.generate(prompt, 12, greedy=True, use_cache=use_cache)
+        ours_tokens = ours.generate(
+            prompt, 12, greedy=True, use_cache=use_cache
+        )
         same = torch.equal(ours_tokens, expected)
         print(f"greedy tokens equal generate()'s, use_cache={use_cache}:", same)
         assert same
@@ -1381,16 +1496,29 @@ if GPT2LMHeadModel is not None:
     flipped = GPT(tiny_gpt2).eval()
     load_gpt2(flipped, reference.state_dict())
     with torch.no_grad():
-        for index, block in enumerate(flipped.blocks):  # GPT-2's (in, out), as it is
-            conv1d = reference.state_dict()[f"transformer.h.{index}.attn.c_proj.weight"]
+        for index, block in enumerate(
+            flipped.blocks
+        ):  # GPT-2's (in, out), as it is
+            conv1d = reference.state_dict()[
+                f"transformer.h.{index}.attn.c_proj.weight"
+            ]
             block.self_attn.out_proj.weight.copy_(conv1d)
-        untransposed = (flipped(tokens) - reference(tokens).logits).abs().max().item()
+        untransposed = (
+            (flipped(tokens) - reference(tokens).logits).abs().max().item()
+        )
         for block in ours.blocks:
-            block.ffn.activation = nn.GELU()  # exact GELU, not its tanh approximation
-        exact_gelu = (ours(tokens) - reference(tokens).logits).abs().max().item()
+            block.ffn.activation = (
+                nn.GELU()
+            )  # exact GELU, not its tanh approximation
+        exact_gelu = (
+            (ours(tokens) - reference(tokens).logits).abs().max().item()
+        )
         for block in ours.blocks:
             block.ffn.activation = nn.GELU(approximate="tanh")  # back
-    print("untransposed Conv1D: logits differ by more than 1e-4:", untransposed > 1e-4)
+    print(
+        "untransposed Conv1D: logits differ by more than 1e-4:",
+        untransposed > 1e-4,
+    )
     print("exact GELU: logits differ by more than 1e-4:", exact_gelu > 1e-4)
     assert untransposed > 1e-4 and exact_gelu > 1e-4
 
@@ -1508,9 +1636,14 @@ as_parameter = nn.Parameter(table.clone())  # the post's table, in PyTorch terms
 optimizer = torch.optim.AdamW([as_parameter], lr=1e-2)
 (torch.randn(8, width) + as_parameter).pow(2).mean().backward()
 optimizer.step()
-print("a table stored as a parameter changed:", not torch.equal(as_parameter, table))
+print(
+    "a table stored as a parameter changed:",
+    not torch.equal(as_parameter, table),
+)
 sinusoidal = GPT(
-    GPTConfig(vocab_size=7, context_length=64, d_model=32, positions="sinusoidal")
+    GPTConfig(
+        vocab_size=7, context_length=64, d_model=32, positions="sinusoidal"
+    )
 )
 print("GPT's sinusoidal table is a parameter:",
       any(p is sinusoidal.position_embedding.pe for p in sinusoidal.parameters()))  # fmt: skip

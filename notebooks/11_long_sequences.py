@@ -39,7 +39,9 @@ HELPERS = "attention-book-helpers @ git+https://github.com/attention-book/attent
 if "google.colab" in sys.modules:
     import subprocess
 
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", HELPERS], check=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", HELPERS], check=True
+    )
 try:
     import helpers
 except ModuleNotFoundError:  # outside Colab the package must be installed first
@@ -87,7 +89,11 @@ from helpers.tasks.retrieval import (
     seed_results,
     train_retrieval,
 )
-from helpers.tasks.shapes import local_oracle, make_shapes_dataset, train_shapes_model
+from helpers.tasks.shapes import (
+    local_oracle,
+    make_shapes_dataset,
+    train_shapes_model,
+)
 
 helpers.use_one_thread(device)
 
@@ -130,13 +136,20 @@ def measure(kernels: dict, lengths, repeats=3) -> pd.DataFrame:
                 seconds = median_seconds(kernel, q, k, v, repeats=repeats)
                 peak = peak_cpu_bytes(kernel, q, k, v) / MIB
                 rows.append(
-                    {"T": T, "kernel": name, "ms": 1e3 * seconds, "peak MiB": peak}
+                    {
+                        "T": T,
+                        "kernel": name,
+                        "ms": 1e3 * seconds,
+                        "peak MiB": peak,
+                    }
                 )
     return pd.DataFrame(rows)
 
 
 # %% tags=["nbval-ignore-output"]
-cost = measure({"naive": naive, "fused": F.scaled_dot_product_attention}, LENGTHS)
+cost = measure(
+    {"naive": naive, "fused": F.scaled_dot_product_attention}, LENGTHS
+)
 cost.pivot(index="T", columns="kernel").round(2)
 
 # %% [markdown]
@@ -159,7 +172,10 @@ glue(
 # Margins (scripts/margins.py long, default and scalar numerics, three repeats each): the
 # fused kernel was 3.4 to 3.6 times faster than the naive one at T = 4096 (1.6 to 2.0 under
 # scalar numerics); the naive peak was 54 times the tiled one, 100 times the fused one.
-assert at_longest.loc["naive", "peak MiB"] > 10 * at_longest.loc["fused", "peak MiB"]
+assert (
+    at_longest.loc["naive", "peak MiB"]
+    > 10 * at_longest.loc["fused", "peak MiB"]
+)
 assert at_longest.loc["fused", "ms"] < at_longest.loc["naive", "ms"]
 
 # %% [markdown]
@@ -203,11 +219,17 @@ paper.round(3)
 paper_peaks = {}
 with torch.inference_mode():
     for T in (128, 256):
-        q, k, v = (torch.randn(1, 32, T, 128, dtype=torch.bfloat16) for _ in range(3))
-        mask = torch.ones(T, T, dtype=torch.bool).tril()  # made first: not counted
+        q, k, v = (
+            torch.randn(1, 32, T, 128, dtype=torch.bfloat16) for _ in range(3)
+        )
+        mask = torch.ones(
+            T, T, dtype=torch.bool
+        ).tril()  # made first: not counted
         peak = peak_cpu_bytes(scaled_dot_product_attention, q, k, v, mask,
                               validate=False)  # fmt: skip
-        one_matrix = attention_cost(T, 32, 128, bytes_per_element=2)["weights_bytes"]
+        one_matrix = attention_cost(T, 32, 128, bytes_per_element=2)[
+            "weights_bytes"
+        ]
         paper_peaks[T] = peak / one_matrix
         print(f"T = {T}: peak {peak / MIB:.1f} MiB, {peak / one_matrix:.2f} matrices")  # fmt: skip
 glue("ch11_paper_factor", round(min(paper_peaks.values()), 1))
@@ -275,7 +297,9 @@ scores, values = (
 )
 exact = scores.softmax(-1) @ values
 for block in (1, 7, 100):
-    error = (streaming_attention(scores, values, block) - exact).abs().max().item()
+    error = (
+        (streaming_attention(scores, values, block) - exact).abs().max().item()
+    )
     print(
         f"block {block:3}: agrees with softmax(scores) @ values within 1e-5:",
         error < 1e-5,
@@ -316,7 +340,10 @@ for causal in (False, True):
     expected = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
     for block_size in (16, 100, 512):
         error = (
-            (tiled_attention(q, k, v, causal=causal, block_size=block_size) - expected)
+            (
+                tiled_attention(q, k, v, causal=causal, block_size=block_size)
+                - expected
+            )
             .abs()
             .max()
         )
@@ -358,12 +385,15 @@ assert counted[True] * 64 == counted[False] * 36
 # %% tags=["nbval-ignore-output"]
 BLOCK = 256
 tiled_cost = measure(
-    {"tiled": lambda q, k, v: tiled_attention(q, k, v, block_size=BLOCK)}, LENGTHS
+    {"tiled": lambda q, k, v: tiled_attention(q, k, v, block_size=BLOCK)},
+    LENGTHS,
 )
 cost = pd.concat([cost, tiled_cost], ignore_index=True)
 table = cost.pivot(index="T", columns="kernel")
 at_longest = cost[cost["T"] == LENGTHS[-1]].set_index("kernel")
-memory_ratio = at_longest.loc["tiled", "peak MiB"] / at_longest.loc["naive", "peak MiB"]
+memory_ratio = (
+    at_longest.loc["tiled", "peak MiB"] / at_longest.loc["naive", "peak MiB"]
+)
 glue("ch11_tiled_peak_mib", round(at_longest.loc["tiled", "peak MiB"], 1))
 glue("ch11_memory_ratio", f"1/{1 / memory_ratio:.0f}")
 glue(
@@ -381,7 +411,11 @@ glue("ch11_matrix_mib_per_head", matrix["weights_bytes"] // MIB // NUM_HEADS)
 # Margins (scripts/margins.py long): 0.0185 (1/54) in every repeat, default and scalar numerics.
 assert memory_ratio <= 0.1
 # The naive peak holds two T x T matrices (scores and weights): 2.02 of one, every run.
-assert 1.9 < at_longest.loc["naive", "peak MiB"] * MIB / matrix["weights_bytes"] < 2.5
+assert (
+    1.9
+    < at_longest.loc["naive", "peak MiB"] * MIB / matrix["weights_bytes"]
+    < 2.5
+)
 table.round(2)
 
 # %% tags=["hide-input", "nbval-ignore-output"]
@@ -452,15 +486,23 @@ plt.show()
 # %%
 torch.manual_seed(0)
 x = torch.randn(2, 10, 64)
-eight_heads = GPTConfig(vocab_size=512, context_length=10, d_model=64, num_heads=8)
+eight_heads = GPTConfig(
+    vocab_size=512, context_length=10, d_model=64, num_heads=8
+)
 for num_kv_heads in (8, 2, 1):
-    layer = CausalSelfAttention(eight_heads.replace(num_kv_heads=num_kv_heads)).eval()
-    q, k, v = layer.qkv_proj(x).split([64, 8 * num_kv_heads, 8 * num_kv_heads], dim=-1)
+    layer = CausalSelfAttention(
+        eight_heads.replace(num_kv_heads=num_kv_heads)
+    ).eval()
+    q, k, v = layer.qkv_proj(x).split(
+        [64, 8 * num_kv_heads, 8 * num_kv_heads], dim=-1
+    )
     q = q.view(2, 10, 8, 8).transpose(1, 2)  # (B, H, T, d_head)
     k, v = (
         t.view(2, 10, num_kv_heads, 8).transpose(1, 2) for t in (k, v)
     )  # (B, H_kv, T, d_head)
-    heads = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    heads = F.scaled_dot_product_attention(
+        q, k, v, is_causal=True, enable_gqa=True
+    )
     theirs = layer.out_proj(heads.transpose(1, 2).reshape(2, 10, 64))
     same = torch.allclose(layer(x), theirs, atol=1e-6)
     print(f"num_kv_heads={num_kv_heads}: weights {tuple(layer.qkv_proj.weight.shape)}, "
@@ -505,13 +547,17 @@ for name, (layers, heads, published, d_head, context) in MODELS.items():
     size = 4 if "float32" in name else 2
     mib = {f"{kind} MiB": kv_cache_bytes(layers, kv, d_head, context, bytes_per_element=size) / 2**20
            for kind, kv in (("MHA", heads), ("GQA-8", min(8, heads)), ("MQA", 1))}  # fmt: skip
-    per_token = kv_cache_bytes(layers, published, d_head, 1, bytes_per_element=size)
+    per_token = kv_cache_bytes(
+        layers, published, d_head, 1, bytes_per_element=size
+    )
     rows.append({"model": name, "context": context, "kv heads": f"{published} of {heads}",
                  "KiB/token": per_token / 2**10, **mib})  # fmt: skip
 cache_table = pd.DataFrame(rows).set_index("model")
 llama7 = kv_cache_bytes(32, 32, 128, 4096)
 glue("ch11_llama7_cache_gib", llama7 // 2**30)
-glue("ch11_llama70_cache_gib", round(kv_cache_bytes(80, 8, 128, 4096) / 2**30, 2))
+glue(
+    "ch11_llama70_cache_gib", round(kv_cache_bytes(80, 8, 128, 4096) / 2**30, 2)
+)
 glue("ch11_llama70_mha_gib", kv_cache_bytes(80, 64, 128, 4096) // 2**30)
 assert llama7 == 2 * 2**30  # 0.5 MiB per token, exactly
 cache_table.round(2)
@@ -535,7 +581,14 @@ cache_table.round(2)
 # process's memory; the count is checked against the formula.
 
 # %%
-GEN = {"vocab": 512, "width": 256, "layers": 4, "heads": 8, "prompt": 64, "new": 64}
+GEN = {
+    "vocab": 512,
+    "width": 256,
+    "layers": 4,
+    "heads": 8,
+    "prompt": 64,
+    "new": 64,
+}
 for key in ("width", "layers", "heads", "prompt", "new"):
     glue(f"ch11_gen_{key}", GEN[key])
 prompt = torch.randint(GEN["vocab"], (1, GEN["prompt"]), generator=generator)
@@ -564,7 +617,9 @@ print("cache bytes at the full context:", held)
 # %% tags=["nbval-ignore-output"]
 speed = {}
 for kind, model in generators.items():
-    seconds = median_seconds(model.generate, prompt, GEN["new"], greedy=True, repeats=3)
+    seconds = median_seconds(
+        model.generate, prompt, GEN["new"], greedy=True, repeats=3
+    )
     speed[kind] = GEN["new"] / seconds
 seconds = median_seconds(generators["MHA"].generate, prompt, GEN["new"], greedy=True,
                          use_cache=False, repeats=3)  # fmt: skip
@@ -621,7 +676,9 @@ print(
 )
 
 # %% tags=["hide-input"]
-fig, axes = plt.subplots(1, 3, figsize=(6.0, 2.3), sharey=True, layout="constrained")
+fig, axes = plt.subplots(
+    1, 3, figsize=(6.0, 2.3), sharey=True, layout="constrained"
+)
 for layers, (ax, seen) in enumerate(zip(axes, reach, strict=True), start=1):
     heatmap(seen, ax=ax, vmin=0, vmax=1, colorbar=False, xlabel="key position",
             ylabel="query position" if layers == 1 else None,
@@ -657,7 +714,10 @@ torch.manual_seed(0)
 windowed_lm = GPT(GPTConfig(vocab_size=GEN["vocab"], context_length=ROLL_TOKENS, num_kv_heads=2,
                             positions="rope", window=ROLL_WINDOW)).eval()  # fmt: skip
 ids = torch.randint(GEN["vocab"], (1, ROLL_TOKENS), generator=generator)
-caches_of = {"rolling": windowed_lm.new_caches(1), "keeps all": [KVCache(), KVCache()]}
+caches_of = {
+    "rolling": windowed_lm.new_caches(1),
+    "keeps all": [KVCache(), KVCache()],
+}
 counted = {name: [] for name in caches_of}  # bytes held after each token
 step_logits = {name: [] for name in caches_of}
 with torch.no_grad():
@@ -679,7 +739,9 @@ for name in caches_of:
 # layers, key/value heads, d_head, positions; float32
 flat = kv_cache_bytes(2, 2, 16, ROLL_WINDOW, bytes_per_element=4)
 everything = kv_cache_bytes(2, 2, 16, ROLL_TOKENS, bytes_per_element=4)
-assert max(counted["rolling"]) == flat  # a cache that keeps everything fails this
+assert (
+    max(counted["rolling"]) == flat
+)  # a cache that keeps everything fails this
 assert counted["keeps all"][-1] == everything
 glue("ch11_roll_bytes", flat)
 glue("ch11_keep_bytes", counted["keeps all"][-1])
@@ -731,7 +793,9 @@ sets = {
     for name, d in data.items()
 }
 oracle_mse = (
-    (((local_oracle(data["test"]) - data["test"].targets) / STD) ** 2).mean().item()
+    (((local_oracle(data["test"]) - data["test"].targets) / STD) ** 2)
+    .mean()
+    .item()
 )
 glue("ch11_oracle_mse", round(oracle_mse, 3))
 
@@ -813,7 +877,9 @@ print("targets", example_targets[0].tolist(), "(-100: nothing to retrieve)")
 
 # %%
 KINDS = ("learned", "sinusoidal", "rope", "alibi", "none")
-LENGTHS_RETRIEVAL = [str(T) for T in RETRIEVAL.test_lengths]  # the file's column names
+LENGTHS_RETRIEVAL = [
+    str(T) for T in RETRIEVAL.test_lengths
+]  # the file's column names
 shipped = seed_results()
 stored = shipped[shipped["numerics"] == "machine default"]  # the full sweep
 glue("ch11_train_len", RETRIEVAL.train_len)
@@ -824,7 +890,9 @@ glue("ch11_retrieval_runs", len(stored))
 glue("ch11_retrieval_machine", stored["machine"].iloc[0])
 print(stored["command"].iloc[0].split(" --csv")[0])
 plain = stored[stored["scale"] == "-"]
-spread = plain.groupby("positions")[LENGTHS_RETRIEVAL].agg(["min", "median", "max"])
+spread = plain.groupby("positions")[LENGTHS_RETRIEVAL].agg(
+    ["min", "median", "max"]
+)
 spread.loc[list(KINDS)].round(2)
 
 # %% [markdown]
@@ -839,11 +907,18 @@ for shift, kind in zip((-0.04, -0.02, 0.0, 0.02, 0.04), KINDS, strict=True):
     low, middle, high = (
         rows.xs(stat, level=1).to_numpy() for stat in ("min", "median", "max")
     )
-    where = [T * 2**shift for T in RETRIEVAL.test_lengths]  # side by side, not on top
+    where = [
+        T * 2**shift for T in RETRIEVAL.test_lengths
+    ]  # side by side, not on top
     ax.errorbar(where, middle, yerr=[middle - low, high - middle], marker="o", capsize=2,
                 label=kind)  # fmt: skip
 ax.axvline(RETRIEVAL.train_len, color="0.6", ls=":")
-ax.set(xscale="log", xlabel="test sequence length", ylabel="accuracy", ylim=(0, 1.02))
+ax.set(
+    xscale="log",
+    xlabel="test sequence length",
+    ylabel="accuracy",
+    ylim=(0, 1.02),
+)
 ax.set_xticks(RETRIEVAL.test_lengths, LENGTHS_RETRIEVAL)
 ax.minorticks_off()
 ax.legend(fontsize=8, ncols=2)
@@ -874,7 +949,10 @@ learners = by_seed["learned"][
 ]  # seeds that learned the rule
 glue("ch11_learned_learners", len(learners))
 glue("ch11_learned_high", f"{learners[train].max():.2f}")
-glue("ch11_learned_low", f"{by_seed['learned'][train].drop(learners.index).max():.2f}")
+glue(
+    "ch11_learned_low",
+    f"{by_seed['learned'][train].drop(learners.index).max():.2f}",
+)
 # Asserted on every seed of the shipped runs (machine default and scalar numerics below):
 others = [kind for kind in KINDS if kind != "alibi"]
 assert all(
@@ -883,9 +961,13 @@ assert all(
 )
 assert kept.between(0.4, 0.9).all()  # better than the rest, but not unchanged
 assert by_seed["alibi"][train].min() > 0.8
-assert by_seed["rope"][train].min() > 0.5 and by_seed["rope"][longest].max() < 0.3
+assert (
+    by_seed["rope"][train].min() > 0.5 and by_seed["rope"][longest].max() < 0.3
+)
 assert (by_seed["rope"][longest] < 0.5 * by_seed["rope"][train]).all()
-assert (by_seed["sinusoidal"][train] < by_seed["none"][train]).all()  # seed by seed
+assert (
+    by_seed["sinusoidal"][train] < by_seed["none"][train]
+).all()  # seed by seed
 assert (
     0 < len(learners) < len(by_seed["learned"])
 )  # some seeds learn the rule, some do not
@@ -976,7 +1058,9 @@ glue("ch11_louder_at_train_max", f"{louder[train].max():.2f}")
 # Asserted on every seed: the smaller encoding beats the encoding as built at the training
 # length, seed by seed, and still falls at four times it; louder tokens do not fix it.
 assert (small[train] > scaled["as built"][train]).all()
-assert small[longest].max() < 0.25 and (small[longest] < 0.5 * small[train]).all()
+assert (
+    small[longest].max() < 0.25 and (small[longest] < 0.5 * small[train]).all()
+)
 assert louder[train].max() < 0.3
 fixes.round(2)
 
@@ -1004,10 +1088,14 @@ start = time.perf_counter()
 (_, live), = run_in_processes(train_retrieval, [dict(positions="alibi", seed=0)], workers=1,
                               config=RETRIEVAL)  # fmt: skip
 glue("ch11_live_seconds", round(time.perf_counter() - start))
-alibi_runs = shipped[(shipped["positions"] == "alibi") & (shipped["scale"] == "-")]
+alibi_runs = shipped[
+    (shipped["positions"] == "alibi") & (shipped["scale"] == "-")
+]
 for T, column in zip(RETRIEVAL.test_lengths, LENGTHS_RETRIEVAL, strict=True):
     low, high = alibi_runs[column].min(), alibi_runs[column].max()
-    print(f"T = {T:3}: live {live[T]:.3f}, shipped seeds {low:.3f} to {high:.3f}")
+    print(
+        f"T = {T:3}: live {live[T]:.3f}, shipped seeds {low:.3f} to {high:.3f}"
+    )
     assert low - 0.01 <= live[T] <= high + 0.01
 
 # %% [markdown]

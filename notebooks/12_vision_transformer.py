@@ -40,7 +40,9 @@ HELPERS = "attention-book-helpers @ git+https://github.com/attention-book/attent
 if "google.colab" in sys.modules:
     import subprocess
 
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", HELPERS], check=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", HELPERS], check=True
+    )
 try:
     import helpers
 except ModuleNotFoundError:  # outside Colab the package must be installed first
@@ -119,7 +121,12 @@ assert torch.bincount(data.test_labels).tolist() == [TEST_PER_CLASS] * 10
 print(
     f"images {tuple(images.shape)}, pixel values {images.min():.0f} to {images.max():.0f}"
 )
-print("train", tuple(data.train_images.shape), " test", tuple(data.test_images.shape))
+print(
+    "train",
+    tuple(data.train_images.shape),
+    " test",
+    tuple(data.test_images.shape),
+)
 
 # %% tags=["hide-input"]
 fig, axes = plt.subplots(2, 10, figsize=(7, 1.7))
@@ -152,7 +159,9 @@ P = 2
 batch, channels, side, _ = data.train_images[:5].shape
 grid = side // P
 x = data.train_images[:5].reshape(batch, channels, grid, P, grid, P)
-patches = x.permute(0, 2, 4, 1, 3, 5).reshape(batch, grid * grid, channels * P * P)
+patches = x.permute(0, 2, 4, 1, 3, 5).reshape(
+    batch, grid * grid, channels * P * P
+)
 assert torch.equal(patches, patchify(data.train_images[:5], P))
 glue("ch12_tokens_p2", patches.shape[1])
 glue("ch12_patch_features", patches.shape[2])
@@ -177,10 +186,16 @@ show_source(patchify)
 # ```
 
 # %%
-image = torch.arange(64.0).reshape(1, 1, 8, 8)  # pixel values = their index, row by row
+image = torch.arange(64.0).reshape(
+    1, 1, 8, 8
+)  # pixel values = their index, row by row
 strips = image.reshape(1, 16, 4)
 print("reshape alone, patch 0:", strips[0, 0].tolist(), "(half a row)")
-print("patchify,      patch 0:", patchify(image, 2)[0, 0].tolist(), "(a 2 x 2 square)")
+print(
+    "patchify,      patch 0:",
+    patchify(image, 2)[0, 0].tolist(),
+    "(a 2 x 2 square)",
+)
 assert not torch.equal(strips, patchify(image, 2))
 
 # %% [markdown]
@@ -238,7 +253,9 @@ glue("ch12_num_heads", VIT.num_heads)
 assert abs(cnn_parameters - vit_parameters) / vit_parameters < 0.1
 # The departures from the ViT paper: positions for the patches only, ReLU in the FFNs.
 assert vit.positions.weight.shape == (VIT.grid**2, VIT.d_model)
-assert all(isinstance(block.ffn.activation, nn.ReLU) for block in vit.encoder.blocks)
+assert all(
+    isinstance(block.ffn.activation, nn.ReLU) for block in vit.encoder.blocks
+)
 print(f"ViT {vit_parameters:,} parameters, CNN {cnn_parameters:,}")
 print(cnn)
 
@@ -259,7 +276,9 @@ print(cnn)
 
 # %%
 with expect_error(ValueError):
-    VisionTransformer(ViTConfig(patch_size=3))  # 8 pixels are not a whole number of 3s
+    VisionTransformer(
+        ViTConfig(patch_size=3)
+    )  # 8 pixels are not a whole number of 3s
 with expect_error(ValueError):
     vit(torch.randn(2, 3, 8, 8))  # three colour channels into a grey model
 with expect_error(ValueError):
@@ -283,7 +302,9 @@ assert torch.allclose(moved[1:, 1:], similarity[:-1, :-1], atol=1e-5)
 fig, ax = plt.subplots(figsize=(2.6, 2.3))
 shown = ax.imshow(similarity, cmap="viridis")
 ax.plot(2, 1, marker="x", color="white")
-ax.set(xlabel="patch column", ylabel="patch row", xticks=range(4), yticks=range(4))
+ax.set(
+    xlabel="patch column", ylabel="patch row", xticks=range(4), yticks=range(4)
+)
 ax.grid(False)
 fig.colorbar(shown, ax=ax, fraction=0.046)
 plt.show()
@@ -318,18 +339,24 @@ glue("ch12_shipped_runs", len(shipped))
 glue("ch12_machine", shipped["machine"].iloc[0])
 glue("ch12_num_sizes", shipped["num_train"].nunique())
 full_runs = (
-    shipped[shipped["experiment"] == "models"].groupby("model")["seconds"].median()
+    shipped[shipped["experiment"] == "models"]
+    .groupby("model")["seconds"]
+    .median()
 )
 for name in ("ViT", "CNN"):
     glue(f"ch12_{name.lower()}_seconds", round(full_runs[name]))
 print(shipped["command"].iloc[0])
-base = shipped[(shipped["experiment"] == "models") & (shipped["model"] == "ViT")]
+base = shipped[
+    (shipped["experiment"] == "models") & (shipped["model"] == "ViT")
+]
 variants = pd.concat([base, shipped[shipped["experiment"] == "variant"]])
 POOL_NAMES = {"cls": "class token", "mean": "mean pooling"}
 POSITION_NAMES = {"learned": "learned positions", "sinusoidal": "sinusoidal positions",
                   "none": "no positions"}  # fmt: skip
 variants["variant"] = (
-    variants["pool"].map(POOL_NAMES) + ", " + variants["positions"].map(POSITION_NAMES)
+    variants["pool"].map(POOL_NAMES)
+    + ", "
+    + variants["positions"].map(POSITION_NAMES)
 )
 by_variant = variants.pivot_table(
     index="seed", columns="variant", values="test_accuracy"
@@ -353,19 +380,30 @@ seeds = len(default)
 # Claims, on every seed of the shipped file: without positions the ViT is worse than any
 # variant with them. Between the others, no winner: each is ahead on at least 3 seeds and
 # behind on at least 3, and the medians differ by less than the spread over seeds.
-assert no_positions.max() < min(default.min(), mean_pool.min(), sinusoidal.min()) - 0.1
+assert (
+    no_positions.max()
+    < min(default.min(), mean_pool.min(), sinusoidal.min()) - 0.1
+)
 for name, other in (("mean", mean_pool), ("sinusoidal", sinusoidal)):
     ahead, behind = int((other > default).sum()), int((other < default).sum())
     difference = other.median() - default.median()
     spread = min(other.max() - other.min(), default.max() - default.min())
-    assert min(ahead, behind) >= 3 and abs(difference) < spread, (name, ahead, behind)
+    assert min(ahead, behind) >= 3 and abs(difference) < spread, (
+        name,
+        ahead,
+        behind,
+    )
     glue(f"ch12_{name}_ahead", ahead)
     glue(f"ch12_{name}_behind", behind)
     glue(f"ch12_{name}_difference", f"{abs(100 * difference):.1f}")
 glue("ch12_default_spread", round(100 * (default.max() - default.min()), 1))
 # The 2-D sinusoidal table over 4 positions per axis: most of its frequencies barely turn.
-speeds = angular_speeds(VIT.d_model // 2)  # the speeds of one axis's sin/cos pairs
-turns = (VIT.grid - 1) * speeds  # the angle from the first to the last patch of a row
+speeds = angular_speeds(
+    VIT.d_model // 2
+)  # the speeds of one axis's sin/cos pairs
+turns = (
+    VIT.grid - 1
+) * speeds  # the angle from the first to the last patch of a row
 flat = int((turns < 0.1).sum())
 assert flat > len(speeds) / 2
 glue("ch12_axis_frequencies", len(speeds))
@@ -448,7 +486,10 @@ for name in ("ViT", "CNN"):
     low, high = models[name].min(), models[name].max()
     for seed in SEEDS:
         # the live runs repeat shipped seeds, under this machine's numerics
-        assert low - 0.01 <= runs[name, seed].test_accuracy <= high + 0.01, (name, seed)
+        assert low - 0.01 <= runs[name, seed].test_accuracy <= high + 0.01, (
+            name,
+            seed,
+        )
     glue(
         f"ch12_{name.lower()}_live",
         f"{per_seed[name].min():.3f} to {per_seed[name].max():.3f}",
@@ -557,12 +598,21 @@ plt.show()
 assert [50, 100, 300, len(data.train_labels)] == SIZES
 small, middle, large, full = SIZES
 for n in SIZES:
-    glue(f"ch12_gap_{n}", f"{100 * gap[n].min():.0f} to {100 * gap[n].max():.0f}")
-    glue(f"ch12_gap4_{n}", f"{100 * gap4[n].min():.0f} to {100 * gap4[n].max():.0f}")
+    glue(
+        f"ch12_gap_{n}", f"{100 * gap[n].min():.0f} to {100 * gap[n].max():.0f}"
+    )
+    glue(
+        f"ch12_gap4_{n}",
+        f"{100 * gap4[n].min():.0f} to {100 * gap4[n].max():.0f}",
+    )
 glue("ch12_small_size", small)
 assert torch.bincount(data.train_labels[:small]).tolist() == [small // 10] * 10
 glue("ch12_small_per_class", small // 10)
-for name, key in (("ViT", "vit"), ("CNN", "cnn"), ("ViT, patches of 4", "vit4")):
+for name, key in (
+    ("ViT", "vit"),
+    ("CNN", "cnn"),
+    ("ViT, patches of 4", "vit4"),
+):
     glue(f"ch12_{key}_at_small", f"{summary.loc[small, (name, 'median')]:.2f}")
 for n in (small, middle):
     glue(f"ch12_gap_median_{n}", round(100 * gap[n].median(), 1))
@@ -573,7 +623,9 @@ for n in (small, middle):
 assert (gap > 0).all().all()
 assert (gap[small] > gap[large]).all() and (gap[middle] > gap[large]).all()
 assert (gap[large] > gap[full]).all()
-assert gap[middle].min() > gap[large].max() and gap[large].min() > gap[full].max()
+assert (
+    gap[middle].min() > gap[large].max() and gap[large].min() > gap[full].max()
+)
 wider_at_middle = int((gap[middle] > gap[small]).sum())
 assert 0 < wider_at_middle < seeds
 glue("ch12_wider_at_middle", wider_at_middle)
@@ -581,7 +633,10 @@ glue("ch12_wider_at_middle", wider_at_middle)
 # the CNN on 300 images; at 50, no winner (the CNN ahead on at least 3 seeds, behind on 3).
 assert (gap4 < gap).all().all()
 assert (gap4[large] > 0).all()
-cnn_ahead, cnn_behind = int((gap4[small] > 0).sum()), int((gap4[small] < 0).sum())
+cnn_ahead, cnn_behind = (
+    int((gap4[small] > 0).sum()),
+    int((gap4[small] < 0).sum()),
+)
 assert min(cnn_ahead, cnn_behind) >= 3
 glue("ch12_p4_small_cnn_ahead", cnn_ahead)
 glue("ch12_p4_small_cnn_behind", cnn_behind)
@@ -652,7 +707,9 @@ print("rollout of two uniform blocks = 3/4 U + 1/4 I:", True)
 # ones it gets wrong.
 
 # %% tags=["nbval-ignore-output"]
-model = runs["ViT", 0].model  # on the CPU, in eval mode, whatever device trained it
+model = runs[
+    "ViT", 0
+].model  # on the CPU, in eval mode, whatever device trained it
 with torch.no_grad():
     predicted = model(data.test_images).argmax(dim=-1)
 right = torch.nonzero(predicted == data.test_labels).flatten()
@@ -681,26 +738,37 @@ def show_attention(indices, title):
     columns = 2 + VIT.num_heads
     maps = [torch.cat([shares(found["rollout"][int(i)])[None],
                        shares(found["heads"][int(i), -1])]) for i in indices]  # fmt: skip
-    top = max(m.max().item() for m in maps)  # one colour scale for the whole figure
-    assert all(m[0].max() < top / 2 for m in maps)  # the rollout: at most half the top
+    top = max(
+        m.max().item() for m in maps
+    )  # one colour scale for the whole figure
+    assert all(
+        m[0].max() < top / 2 for m in maps
+    )  # the rollout: at most half the top
     fig, axes = plt.subplots(
-        len(indices), columns, figsize=(1.1 * columns + 0.6, 1.15 * len(indices))
+        len(indices),
+        columns,
+        figsize=(1.1 * columns + 0.6, 1.15 * len(indices)),
     )
     for row, index, image_maps in zip(axes, indices, maps, strict=True):
         index = int(index)
         row[0].imshow(data.test_images[index, 0], cmap="gray_r")
         row[0].set_title(
-            f"{int(data.test_labels[index])} as {int(predicted[index])}", fontsize=8
+            f"{int(data.test_labels[index])} as {int(predicted[index])}",
+            fontsize=8,
         )
         names = ["rollout"] + [f"head {h}" for h in range(VIT.num_heads)]
         for ax, weights, name in zip(row[1:], image_maps, names, strict=True):
             shown = ax.imshow(weights, cmap="magma", vmin=0, vmax=top,
                               extent=(-0.5, 7.5, 7.5, -0.5))  # fmt: skip
-            ax.contour(raw_test[index, 0], levels=[6], colors="cyan", linewidths=0.8)
+            ax.contour(
+                raw_test[index, 0], levels=[6], colors="cyan", linewidths=0.8
+            )
             ax.set_title(name, fontsize=8)
         for ax in row:
             ax.axis("off")
-    fig.colorbar(shown, ax=axes, fraction=0.03, label="share of the map's weight")
+    fig.colorbar(
+        shown, ax=axes, fraction=0.03, label="share of the map's weight"
+    )
     fig.suptitle(title, fontsize=9)
     plt.show()
 
@@ -775,7 +843,9 @@ for seed in SEEDS:
         maps = patch_attention(network, data.test_images)
         with torch.no_grad():
             correct = network(data.test_images).argmax(-1) == data.test_labels
-        heads = focus(maps["heads"][:, -1]).mean(-1)  # (B,), averaged over the heads
+        heads = focus(maps["heads"][:, -1]).mean(
+            -1
+        )  # (B,), averaged over the heads
         rows.append({"ViT": kind, "seed": seed, "head focus": heads.mean().item(),
                      "rollout focus": focus(maps["rollout"]).mean().item(),
                      "heads apart": distinct_favourites(maps["heads"][:, -1]),
@@ -789,8 +859,13 @@ for column in ("head focus", "rollout focus", "ink correlation"):
              f"{values[column].min():.2f} to {values[column].max():.2f}")  # fmt: skip
 apart, wrong_right = trained["heads apart"], trained["wrong - right"]
 glue("ch12_heads_apart", f"{apart.min():.1f} to {apart.max():.1f}")
-glue("ch12_wrong_right", f"{wrong_right.min():+.2f} to {wrong_right.max():+.2f}")
-ink, ink_before = trained["ink correlation"].abs(), control["ink correlation"].abs()
+glue(
+    "ch12_wrong_right", f"{wrong_right.min():+.2f} to {wrong_right.max():+.2f}"
+)
+ink, ink_before = (
+    trained["ink correlation"].abs(),
+    control["ink correlation"].abs(),
+)
 glue("ch12_ink_abs_trained", f"{ink.max():.2f}")
 glue("ch12_ink_abs_untrained", f"{ink_before.min():.2f}")
 # Claims, on every seed: training focuses the heads (by a margin) and the rollout; the
@@ -801,7 +876,8 @@ assert trained["head focus"].min() > control["head focus"].max() + 0.1
 assert trained["rollout focus"].min() > control["rollout focus"].max()
 assert (trained["rollout focus"] < trained["head focus"]).all()
 assert (
-    min(trained["heads apart"].min(), control["heads apart"].min()) > VIT.num_heads / 2
+    min(trained["heads apart"].min(), control["heads apart"].min())
+    > VIT.num_heads / 2
 )
 assert trained["wrong - right"].abs().max() < 0.1
 assert ink.max() < ink_before.min()
@@ -848,7 +924,8 @@ PATCH_SIZES = [4, 2, 1]
 costs = pd.DataFrame(
     {
         "tokens": [
-            dataclasses.replace(VIT, patch_size=p).num_tokens for p in PATCH_SIZES
+            dataclasses.replace(VIT, patch_size=p).num_tokens
+            for p in PATCH_SIZES
         ]
     },
     index=pd.Index(PATCH_SIZES, name="patch size"),
@@ -856,9 +933,15 @@ costs = pd.DataFrame(
 costs["attention scores per head"] = costs["tokens"] ** 2
 assert costs["tokens"].tolist() == [5, 17, 65]
 patch_tokens = [str(t - 1) for t in costs["tokens"]]
-glue("ch12_patch_tokens", f"{', '.join(patch_tokens[:-1])} and {patch_tokens[-1]}")
+glue(
+    "ch12_patch_tokens",
+    f"{', '.join(patch_tokens[:-1])} and {patch_tokens[-1]}",
+)
 glue("ch12_tokens_p4", int(costs.loc[4, "tokens"]))
-glue("ch12_token_factor", round(costs.loc[1, "tokens"] / costs.loc[2, "tokens"], 1))
+glue(
+    "ch12_token_factor",
+    round(costs.loc[1, "tokens"] / costs.loc[2, "tokens"], 1),
+)
 score_factor = (costs.loc[1, "attention scores per head"]
                 / costs.loc[2, "attention scores per head"])  # fmt: skip
 glue("ch12_score_factor", round(score_factor, 1))
@@ -909,10 +992,15 @@ costs.round(2)
 patch_runs = shipped[(shipped["model"] == "ViT")
                      & shipped["experiment"].isin(["patch", "models"])]  # fmt: skip
 by_patch = {
-    column: patch_runs.pivot_table(index="seed", columns="patch_size", values=column)
+    column: patch_runs.pivot_table(
+        index="seed", columns="patch_size", values=column
+    )
     for column in ("test_accuracy", "train_accuracy")
 }
-test_by_patch, train_by_patch = by_patch["test_accuracy"], by_patch["train_accuracy"]
+test_by_patch, train_by_patch = (
+    by_patch["test_accuracy"],
+    by_patch["train_accuracy"],
+)
 patch_table = pd.DataFrame({
     "test (worst)": test_by_patch.min(), "test (median)": test_by_patch.median(),
     "test (best)": test_by_patch.max(), "training (worst)": train_by_patch.min(),
@@ -1042,7 +1130,9 @@ def my_patchify(images, patch_size):
 
 print(check_patchify(my_patchify))
 base_tokens = dataclasses.replace(VIT, image_size=224, patch_size=16).num_tokens
-large_tokens = dataclasses.replace(VIT, image_size=384, patch_size=16).num_tokens
+large_tokens = dataclasses.replace(
+    VIT, image_size=384, patch_size=16
+).num_tokens
 assert (base_tokens, base_tokens**2, large_tokens, large_tokens**2) == (
     197,
     38809,

@@ -80,7 +80,9 @@ def _synchronize(device: torch.device) -> None:
 
 
 @torch.no_grad()
-def _step_seconds(model: GPT, prompt: torch.Tensor, steps: int, use_cache: bool) -> list[float]:
+def _step_seconds(
+    model: GPT, prompt: torch.Tensor, steps: int, use_cache: bool
+) -> list[float]:
     """The wall time of each of ``steps`` greedy steps after ``prompt``, the prefill excluded.
 
     A step is what :meth:`GPT.generate`'s loop runs: the model on the new token (with the
@@ -90,81 +92,129 @@ def _step_seconds(model: GPT, prompt: torch.Tensor, steps: int, use_cache: bool)
     batch, context = prompt.shape
     tokens = prompt.new_zeros((batch, context + steps + 1))
     tokens[:, :context] = prompt
-    caches = model.new_caches(batch, capacity=context + steps + 1) if use_cache else None
-    logits = model._logits(prompt, caches, 0)[:, -1]  # the prompt's pass: not timed
+    caches = (
+        model.new_caches(batch, capacity=context + steps + 1)
+        if use_cache
+        else None
+    )
+    logits = model._logits(prompt, caches, 0)[
+        :, -1
+    ]  # the prompt's pass: not timed
     tokens[:, context : context + 1] = logits.argmax(dim=-1, keepdim=True)
     times = []
     for position in range(context + 1, context + steps + 1):
         _synchronize(device)
         start = time.perf_counter()
         if use_cache:
-            logits = model._logits(tokens[:, position - 1 : position], caches, position - 1)
+            logits = model._logits(
+                tokens[:, position - 1 : position], caches, position - 1
+            )
         else:
             logits = model._logits(tokens[:, :position], None, 0)
-        tokens[:, position : position + 1] = logits[:, -1].argmax(dim=-1, keepdim=True)
+        tokens[:, position : position + 1] = logits[:, -1].argmax(
+            dim=-1, keepdim=True
+        )
         _synchronize(device)
         times.append(time.perf_counter() - start)
     return times
 
 
-def _counts(model: GPT, prompt: torch.Tensor, new: int, use_cache: bool) -> DispatchCounter:
+def _counts(
+    model: GPT, prompt: torch.Tensor, new: int, use_cache: bool
+) -> DispatchCounter:
     with DispatchCounter() as counter:
         model.generate(prompt, new, greedy=True, use_cache=use_cache)
     return counter
 
 
-def measure(model: GPT, context: int, steps: int, use_cache: bool, repeats: int) -> dict:
+def measure(
+    model: GPT, context: int, steps: int, use_cache: bool, repeats: int
+) -> dict:
     """Per-step time, operators, synchronizations and elements written at ``context``."""
     device = next(model.parameters()).device
     generator = torch.Generator().manual_seed(context)
-    prompt = torch.randint(model.vocab_size, (1, context), generator=generator).to(device)
+    prompt = torch.randint(
+        model.vocab_size, (1, context), generator=generator
+    ).to(device)
     _step_seconds(model, prompt, 2, use_cache)  # warm-up
-    times = [t for _ in range(repeats) for t in _step_seconds(model, prompt, steps, use_cache)]
-    one, more = _counts(model, prompt, 1, use_cache), _counts(model, prompt, 1 + steps, use_cache)
+    times = [
+        t
+        for _ in range(repeats)
+        for t in _step_seconds(model, prompt, steps, use_cache)
+    ]
+    one, more = (
+        _counts(model, prompt, 1, use_cache),
+        _counts(model, prompt, 1 + steps, use_cache),
+    )
     return {
         "seconds_per_step": statistics.median(times),
         "ops_per_step": (more.ops - one.ops) / steps,
         "non_view_ops_per_step": (more.non_view_ops - one.non_view_ops) / steps,
         "syncs_per_step": (more.syncs - one.syncs) / steps,
-        "elements_written_per_step": (more.elements_written - one.elements_written) / steps,
+        "elements_written_per_step": (
+            more.elements_written - one.elements_written
+        )
+        / steps,
     }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu", help="cpu (default) or cuda")
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
-    parser.add_argument("--models", nargs="+", default=["chapter"], choices=list(MODELS))
-    parser.add_argument("--contexts", nargs="+", type=int, default=[64, 256, 1024])
-    parser.add_argument("--steps", type=int, default=16, help="decode steps measured per run")
-    parser.add_argument("--repeats", type=int, default=5, help="runs per figure (median)")
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch CPU threads (default 1)"
+    )
+    parser.add_argument(
+        "--models", nargs="+", default=["chapter"], choices=list(MODELS)
+    )
+    parser.add_argument(
+        "--contexts", nargs="+", type=int, default=[64, 256, 1024]
+    )
+    parser.add_argument(
+        "--steps", type=int, default=16, help="decode steps measured per run"
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=5, help="runs per figure (median)"
+    )
     parser.add_argument(
         "--max-recompute", type=int, default=None,
         help="longest context timed without the cache (default 1024; gpt2-small on CPU: 256)",
     )  # fmt: skip
-    parser.add_argument("--out", default=None, help="write the rows as CSV to this path")
+    parser.add_argument(
+        "--out", default=None, help="write the rows as CSV to this path"
+    )
     args = parser.parse_args(argv)
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         print("CUDA is not available here: nothing measured", file=sys.stderr)
         return 2
     device = torch.device(args.device)
     torch.set_num_threads(args.threads)
-    command = "python scripts/bench_decode.py " + shlex.join(sys.argv[1:] if argv is None else argv)
+    command = "python scripts/bench_decode.py " + shlex.join(
+        sys.argv[1:] if argv is None else argv
+    )
     machine = machine_label(str(device))
     print(f"{machine}; load average {os.getloadavg()[0]:.2f}", flush=True)
     rows = []
     for name in args.models:
         torch.manual_seed(0)
         context_length = max(args.contexts) + args.steps + 1
-        model = GPT(GPTConfig(context_length=context_length, **MODELS[name])).to(device).eval()
+        model = (
+            GPT(GPTConfig(context_length=context_length, **MODELS[name]))
+            .to(device)
+            .eval()
+        )
         limit = args.max_recompute
         if limit is None:
-            limit = 256 if name == "gpt2-small" and device.type == "cpu" else 1024
+            limit = (
+                256 if name == "gpt2-small" and device.type == "cpu" else 1024
+            )
         for context in args.contexts:
             for mode in ("cache", "no cache"):
                 if mode == "no cache" and context > limit:
                     continue
-                result = measure(model, context, args.steps, mode == "cache", args.repeats)
+                result = measure(
+                    model, context, args.steps, mode == "cache", args.repeats
+                )
                 row = {"model": name, "device": device.type, "mode": mode, "context": context,
                        "steps": args.steps, **result, "repeats": args.repeats,
                        "load_average": round(os.getloadavg()[0], 2), "machine": machine,
@@ -180,10 +230,14 @@ def main(argv: list[str] | None = None) -> int:
                 )
     table = pd.DataFrame(rows, columns=COLUMNS)
     for name, rows_of in table.groupby("model", sort=False):
-        speed = rows_of.pivot(index="context", columns="mode", values="seconds_per_step")
+        speed = rows_of.pivot(
+            index="context", columns="mode", values="seconds_per_step"
+        )
         if "no cache" in speed:
             ratio = (speed["no cache"] / speed["cache"]).dropna()
-            ratios = ", ".join(f"{value:.1f}x at {context}" for context, value in ratio.items())
+            ratios = ", ".join(
+                f"{value:.1f}x at {context}" for context, value in ratio.items()
+            )
             print(f"{name}: the cached step is faster by {ratios}")
     if args.out:
         table.to_csv(args.out, index=False)

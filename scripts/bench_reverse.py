@@ -53,7 +53,9 @@ from helpers.tasks.reverse import (
 from helpers.training import evaluate, fit
 
 THRESHOLD = 0.999
-RECORD_PATH = os.path.join(os.path.dirname(__file__), "..", "book", "bench_reverse.csv")
+RECORD_PATH = os.path.join(
+    os.path.dirname(__file__), "..", "book", "bench_reverse.csv"
+)
 
 
 def _seconds(value: float) -> str:
@@ -84,7 +86,9 @@ def time_to_threshold(
 ) -> dict[str, float]:
     """Train ``config`` (to the end of its schedule, or until the threshold is reached);
     report the training time and step at which test accuracy first reached 99.9%."""
-    model, optimizer, scheduler, loader = build_reverse_training(config, train_set)
+    model, optimizer, scheduler, loader = build_reverse_training(
+        config, train_set
+    )
     chunks = Chunks(loader)
     metrics = {"accuracy": token_accuracy}
     total, step, train_seconds = config.total_steps(), 0, 0.0
@@ -105,7 +109,9 @@ def time_to_threshold(
         )
         train_seconds += time.perf_counter() - start
         step += len(batches)
-        accuracy = evaluate(model, test_loader, token_cross_entropy, metrics)["accuracy"]
+        accuracy = evaluate(model, test_loader, token_cross_entropy, metrics)[
+            "accuracy"
+        ]
         if reached_step < 0 and accuracy >= THRESHOLD:
             reached_at, reached_step = train_seconds, step
     print(
@@ -125,10 +131,17 @@ def time_to_threshold(
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--threads", type=int, default=1, help="torch threads (default 1, as chapter 7 uses)"
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads (default 1, as chapter 7 uses)",
     )
-    parser.add_argument("--eval-every", type=int, default=10, help="steps between evaluations")
-    parser.add_argument("--repeats", type=int, default=3, help="runs per configuration")
+    parser.add_argument(
+        "--eval-every", type=int, default=10, help="steps between evaluations"
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="runs per configuration"
+    )
     parser.add_argument(
         "--record",
         nargs="?",
@@ -138,12 +151,18 @@ def main() -> int:
     )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} CPUs")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} CPUs"
+    )
     load_before = os.getloadavg()[0]
     print(f"load average before: {load_before:.2f}")
 
-    train_set = make_reverse_dataset(50_000, 16, 10, torch.Generator().manual_seed(0))
-    test_set = make_reverse_dataset(10_000, 16, 10, torch.Generator().manual_seed(2))
+    train_set = make_reverse_dataset(
+        50_000, 16, 10, torch.Generator().manual_seed(0)
+    )
+    test_set = make_reverse_dataset(
+        10_000, 16, 10, torch.Generator().manual_seed(2)
+    )
     test_loader = DataLoader(test_set, batch_size=2000)
     runs = {"source 000": SOURCE_000_CONFIG, "book": BOOK_CONFIG}
     for name, config in runs.items():
@@ -155,7 +174,12 @@ def main() -> int:
         order = list(runs) if repeat % 2 == 0 else list(runs)[::-1]
         for name in order:
             result = time_to_threshold(
-                name, runs[name], train_set, test_loader, args.eval_every, repeat > 0
+                name,
+                runs[name],
+                train_set,
+                test_loader,
+                args.eval_every,
+                repeat > 0,
             )
             results[name].append(result)
 
@@ -167,7 +191,11 @@ def main() -> int:
         reached = [t for t in times if not math.isnan(t)]
         best[name] = min(reached) if reached else float("nan")
         whole = repeats[0]
-        steps = whole["steps_to_threshold"] if whole["steps_to_threshold"] > 0 else "not reached"
+        steps = (
+            whole["steps_to_threshold"]
+            if whole["steps_to_threshold"] > 0
+            else "not reached"
+        )
         print(
             f"{name:>10}: time to {THRESHOLD:.1%}: best {_seconds(best[name])} s of "
             f"[{', '.join(_seconds(t) for t in times)}] "
@@ -187,19 +215,29 @@ def main() -> int:
                 "Final test accuracy": f"{whole['final_accuracy']:.5f}",
             }
         )
-    if all(math.isnan(b) for b in best.values()) or any(math.isnan(b) for b in best.values()):
-        ratio_text = "not available (a configuration never reached the threshold)"
+    if all(math.isnan(b) for b in best.values()) or any(
+        math.isnan(b) for b in best.values()
+    ):
+        ratio_text = (
+            "not available (a configuration never reached the threshold)"
+        )
     else:
         ratio_text = f"{best['source 000'] / best['book']:.1f}x"
-    print(f"speed-up (best source time / best book time, to {THRESHOLD:.1%}): {ratio_text}")
+    print(
+        f"speed-up (best source time / best book time, to {THRESHOLD:.1%}): {ratio_text}"
+    )
     if args.record:
         for row in rows:
-            row["Speed-up of book"] = ratio_text if row["Configuration"] == "book" else ""
+            row["Speed-up of book"] = (
+                ratio_text if row["Configuration"] == "book" else ""
+            )
             row["Machine"] = (
                 f"{platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
                 f"{torch.get_num_threads()} thread(s)"
             )
-            row["Load average before/after"] = f"{load_before:.2f}/{load_after:.2f}"
+            row["Load average before/after"] = (
+                f"{load_before:.2f}/{load_after:.2f}"
+            )
         with open(args.record, "w", newline="") as handle:
             writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
             writer.writeheader()

@@ -34,7 +34,9 @@ def source_notebook(ipynb: pathlib.Path) -> nbformat.NotebookNode:
     notebook = jupytext.read(ipynb)
     if twin.exists() and twin.stat().st_mtime > ipynb.stat().st_mtime:
         edited = jupytext.read(twin)
-        notebook = jupytext.combine.combine_inputs_with_outputs(edited, notebook)
+        notebook = jupytext.combine.combine_inputs_with_outputs(
+            edited, notebook
+        )
     return notebook
 
 
@@ -61,7 +63,15 @@ def execute(ipynb: pathlib.Path, timeout: int) -> float:
     # The twin goes through the CLI so that jupytext.toml's metadata filters apply (the drift
     # check of tests/test_notebooks.py applies the same configuration in-process).
     subprocess.run(
-        [sys.executable, "-m", "jupytext", "--quiet", "--to", "py:percent", str(ipynb)],
+        [
+            sys.executable,
+            "-m",
+            "jupytext",
+            "--quiet",
+            "--to",
+            "py:percent",
+            str(ipynb),
+        ],
         check=True,
         cwd=ROOT,
     )
@@ -71,9 +81,15 @@ def execute(ipynb: pathlib.Path, timeout: int) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("notebooks", nargs="*", type=pathlib.Path)
-    parser.add_argument("--all", action="store_true", help="every notebook in notebooks/")
-    parser.add_argument("--timeout", type=int, default=900, help="seconds per cell")
-    parser.add_argument("--record", type=pathlib.Path, help="also write the times to this CSV")
+    parser.add_argument(
+        "--all", action="store_true", help="every notebook in notebooks/"
+    )
+    parser.add_argument(
+        "--timeout", type=int, default=900, help="seconds per cell"
+    )
+    parser.add_argument(
+        "--record", type=pathlib.Path, help="also write the times to this CSV"
+    )
     args = parser.parse_args()
     paths = sorted(NOTEBOOKS.glob("[0-9]*.py")) if args.all else args.notebooks
     if not paths:
@@ -82,11 +98,15 @@ def main() -> int:
     for path in paths:
         ipynb = path.resolve().with_suffix(".ipynb")
         times[ipynb.stem] = execute(ipynb, args.timeout)
-        print(f"{ipynb.relative_to(ROOT)}: {times[ipynb.stem]:6.1f} s", flush=True)
+        print(
+            f"{ipynb.relative_to(ROOT)}: {times[ipynb.stem]:6.1f} s", flush=True
+        )
     total = sum(times.values())
     print(f"total: {total:6.1f} s")
     if args.record:
-        lines = ["notebook,wall time (s)"] + [f"{name},{sec:.1f}" for name, sec in times.items()]
+        lines = ["notebook,wall time (s)"] + [
+            f"{name},{sec:.1f}" for name, sec in times.items()
+        ]
         lines.append(f"total,{total:.1f}")
         args.record.write_text("\n".join(lines) + "\n")
     return 0

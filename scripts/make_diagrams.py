@@ -25,13 +25,23 @@ import torch  # noqa: E402
 from helpers.diagrams import INK, Diagram, tint  # noqa: E402
 from helpers.plotting import ROLE_COLOURS  # noqa: E402
 
-OUT = pathlib.Path(__file__).resolve().parent.parent / "book" / "_static" / "diagrams"
+OUT = (
+    pathlib.Path(__file__).resolve().parent.parent
+    / "book"
+    / "_static"
+    / "diagrams"
+)
 
 
 # ------------------------------------------------------------------ chapter 1
 def soft_lookup() -> Diagram:
     """One query, four keys: softmax weights over every key vs all weight on the nearest one."""
-    query, keys, values, width = 2.0, [0.5, 1.6, 2.7, 3.8], [0.2, 0.9, 0.4, -0.3], 0.5
+    query, keys, values, width = (
+        2.0,
+        [0.5, 1.6, 2.7, 3.8],
+        [0.2, 0.9, 0.4, -0.3],
+        0.5,
+    )
     scores = [-((query - key) ** 2) / (2 * width**2) for key in keys]
     total = sum(math.exp(s) for s in scores)
     soft = [math.exp(s) / total for s in scores]
@@ -41,16 +51,26 @@ def soft_lookup() -> Diagram:
     row, panel = 0.48, 3.75
     d = Diagram(4.5, 2 * panel)
     for p, (title, weights) in enumerate(
-        [("Soft lookup: a softmax over all keys", soft), ("Hard lookup: nearest key only", hard)]
+        [
+            ("Soft lookup: a softmax over all keys", soft),
+            ("Hard lookup: nearest key only", hard),
+        ]
     ):
         top = p * panel
         d.text(0.05, top + 0.2, title, ha="left", weight="bold")
-        for x, header in [(0.5, "query"), (1.75, "key"), (2.75, "weight"), (3.75, "value")]:
+        for x, header in [
+            (0.5, "query"),
+            (1.75, "key"),
+            (2.75, "weight"),
+            (3.75, "value"),
+        ]:
             d.text(x, top + 0.58, header)
         rows_top = top + 0.85
         centre = rows_top + 2 * row
         d.tensor(0.5, centre, 0.8, 0.42, f"q={query:g}", "query")
-        for j, (key, value, weight) in enumerate(zip(keys, values, weights, strict=True)):
+        for j, (key, value, weight) in enumerate(
+            zip(keys, values, weights, strict=True)
+        ):
             y = rows_top + (j + 0.5) * row
             chosen = weight > 0.05
             d.line([(0.9, centre), (1.35, y)], role="query", dashed=not chosen)
@@ -60,11 +80,26 @@ def soft_lookup() -> Diagram:
             d.tensor(3.75, y, 0.8, 0.38, f"v={value:g}", "value")
         output = sum(w * v for w, v in zip(weights, values, strict=True))
         bottom = rows_top + 4 * row
-        d.line([(4.15, rows_top + 0.5 * row), (4.3, rows_top + 0.5 * row)], role="value")
-        d.line([(4.15, bottom - 0.5 * row), (4.3, bottom - 0.5 * row)], role="value")
-        d.line([(4.3, rows_top + 0.5 * row), (4.3, bottom - 0.5 * row)], role="value")
+        d.line(
+            [(4.15, rows_top + 0.5 * row), (4.3, rows_top + 0.5 * row)],
+            role="value",
+        )
+        d.line(
+            [(4.15, bottom - 0.5 * row), (4.3, bottom - 0.5 * row)],
+            role="value",
+        )
+        d.line(
+            [(4.3, rows_top + 0.5 * row), (4.3, bottom - 0.5 * row)],
+            role="value",
+        )
         d.arrow((4.3, bottom - 0.5 * row), (4.3, bottom + 0.41))
-        d.tensor(2.85, bottom + 0.62, 3.2, 0.42, f"output = Σ weight × value = {output:.2f}")
+        d.tensor(
+            2.85,
+            bottom + 0.62,
+            3.2,
+            0.42,
+            f"output = Σ weight × value = {output:.2f}",
+        )
     return d
 
 
@@ -86,12 +121,29 @@ def scaled_dot_product_attention() -> Diagram:
     ]
     for y, label, role, dashed in steps:
         d.operation(spine, y, op_w, op_h, label, role, dashed=dashed)
-    d.arrow((0.75, top + 0.25), (1.15, 1.3 - op_h / 2), role="query", label="(Tq, d)", side="left")
-    d.arrow((2.35, top + 0.25), (2.05, 1.3 - op_h / 2), role="key", label="(Tk, d)")
-    labels = ["(Tq, Tk)", "(Tq, Tk)", "(Tq, Tk)", "A (Tq, Tk)", "A (Tq, Tk)", "(Tq, dv)"]
+    d.arrow(
+        (0.75, top + 0.25),
+        (1.15, 1.3 - op_h / 2),
+        role="query",
+        label="(Tq, d)",
+        side="left",
+    )
+    d.arrow(
+        (2.35, top + 0.25), (2.05, 1.3 - op_h / 2), role="key", label="(Tk, d)"
+    )
+    labels = [
+        "(Tq, Tk)",
+        "(Tq, Tk)",
+        "(Tq, Tk)",
+        "A (Tq, Tk)",
+        "A (Tq, Tk)",
+        "(Tq, dv)",
+    ]
     ends = [y for y, *_ in steps] + [6.4]
     for label, start, end in zip(labels, ends, ends[1:], strict=False):
-        half = 0.25 if end == ends[-1] else op_h / 2  # the output box is taller than an operation
+        half = (
+            0.25 if end == ends[-1] else op_h / 2
+        )  # the output box is taller than an operation
         d.arrow((spine, start + op_h / 2), (spine, end - half), label=label)
     d.tensor(spine, 6.4, 1.3, 0.5, "output")
     # The mask comes in from the side, the values from the top right.
@@ -113,7 +165,9 @@ def _chain(d, spine, start, steps, op_w, op_h=0.42, step=0.85, output="output"):
     y = start
     for label, shape in steps:
         d.operation(spine, y, op_w, op_h, label)
-        d.arrow((spine, y + op_h / 2), (spine, y + step - op_h / 2), label=shape)
+        d.arrow(
+            (spine, y + op_h / 2), (spine, y + step - op_h / 2), label=shape
+        )
         y += step
     d.tensor(spine, y, 1.3, op_h, output)
     return y
@@ -127,7 +181,11 @@ def mha_per_head() -> Diagram:
     columns = [(0.6, "head 1"), (1.75, "head 2"), (3.8, "head H")]
     for cx, name in columns:
         d.arrow((2.1, 0.51), (cx, 1.13))
-        for dx, letter, role in [(-0.31, "q", "query"), (0, "k", "key"), (0.31, "v", "value")]:
+        for dx, letter, role in [
+            (-0.31, "q", "query"),
+            (0, "k", "key"),
+            (0.31, "v", "value"),
+        ]:
             d.tensor(cx + dx, 1.3, 0.28, 0.34, letter, role)
         d.arrow((cx, 1.47), (cx, 1.84))
         d.operation(cx, 2.05, 0.95, 0.42, name)
@@ -149,7 +207,11 @@ def mha_fused() -> Diagram:
     d.tensor(spine, 0.3, 1.0, 0.42, "x")
     d.arrow((spine, 0.51), (spine, 0.94), label="(B, T, D)")
     d.operation(spine, 1.15, op_w, 0.42, "one Linear: D → 3D")
-    for cx, letter, role in [(0.7, "q", "query"), (1.55, "k", "key"), (2.4, "v", "value")]:
+    for cx, letter, role in [
+        (0.7, "q", "query"),
+        (1.55, "k", "key"),
+        (2.4, "v", "value"),
+    ]:
         d.arrow((spine, 1.36), (cx, 1.8), role=role)
         d.tensor(cx, 2.0, 0.7, 0.4, letter, role)
         d.arrow((cx, 2.2), (cx, 2.64), role=role)
@@ -169,38 +231,75 @@ def mha_fused() -> Diagram:
 def positional_encoding() -> Diagram:
     """Embedding plus position at four positions; two pairs of dimensions as turning hands."""
     d_model, tokens = 8, [7, 2, 9, 4]
-    speeds = [10000 ** (-2 * j / d_model) for j in range(d_model // 2)]  # 1, 0.1, 0.01, 0.001
-    position = [[f(t * w) for w in speeds for f in (math.sin, math.cos)] for t in range(4)]
+    speeds = [
+        10000 ** (-2 * j / d_model) for j in range(d_model // 2)
+    ]  # 1, 0.1, 0.01, 0.001
+    position = [
+        [f(t * w) for w in speeds for f in (math.sin, math.cos)]
+        for t in range(4)
+    ]
     # Made-up embedding entries in [-1, 1], one row per token, for the picture only.
-    embedding = np.random.default_rng(0).uniform(-1, 1, (len(tokens), d_model)).round(1)
+    embedding = (
+        np.random.default_rng(0).uniform(-1, 1, (len(tokens), d_model)).round(1)
+    )
 
     def strip(x, y, vector, bound):
         shades = [[(v + bound) / (2 * bound) for v in vector]]
-        d.cells(x - 0.36, y - 0.11, shades, cell=(0.09, 0.22), cmap="RdBu_r", labels=False)
+        d.cells(
+            x - 0.36,
+            y - 0.11,
+            shades,
+            cell=(0.09, 0.22),
+            cmap="RdBu_r",
+            labels=False,
+        )
 
     d = Diagram(4.5, 5.45)
-    d.text(0.05, 0.2, "Input = token embedding + position", ha="left", weight="bold")
-    for label, y in [("token", 0.9), ("embedding", 1.35), ("+ position", 1.75), ("= input", 2.15)]:
+    d.text(
+        0.05,
+        0.2,
+        "Input = token embedding + position",
+        ha="left",
+        weight="bold",
+    )
+    for label, y in [
+        ("token", 0.9),
+        ("embedding", 1.35),
+        ("+ position", 1.75),
+        ("= input", 2.15),
+    ]:
         d.text(0.05, y, label, ha="left")
-    for t, (cx, token) in enumerate(zip([1.55, 2.35, 3.15, 3.95], tokens, strict=True)):
+    for t, (cx, token) in enumerate(
+        zip([1.55, 2.35, 3.15, 3.95], tokens, strict=True)
+    ):
         d.text(cx, 0.55, f"t={t}")
         d.tensor(cx, 0.9, 0.45, 0.36, str(token))
         strip(cx, 1.35, embedding[t], 1.0)
         strip(cx, 1.75, position[t], 1.0)
         strip(cx, 2.15, embedding[t] + np.array(position[t]), 2.0)
 
-    d.text(0.05, 2.75, "Each pair turns at its own speed", ha="left", weight="bold")
+    d.text(
+        0.05, 2.75, "Each pair turns at its own speed", ha="left", weight="bold"
+    )
     radius, cy = 0.68, 3.9
     for cx, pair, every in [(1.15, 0, 1), (3.35, 1, 10)]:
         # The slow pair is drawn every 10 positions: it needs 10 steps to turn as far.
         d.circle(cx, cy, radius, role="mask", lw=1.2)
         for t in range(0, 6 * every, every):
             angle = t * speeds[pair]
-            d.circle(cx + radius * math.sin(angle), cy - radius * math.cos(angle), 0.05, fill=INK)
+            d.circle(
+                cx + radius * math.sin(angle),
+                cy - radius * math.cos(angle),
+                0.05,
+                fill=INK,
+            )
             lx = cx + (radius + 0.22) * math.sin(angle)
             d.text(lx, cy - (radius + 0.22) * math.cos(angle), str(t))
         angle = 2 * every * speeds[pair]
-        d.arrow((cx, cy), (cx + radius * math.sin(angle), cy - radius * math.cos(angle)))
+        d.arrow(
+            (cx, cy),
+            (cx + radius * math.sin(angle), cy - radius * math.cos(angle)),
+        )
         d.text(cx, cy + radius + 0.45, f"dims {2 * pair}, {2 * pair + 1}")
         d.text(cx, cy + radius + 0.7, f"{speeds[pair]:g} rad per step")
     return d
@@ -217,7 +316,9 @@ def _block_column(d, cx, title, items):
     for kind, label in items:
         if kind == "branch":
             d.line([(cx, previous_bottom), (cx, y)])
-            d.circle(cx, y, 0.045, role="residual", fill=ROLE_COLOURS["residual"])
+            d.circle(
+                cx, y, 0.045, role="residual", fill=ROLE_COLOURS["residual"]
+            )
             branch_y, previous_bottom = y, y
             y += 0.27
             continue
@@ -226,7 +327,10 @@ def _block_column(d, cx, title, items):
         if kind == "add":
             d.circle(cx, y, half, role="residual", fill="white")
             d.text(cx, y - 0.01, "+", colour=ROLE_COLOURS["residual"])
-            d.line([(cx, branch_y), (residual_x, branch_y), (residual_x, y)], role="residual")
+            d.line(
+                [(cx, branch_y), (residual_x, branch_y), (residual_x, y)],
+                role="residual",
+            )
             d.arrow((residual_x, y), (cx + half, y), role="residual")
         else:
             d.operation(cx, y, 1.5, 0.34, label, dashed=kind == "dropout")
@@ -285,14 +389,25 @@ def _bar(d, y, visible, x0=0.3, length=3.9, height=0.26):
     for end in range(1, len(visible) + 1):
         if end == len(visible) or visible[end] != visible[start]:
             role = "key" if visible[start] else "mask"
-            d.tensor(x0 + (start + end) / 2 * step, y, (end - start) * step, height, "", role)
+            d.tensor(
+                x0 + (start + end) / 2 * step,
+                y,
+                (end - start) * step,
+                height,
+                "",
+                role,
+            )
             start = end
     return lambda position: x0 + (position + 0.5) * step
 
 
 def what_each_position_sees() -> Diagram:
     """Chapter 8's three models: which inputs the output at position 50 of 100 depends on."""
-    from helpers.tasks.shapes import ShapesLSTM, make_shapes_attention_model, make_shapes_cnn
+    from helpers.tasks.shapes import (
+        ShapesLSTM,
+        make_shapes_attention_model,
+        make_shapes_cnn,
+    )
 
     models = [
         ("CNN", make_shapes_cnn()),
@@ -316,14 +431,32 @@ def what_each_position_sees() -> Diagram:
             d.text(x_of(50), below + 0.22, "5 convolutions of width 5: ±10")
             top += 1.55
         elif name == "CNN + attention":
-            for source in (5, 30, 75, 95):  # arcs below the bar, into the output position
+            for source in (
+                5,
+                30,
+                75,
+                95,
+            ):  # arcs below the bar, into the output position
                 rad = 0.35 if source < 50 else -0.35
-                d.arrow((x_of(source), below), (x_of(50), below), role="key", rad=rad)
+                d.arrow(
+                    (x_of(source), below),
+                    (x_of(50), below),
+                    role="key",
+                    rad=rad,
+                )
             d.text(x_of(50), below + 0.55, "one step to any position")
             top += 1.85
         else:
-            d.arrow((x_of(0), below + 0.15), (x_of(50) - 0.05, below + 0.15), role="key")
-            d.arrow((x_of(99), below + 0.15), (x_of(50) + 0.05, below + 0.15), role="key")
+            d.arrow(
+                (x_of(0), below + 0.15),
+                (x_of(50) - 0.05, below + 0.15),
+                role="key",
+            )
+            d.arrow(
+                (x_of(99), below + 0.15),
+                (x_of(50) + 0.05, below + 0.15),
+                role="key",
+            )
             d.text(x_of(25), below + 0.4, "forward: 50 steps")
             d.text(x_of(75), below + 0.4, "backward: 49 steps")
     return d
@@ -348,7 +481,10 @@ def encoder_decoder() -> Diagram:
     d.tensor(enc, 3.3, 1.3, 0.48, "memory\n(B, Ts, D)")
 
     # One decoder block, repeated L times (residuals and norms as in chapter 6).
-    d.line([(2.25, 2.0), (4.42, 2.0), (4.42, 4.65), (2.25, 4.65), (2.25, 2.0)], dashed=True)
+    d.line(
+        [(2.25, 2.0), (4.42, 2.0), (4.42, 4.65), (2.25, 4.65), (2.25, 2.0)],
+        dashed=True,
+    )
     d.text(4.15, 4.5, "×L")
     d.arrow((dec, 1.76), (dec, 2.2))
     d.operation(dec, 2.5, op_w, 0.6, "causal\nself-attention", "mask")
@@ -379,9 +515,14 @@ def decoder_only() -> Diagram:
     d.operation(spine, 1.65, op_w, 0.42, "+ learned positions")
     d.arrow((spine, 1.86), (spine, 2.42), label="(B, T, D)")
     # One block, repeated L times (pre-norm: RMSNorm before each sublayer, residuals around).
-    d.line([(0.55, 2.25), (2.95, 2.25), (2.95, 4.3), (0.55, 4.3), (0.55, 2.25)], dashed=True)
+    d.line(
+        [(0.55, 2.25), (2.95, 2.25), (2.95, 4.3), (0.55, 4.3), (0.55, 2.25)],
+        dashed=True,
+    )
     d.text(2.75, 4.1, "×L")
-    d.operation(spine, 2.7, op_w, 0.56, "RMSNorm, causal\nself-attention", "mask")
+    d.operation(
+        spine, 2.7, op_w, 0.56, "RMSNorm, causal\nself-attention", "mask"
+    )
     d.arrow((spine, 2.98), (spine, 3.3))
     d.operation(spine, 3.58, op_w, 0.56, "RMSNorm,\nfeed-forward")
     d.text(spine, 4.08, "each with a residual")
@@ -411,13 +552,21 @@ def kv_cache() -> Diagram:
     """Decoder-only attention: a causal mask in training, a cache and one new row in generation."""
     d = Diagram(4.5, 5.5)
     size, cell = 5, 0.3
-    d.text(0.05, 0.2, "Training: all positions, causal mask", ha="left", weight="bold")
+    d.text(
+        0.05,
+        0.2,
+        "Training: all positions, causal mask",
+        ha="left",
+        weight="bold",
+    )
     d.text(1.1, 0.55, "keys 0 … 4")
     d.text(0.2, 1.35, "queries 0 … 4", rotation=90)
     causal = [[j <= i for j in range(size)] for i in range(size)]
     colours = [[tint(ROLE_COLOURS["key"]) if ok else ROLE_COLOURS["mask"] for ok in row]
                for row in causal]  # fmt: skip
-    d.cells(0.35, 0.72, causal, cell=(cell, cell), colours=colours, labels=False)
+    d.cells(
+        0.35, 0.72, causal, cell=(cell, cell), colours=colours, labels=False
+    )
     last_row_y = 0.72 + (size - 1) * cell
     # The row that generation computes at step 4, outlined in the query colour.
     d.tensor(0.35 + size * cell / 2, last_row_y + cell / 2, size * cell, cell, "", "query",
@@ -427,7 +576,9 @@ def kv_cache() -> Diagram:
     for i, line in enumerate(legend):
         d.text(2.1, 0.85 + i * 0.26, line, ha="left")
 
-    d.text(0.05, 2.55, "Generation: a key/value cache", ha="left", weight="bold")
+    d.text(
+        0.05, 2.55, "Generation: a key/value cache", ha="left", weight="bold"
+    )
     d.tensor(0.5, 3.25, 0.7, 0.42, "q4", "query")
     for j in range(size):
         new = j == size - 1
@@ -460,7 +611,10 @@ DIAGRAMS = {
     "positional_encoding": (positional_encoding, "05_positional_encoding"),
     "encoder_block": (encoder_block, "06_encoder"),
     "encoder_stack": (encoder_stack, "07_reverse_prediction"),
-    "what_each_position_sees": (what_each_position_sees, "08_cnn_attention_lstm"),
+    "what_each_position_sees": (
+        what_each_position_sees,
+        "08_cnn_attention_lstm",
+    ),
     "encoder_decoder": (encoder_decoder, "09_encoder_decoder"),
     "decoder_only": (decoder_only, "10_decoder_only_lm"),
     "kv_cache": (kv_cache, "10_decoder_only_lm"),
@@ -470,11 +624,17 @@ DIAGRAMS = {
 def main(names: list[str]) -> None:
     unknown = sorted(set(names) - set(DIAGRAMS))
     if unknown:
-        raise SystemExit(f"unknown diagrams {unknown}; known: {sorted(DIAGRAMS)}")
+        raise SystemExit(
+            f"unknown diagrams {unknown}; known: {sorted(DIAGRAMS)}"
+        )
     OUT.mkdir(parents=True, exist_ok=True)
     for name in names or DIAGRAMS:
         draw, _chapter = DIAGRAMS[name]
-        print(draw().save(OUT / f"{name}.svg").relative_to(OUT.parent.parent.parent))
+        print(
+            draw()
+            .save(OUT / f"{name}.svg")
+            .relative_to(OUT.parent.parent.parent)
+        )
 
 
 if __name__ == "__main__":

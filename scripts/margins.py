@@ -218,7 +218,9 @@ def reverse_data():
     c = BOOK_CONFIG
     sizes = ((c.num_train, 0), (1_000, 1), (10_000, 2))
     return [
-        make_reverse_dataset(n, c.seq_len, c.num_classes, torch.Generator().manual_seed(s))
+        make_reverse_dataset(
+            n, c.seq_len, c.num_classes, torch.Generator().manual_seed(s)
+        )
         for n, s in sizes
     ]
 
@@ -227,7 +229,9 @@ def sequence_accuracy(model, inputs, targets) -> float:
     """The share of sequences reversed without a mistake (the model put in eval mode)."""
     model.eval()
     with torch.no_grad():
-        return (model(inputs).argmax(-1) == targets).all(-1).float().mean().item()
+        return (
+            (model(inputs).argmax(-1) == targets).all(-1).float().mean().item()
+        )
 
 
 def best_other_length_accuracy(model, num_classes: int) -> float:
@@ -235,13 +239,17 @@ def best_other_length_accuracy(model, num_classes: int) -> float:
     best = 0.0
     for length in (8, 12, 20, 24):
         generator = torch.Generator().manual_seed(3)
-        x, y = make_reverse_dataset(2000, length, num_classes, generator).tensors
+        x, y = make_reverse_dataset(
+            2000, length, num_classes, generator
+        ).tensors
         with torch.no_grad():
             best = max(best, token_accuracy(model(x), y).item())
     return best
 
 
-def attention_dropout_accuracy(model, inputs, targets, trained_dropout: float) -> float:
+def attention_dropout_accuracy(
+    model, inputs, targets, trained_dropout: float
+) -> float:
     """The chapter's mechanism check: attention dropout 0.3 switched on in the trained model.
 
     The model is put back as it was: eval mode, attention dropout ``trained_dropout``.
@@ -267,7 +275,11 @@ def reverse_chapter(args, seeds) -> pd.DataFrame:
     for seed in seeds:
         config = BOOK_CONFIG.replace(seed=seed)
         losses, bare_accuracy = bare_loop(config, train_set, val_set)
-        row = {"seed": seed, "bare first loss": losses[0], "bare val accuracy": bare_accuracy}
+        row = {
+            "seed": seed,
+            "bare first loss": losses[0],
+            "bare val accuracy": bare_accuracy,
+        }
         model, history, test = train_and_test(config, train_set, test_loader)
         logged = history.set_index("step")
         row |= {
@@ -278,21 +290,35 @@ def reverse_chapter(args, seeds) -> pd.DataFrame:
             "accuracy@10": logged["train_accuracy"][10],
             "accuracy@30": logged["train_accuracy"][30],
             "steps to 99%": steps_to_accuracy(history),
-            "max anti-diagonal mass": mirror_routing(model, inputs[:500], config.seq_len)[2],
+            "max anti-diagonal mass": mirror_routing(
+                model, inputs[:500], config.seq_len
+            )[2],
             "attention-dropout accuracy": attention_dropout_accuracy(
                 model, inputs, targets, config.dropout
             ),
-            "best other-length accuracy": best_other_length_accuracy(model, config.num_classes),
+            "best other-length accuracy": best_other_length_accuracy(
+                model, config.num_classes
+            ),
         }
-        _, _, blind = train_and_test(config.replace(positional=False), train_set, test_loader)
-        row["blind - oracle"] = blind["accuracy"] - bag_oracle_accuracy(inputs, config.num_classes)
+        _, _, blind = train_and_test(
+            config.replace(positional=False), train_set, test_loader
+        )
+        row["blind - oracle"] = blind["accuracy"] - bag_oracle_accuracy(
+            inputs, config.num_classes
+        )
         dropout_model, dropout_history, dropout = train_and_test(
             config.replace(dropout=0.3), train_set, test_loader
         )
-        row["dropout train accuracy"] = dropout_history["train_accuracy"].tail(5).mean()
+        row["dropout train accuracy"] = (
+            dropout_history["train_accuracy"].tail(5).mean()
+        )
         row["dropout test accuracy"] = dropout["accuracy"]
-        row["plain - dropout test accuracy"] = test["accuracy"] - dropout["accuracy"]
-        row["dropout sequence accuracy"] = sequence_accuracy(dropout_model, inputs, targets)
+        row["plain - dropout test accuracy"] = (
+            test["accuracy"] - dropout["accuracy"]
+        )
+        row["dropout sequence accuracy"] = sequence_accuracy(
+            dropout_model, inputs, targets
+        )
         row["plain - dropout sequence accuracy"] = (
             row["test sequence accuracy"] - row["dropout sequence accuracy"]
         )
@@ -310,8 +336,12 @@ def reverse_schedules(args, seeds) -> pd.DataFrame:
             config = BOOK_CONFIG.replace(seed=seed, **changes)
             row = {"run": name, "seed": seed}
             try:
-                _, history = train_reverse(config, train_set, max_steps=args.max_steps)
-            except FloatingPointError:  # a diverged run: fit stops on a non-finite loss
+                _, history = train_reverse(
+                    config, train_set, max_steps=args.max_steps
+                )
+            except (
+                FloatingPointError
+            ):  # a diverged run: fit stops on a non-finite loss
                 rows.append(row | {"steps to 99%": None, "final": float("nan")})
                 continue
             accuracies = history.set_index("step")["train_accuracy"]
@@ -332,13 +362,20 @@ def reverse_ablations(args, seeds) -> pd.DataFrame:
     for seed in seeds:
         for name, changes in ABLATIONS.items():
             config = BOOK_CONFIG.replace(seed=seed, **changes)
-            model, history, test = train_and_test(config, train_set, test_loader)
+            model, history, test = train_and_test(
+                config, train_set, test_loader
+            )
             # the chapter's routing check: the mirror head still reads key 15 - t at 20, 24
-            _, _, mass, reads = mirror_routing(model, inputs[:500], config.seq_len)
+            _, _, mass, reads = mirror_routing(
+                model, inputs[:500], config.seq_len
+            )
             routing = {
                 f"mirror reads at {length}": reads(
                     make_reverse_dataset(
-                        500, length, config.num_classes, torch.Generator().manual_seed(3)
+                        500,
+                        length,
+                        config.num_classes,
+                        torch.Generator().manual_seed(3),
                     ).tensors[0]
                 )
                 for length in (20, 24)
@@ -347,12 +384,20 @@ def reverse_ablations(args, seeds) -> pd.DataFrame:
             row = {
                 "run": name,
                 "seed": seed,
-                "train accuracy": train_accuracy.tail(5).mean(),  # dropout on, if any
-                "train accuracy std": train_accuracy.tail(10).std(),  # noise of the curve
+                "train accuracy": train_accuracy.tail(
+                    5
+                ).mean(),  # dropout on, if any
+                "train accuracy std": train_accuracy.tail(
+                    10
+                ).std(),  # noise of the curve
                 "test accuracy": test["accuracy"],
-                "test sequence accuracy": sequence_accuracy(model, inputs, targets),
+                "test sequence accuracy": sequence_accuracy(
+                    model, inputs, targets
+                ),
                 "bag oracle": bag_oracle_accuracy(inputs, config.num_classes),
-                "best other-length accuracy": best_other_length_accuracy(model, config.num_classes),
+                "best other-length accuracy": best_other_length_accuracy(
+                    model, config.num_classes
+                ),
                 "max anti-diagonal mass": mass,
                 **routing,
                 "attention-dropout 0.3 accuracy": attention_dropout_accuracy(
@@ -375,7 +420,9 @@ def shapes_data(num_train: int = 20_000):
     test set, and the local oracle's and the copy-the-input rule's test MSE on the same scale.
     """
     sizes_and_seeds = ((num_train, 1), (1000, 2), (1000, 3))
-    train, val, test = (make_shapes_dataset(n, seed=s) for n, s in sizes_and_seeds)
+    train, val, test = (
+        make_shapes_dataset(n, seed=s) for n, s in sizes_and_seeds
+    )
     sets, std = standardize(train, train, val, test)
     oracle = (((local_oracle(test) - test.targets) / std) ** 2).mean().item()
     copy = (((test.inputs - test.targets) / std) ** 2).mean().item()
@@ -421,12 +468,17 @@ def shapes_seeds(args, seeds) -> pd.DataFrame:
     train_set, val_set, test_set, test_data, oracle, copy = shapes_data()
     lstm_seeds = range(args.first_seed, args.first_seed + args.lstm_seeds)
     jobs = [dict(name="bidirectional LSTM", seed=s) for s in lstm_seeds]
-    jobs += [dict(name=n, seed=s) for s in seeds for n in ("CNN + attention", "CNN")]
+    jobs += [
+        dict(name=n, seed=s) for s in seeds for n in ("CNN + attention", "CNN")
+    ]
     jobs += [dict(name="batch-axis LSTM", seed=s) for s in seeds]
     trained = run_in_processes(train_shapes_model, jobs, workers=args.workers,
                                train_set=train_set, val_set=val_set, test_set=test_set,
                                epochs=args.epochs)  # fmt: skip
-    results = {(job["name"], job["seed"]): out for job, out in zip(jobs, trained, strict=True)}
+    results = {
+        (job["name"], job["seed"]): out
+        for job, out in zip(jobs, trained, strict=True)
+    }
     print(f"oracle {oracle:.4f} copy {copy:.4f}")
     rows = []
     for seed in seeds:
@@ -436,7 +488,9 @@ def shapes_seeds(args, seeds) -> pd.DataFrame:
         for name in SHAPES_MODELS:
             if (name, seed) in results:
                 row[f"mse {name}"] = results[name, seed][2]
-        row["ratio CNN / attention"] = row["mse CNN"] / row["mse CNN + attention"]
+        row["ratio CNN / attention"] = (
+            row["mse CNN"] / row["mse CNN + attention"]
+        )
         row["CNN / oracle"] = row["mse CNN"] / oracle
         row["attention / oracle"] = row["mse CNN + attention"] / oracle
         row["batch-axis / copy"] = row["mse batch-axis LSTM"] / copy
@@ -460,7 +514,11 @@ def shapes_overfit(args, seeds) -> pd.DataFrame:
     train_set = shapes_data()[0]
     jobs = [dict(name=n, seed=s) for s in seeds for n in PROPER_MODELS]
     curves = run_in_processes(
-        overfit_curve, jobs, workers=args.workers, train_set=train_set, **SOURCE_OVERFIT
+        overfit_curve,
+        jobs,
+        workers=args.workers,
+        train_set=train_set,
+        **SOURCE_OVERFIT,
     )
     return pd.DataFrame(
         {"model": job["name"], "seed": job["seed"], "step": step, "loss": loss}
@@ -484,10 +542,18 @@ def corner_data():
 
 def sorting_data():
     config = SortingConfig()
-    train = make_sorting_dataset(config.num_train, config.max_len, torch.Generator().manual_seed(1))
-    test = make_sorting_dataset(2000, config.max_len, torch.Generator().manual_seed(2))
+    train = make_sorting_dataset(
+        config.num_train, config.max_len, torch.Generator().manual_seed(1)
+    )
+    test = make_sorting_dataset(
+        2000, config.max_len, torch.Generator().manual_seed(2)
+    )
     distinct = make_sorting_dataset(
-        500, config.max_len, torch.Generator().manual_seed(3), min_len=config.max_len, distinct=True
+        500,
+        config.max_len,
+        torch.Generator().manual_seed(3),
+        min_len=config.max_len,
+        distinct=True,
     )
     return train, test, distinct
 
@@ -495,15 +561,21 @@ def sorting_data():
 def cross_attention_focus(model, points) -> float:
     """The smaller, over the two queries, of the best head's mean weight on source point t."""
     source, decoder_input, _ = teacher_forcing_split(points).tensors
-    cross = model.get_attention_maps(source, decoder_input)["cross"][-1]  # (B, H, 2, 2)
-    diagonal = cross.diagonal(dim1=-2, dim2=-1).mean(0)  # (H, 2): query t -> key t
+    cross = model.get_attention_maps(source, decoder_input)["cross"][
+        -1
+    ]  # (B, H, 2, 2)
+    diagonal = cross.diagonal(dim1=-2, dim2=-1).mean(
+        0
+    )  # (H, 2): query t -> key t
     return diagonal.max(dim=0).values.min().item()
 
 
 def permutation_hits(model, distinct) -> float:
     """The best cross-attention head's rate of arg-max on the source digit being written."""
     source, decoder_input, _ = distinct.tensors
-    order = source.argsort(-1)  # (N, Ts): source position of the t-th smallest digit
+    order = source.argsort(
+        -1
+    )  # (N, Ts): source position of the t-th smallest digit
     best = 0.0
     for weights in model.get_attention_maps(source, decoder_input)["cross"]:
         hits = weights[:, :, : source.shape[1]].argmax(-1) == order[:, None]
@@ -517,7 +589,9 @@ def encoder_decoder_seed(seed, corners, sorting) -> dict:
     model, _ = train_corners(CornerConfig(seed=seed), train, test)
     train_mse, _ = free_running_mse(model, train)
     test_mse, free_mse = free_running_mse(model, test)
-    plain, _ = train_corners(CornerConfig(seed=seed, residual=False), train, test)
+    plain, _ = train_corners(
+        CornerConfig(seed=seed, residual=False), train, test
+    )
     split = teacher_forcing_split(test).tensors
     row = {
         "seed": seed,
@@ -528,8 +602,12 @@ def encoder_decoder_seed(seed, corners, sorting) -> dict:
         "free-running - teacher-forced": free_mse - test_mse,
         "plain (source 001) test mse": free_running_mse(plain, test)[0],
         "cross-attention focus": cross_attention_focus(model, test),
-        "corner rule mse": F.mse_loss(reflection_rule(split[0]), split[2]).item(),
-        "follows the rule": follows_the_rule(model, test, torch.Generator().manual_seed(5)),
+        "corner rule mse": F.mse_loss(
+            reflection_rule(split[0]), split[2]
+        ).item(),
+        "follows the rule": follows_the_rule(
+            model, test, torch.Generator().manual_seed(5)
+        ),
     }
     row["model - rule mse"] = test_mse - row["corner rule mse"]
     config = SortingConfig(seed=seed)
@@ -537,28 +615,40 @@ def encoder_decoder_seed(seed, corners, sorting) -> dict:
     model, _ = train_sorting(config, sort_train)
     source, decoder_input, target = sort_test.tensors
     with torch.no_grad():
-        teacher_forced = sorting_accuracy(model(source, decoder_input), target).item()
+        teacher_forced = sorting_accuracy(
+            model(source, decoder_input), target
+        ).item()
     generated = generated_accuracy(model, sort_test)
     full = exposure_bias(model, sort_test)
     row |= {
-        "full: token tf - generated": full["token_tf"] - full["token_generated"],
+        "full: token tf - generated": full["token_tf"]
+        - full["token_generated"],
         "full: positions after a mistake": full["num_after"],
         "full: beam-4 accuracy": generated_accuracy(model, sort_test, 4),
-        "full: ece": calibration(model(source, decoder_input).detach(), target)[0],
+        "full: ece": calibration(model(source, decoder_input).detach(), target)[
+            0
+        ],
         "sorting teacher-forced accuracy": teacher_forced,
         "sorting generated accuracy": generated,
         "sorting gap": teacher_forced - generated,
         "permutation hits": permutation_hits(model, distinct),
     }
-    study_test = make_sorting_dataset(1000, config.max_len, torch.Generator().manual_seed(4))
+    study_test = make_sorting_dataset(
+        1000, config.max_len, torch.Generator().manual_seed(4)
+    )
     for epsilon in (0.0, 0.1):
         for label, epochs in (("weak", WEAK_EPOCHS), ("full", config.epochs)):
             if label == "full" and epsilon == 0.0:
                 continue  # measured above on the same model
-            run_config = SortingConfig(seed=seed, epochs=epochs, label_smoothing=epsilon)
+            run_config = SortingConfig(
+                seed=seed, epochs=epochs, label_smoothing=epsilon
+            )
             result = train_and_measure(run_config, sort_train, study_test)
             result.pop("reliability")
-            row |= {f"{label} ls={epsilon}: {key}": value for key, value in result.items()}
+            row |= {
+                f"{label} ls={epsilon}: {key}": value
+                for key, value in result.items()
+            }
     return row
 
 
@@ -581,35 +671,57 @@ def encoder_decoder_seeds(args, seeds) -> pd.DataFrame:
 
 NUM_TRAIN, NUM_VAL, NUM_SAMPLES = 10_000, 1_000, 1_000
 ORDERS = range(2, 11)
-OVERFIT = dict(batch_size=16, epochs=60, lr=3e-3, weight_decay=0.0, warmup_steps=20)
+OVERFIT = dict(
+    batch_size=16, epochs=60, lr=3e-3, weight_decay=0.0, warmup_steps=20
+)
 
 
 def lm_seed(seed: int, quick: bool = False) -> dict:
     """The chapter's recipe for one seed; ``quick`` stops after the samples."""
     seeded = lambda offset: torch.Generator().manual_seed(offset)  # noqa: E731
-    train, val = make_strings(NUM_TRAIN, seeded(1)), make_strings(NUM_VAL, seeded(2))
+    train, val = (
+        make_strings(NUM_TRAIN, seeded(1)),
+        make_strings(NUM_VAL, seeded(2)),
+    )
     config = BracketConfig(seed=seed)
     train_rows = make_rows(train, config.context_length)
     val_rows = make_rows(val, config.context_length)
     start = time.perf_counter()
     model, _ = train_brackets(config, train_rows, val_rows)
     seconds = time.perf_counter() - start
-    row = {"seed": seed, "seconds": round(seconds), "val_loss": per_token_loss(model, val_rows)}
-    row["above_floor"] = row["val_loss"] - generator_loss(val)  # the same strings' floor
+    row = {
+        "seed": seed,
+        "seconds": round(seconds),
+        "val_loss": per_token_loss(model, val_rows),
+    }
+    row["above_floor"] = row["val_loss"] - generator_loss(
+        val
+    )  # the same strings' floor
     row["above_rate"] = row["val_loss"] - entropy_rate()
-    row["above_packed"] = row["val_loss"] - packed_generator_loss(val, train, 64)
+    row["above_packed"] = row["val_loss"] - packed_generator_loss(
+        val, train, 64
+    )
     known = set(train)
     for temperature in (1.0, 0.7, 1.5):
-        samples = sample_strings(model, NUM_SAMPLES, seeded(3 + seed), temperature)
+        samples = sample_strings(
+            model, NUM_SAMPLES, seeded(3 + seed), temperature
+        )
         row[f"valid_T{temperature}"] = validity_rate(samples)
-        new = [s is not None and is_balanced(s) and s not in known for s in samples]
+        new = [
+            s is not None and is_balanced(s) and s not in known for s in samples
+        ]
         row[f"valid_new_T{temperature}"] = sum(new) / NUM_SAMPLES
         if temperature == 1.0:
-            row["new"] = sum(s is not None and s not in known for s in samples) / NUM_SAMPLES
+            row["new"] = (
+                sum(s is not None and s not in known for s in samples)
+                / NUM_SAMPLES
+            )
             valid = [s for s in samples if s is not None and is_balanced(s)]
             row["valid_mean_len"] = sum(map(len, valid)) / len(valid)
             row["valid_over_32"] = sum(len(s) > 32 for s in valid) / len(valid)
-    drawn = make_strings(NUM_SAMPLES, seeded(3 + seed))  # the generator's own baseline
+    drawn = make_strings(
+        NUM_SAMPLES, seeded(3 + seed)
+    )  # the generator's own baseline
     row["generator_new"] = sum(s not in known for s in drawn) / NUM_SAMPLES
     row["generator_mean_len"] = sum(map(len, drawn)) / NUM_SAMPLES
     if quick:
@@ -620,12 +732,18 @@ def lm_seed(seed: int, quick: bool = False) -> dict:
     best = min(losses, key=losses.get)
     ngram = NGramModel(best).fit(train)
     row |= {"ngram_n": best, "ngram_loss": losses[best]}
-    row["ngram_valid"] = validity_rate(ngram.sample(NUM_SAMPLES, seeded(3 + seed), 64))
+    row["ngram_valid"] = validity_rate(
+        ngram.sample(NUM_SAMPLES, seeded(3 + seed), 64)
+    )
     row["ngram_closing"] = closing_accuracy(ngram.probabilities, val)
     far = (best, 10**6)  # the opening bracket out of the n-gram model's sight
-    row["closing_far"] = closing_accuracy(lambda prefix: probabilities[prefix], val, far)
+    row["closing_far"] = closing_accuracy(
+        lambda prefix: probabilities[prefix], val, far
+    )
     row["ngram_closing_far"] = closing_accuracy(ngram.probabilities, val, far)
-    row["ngram_closing_near"] = closing_accuracy(ngram.probabilities, val, (1, best - 1))
+    row["ngram_closing_near"] = closing_accuracy(
+        ngram.probabilities, val, (1, best - 1)
+    )
     small_train = make_strings(300, seeded(11))
     small_val = make_strings(300, seeded(12))
     _, history = train_brackets(
@@ -664,7 +782,14 @@ def lm_quick(args, seeds) -> pd.DataFrame:
 NUM_HEADS, D_HEAD, T_LONG, BLOCK = 2, 64, 4096, 256
 SHAPES_TRAIN, SHAPES_EPOCHS, WINDOWS = 16_000, 1, (3, 100)
 KINDS = ("learned", "sinusoidal", "rope", "alibi", "none")
-GEN = {"vocab": 512, "width": 256, "layers": 4, "heads": 8, "prompt": 64, "new": 64}
+GEN = {
+    "vocab": 512,
+    "width": 256,
+    "layers": 4,
+    "heads": 8,
+    "prompt": 64,
+    "new": 64,
+}
 RETRIEVAL_RUNS = [(kind, None) for kind in KINDS] + [
     ("sinusoidal", "tokens"),
     ("sinusoidal", "encoding"),
@@ -673,13 +798,20 @@ RETRIEVAL_RUNS = [(kind, None) for kind in KINDS] + [
 
 def long_cost(args, seeds) -> pd.DataFrame:
     """Memory and time ratios at T = 4096 and the cache's speed-up, three repeats (no seeds)."""
-    naive = lambda q, k, v: scaled_dot_product_attention(q, k, v, validate=False)[0]  # noqa: E731
+
+    def naive(q, k, v):
+        return scaled_dot_product_attention(q, k, v, validate=False)[0]
+
     tiled = lambda q, k, v: tiled_attention(q, k, v, block_size=BLOCK)  # noqa: E731
     rows = []
     for repeat in range(3):
         with torch.inference_mode():
-            q, k, v = (torch.randn(1, NUM_HEADS, T_LONG, D_HEAD) for _ in range(3))
-            memory = peak_cpu_bytes(tiled, q, k, v) / peak_cpu_bytes(naive, q, k, v)
+            q, k, v = (
+                torch.randn(1, NUM_HEADS, T_LONG, D_HEAD) for _ in range(3)
+            )
+            memory = peak_cpu_bytes(tiled, q, k, v) / peak_cpu_bytes(
+                naive, q, k, v
+            )
             speed = median_seconds(naive, q, k, v, repeats=3) / median_seconds(
                 F.scaled_dot_product_attention, q, k, v, repeats=3
             )
@@ -689,9 +821,16 @@ def long_cost(args, seeds) -> pd.DataFrame:
                            positions="rope")  # fmt: skip
         model = GPT(config).eval()
         prompt = torch.randint(GEN["vocab"], (1, GEN["prompt"]))
-        cached = median_seconds(model.generate, prompt, GEN["new"], greedy=True, repeats=3)
+        cached = median_seconds(
+            model.generate, prompt, GEN["new"], greedy=True, repeats=3
+        )
         recomputed = median_seconds(
-            model.generate, prompt, GEN["new"], greedy=True, use_cache=False, repeats=3
+            model.generate,
+            prompt,
+            GEN["new"],
+            greedy=True,
+            use_cache=False,
+            repeats=3,
         )
         rows.append({"repeat": repeat, "tiled/naive memory": memory, "naive/fused time": speed,
                      "cache speed-up": recomputed / cached})  # fmt: skip
@@ -713,7 +852,11 @@ def long_retrieval(args, seeds) -> pd.DataFrame:
     """Accuracy at 1, 2 and 4 times the training length: one row per run and seed."""
     runs = [(kind, scale) for kind, scale in RETRIEVAL_RUNS
             if args.runs is None or f"{kind}/{scale or '-'}" in args.runs]  # fmt: skip
-    jobs = [dict(positions=kind, scale=scale, seed=s) for s in seeds for kind, scale in runs]
+    jobs = [
+        dict(positions=kind, scale=scale, seed=s)
+        for s in seeds
+        for kind, scale in runs
+    ]
     trained = run_in_processes(train_retrieval, jobs, workers=args.workers,
                                config=RetrievalConfig())  # fmt: skip
     table = pd.DataFrame([{**job, **accuracy}
@@ -735,7 +878,14 @@ CHAPTERS = {
             "ablations": (reverse_ablations, ["run"]),
         },
     ),
-    "shapes": (8, 5, {"seeds": (shapes_seeds, []), "overfit": (shapes_overfit, ["model", "step"])}),
+    "shapes": (
+        8,
+        5,
+        {
+            "seeds": (shapes_seeds, []),
+            "overfit": (shapes_overfit, ["model", "step"]),
+        },
+    ),
     "encoder-decoder": (9, 5, {"seeds": (encoder_decoder_seeds, [])}),
     "lm": (10, 3, {"all": (lm_all, []), "quick": (lm_quick, [])}),
     "long": (
@@ -752,12 +902,22 @@ CHAPTERS = {
 
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--seeds", type=int, help="how many seeds (default: the chapter's)")
-    common.add_argument("--first-seed", type=int, default=0, help="seeds first-seed, ...")
-    common.add_argument("--workers", type=int, default=2, help="training processes at once")
-    common.add_argument("--out", help="write the table here (CSV, one row per run)")
+    common.add_argument(
+        "--seeds", type=int, help="how many seeds (default: the chapter's)"
+    )
+    common.add_argument(
+        "--first-seed", type=int, default=0, help="seeds first-seed, ..."
+    )
+    common.add_argument(
+        "--workers", type=int, default=2, help="training processes at once"
+    )
+    common.add_argument(
+        "--out", help="write the table here (CSV, one row per run)"
+    )
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    chapters = parser.add_subparsers(dest="chapter", required=True, metavar="CHAPTER")
+    chapters = parser.add_subparsers(
+        dest="chapter", required=True, metavar="CHAPTER"
+    )
     for name, (number, seeds, parts) in CHAPTERS.items():
         sub = chapters.add_parser(
             name,
@@ -767,16 +927,32 @@ def build_parser() -> argparse.ArgumentParser:
             description=f"Chapter {number}'s margins; {seeds} seeds unless --seeds says.",
         )
         first = next(iter(parts))
-        sub.add_argument("--part", choices=list(parts), default=first, help=f"default: {first}")
+        sub.add_argument(
+            "--part",
+            choices=list(parts),
+            default=first,
+            help=f"default: {first}",
+        )
         sub.set_defaults(chapter=name)  # the name, also when given the number
         if name == "reverse":
-            sub.add_argument("--max-steps", type=int, default=250, help="schedules: steps per run")
+            sub.add_argument(
+                "--max-steps",
+                type=int,
+                default=250,
+                help="schedules: steps per run",
+            )
         if name == "shapes":
-            sub.add_argument("--lstm-seeds", type=int, default=5, help="seeds of the LSTM")
-            sub.add_argument("--epochs", type=int, default=3, help="the chapter's epochs")
+            sub.add_argument(
+                "--lstm-seeds", type=int, default=5, help="seeds of the LSTM"
+            )
+            sub.add_argument(
+                "--epochs", type=int, default=3, help="the chapter's epochs"
+            )
         if name == "long":
             sub.add_argument(
-                "--runs", nargs="+", help="retrieval runs only, as kind/scale: alibi/-"
+                "--runs",
+                nargs="+",
+                help="retrieval runs only, as kind/scale: alibi/-",
             )
     return parser
 
@@ -784,12 +960,16 @@ def build_parser() -> argparse.ArgumentParser:
 def numerics_label() -> str:
     """``scalar`` under ``ATEN_CPU_CAPABILITY=default``, else the capability or the default."""
     capability = os.environ.get("ATEN_CPU_CAPABILITY")
-    return {None: "machine default", "": "machine default", "default": "scalar"}.get(
-        capability, capability
-    )
+    return {
+        None: "machine default",
+        "": "machine default",
+        "default": "scalar",
+    }.get(capability, capability)
 
 
-def labelled(table: pd.DataFrame, argv: list[str], workers: int) -> pd.DataFrame:
+def labelled(
+    table: pd.DataFrame, argv: list[str], workers: int
+) -> pd.DataFrame:
     """``table`` with the numerics, machine and command that produced it as columns."""
     return table.assign(
         numerics=numerics_label(),
@@ -805,7 +985,9 @@ def summary(table: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     stats = ["min", "median", "max"]
     if not keys:
         return measured.agg(stats).T
-    return measured.groupby([table[key] for key in keys], sort=False, dropna=False).agg(stats)
+    return measured.groupby(
+        [table[key] for key in keys], sort=False, dropna=False
+    ).agg(stats)
 
 
 def main(argv: list[str] | None = None) -> pd.DataFrame:
@@ -816,11 +998,16 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     measure, keys = parts[args.part]
     num_seeds = default_seeds if args.seeds is None else args.seeds
     seeds = range(args.first_seed, args.first_seed + num_seeds)
-    print(f"chapter {number}, {args.part}: {numerics_label()} numerics", flush=True)
+    print(
+        f"chapter {number}, {args.part}: {numerics_label()} numerics",
+        flush=True,
+    )
     table = measure(args, seeds)
     pd.set_option("display.width", 200)
     spread = summary(table, keys).round(4)
-    print((spread.T if spread.shape[1] > spread.shape[0] else spread).to_string())  # the long way
+    print(
+        (spread.T if spread.shape[1] > spread.shape[0] else spread).to_string()
+    )  # the long way
     if args.out:
         labelled(table, argv, args.workers).to_csv(args.out, index=False)
     return table

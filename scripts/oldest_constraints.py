@@ -19,15 +19,25 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def lower_bounds(pyproject: Path = ROOT / "pyproject.toml") -> dict[str, str]:
-    dependencies = tomllib.loads(pyproject.read_text())["project"]["dependencies"]
+    dependencies = tomllib.loads(pyproject.read_text())["project"][
+        "dependencies"
+    ]
     bounds = {}
     for requirement in dependencies:
-        match = re.fullmatch(r"([A-Za-z0-9_.-]+)\s*>=\s*([0-9][0-9A-Za-z.]*)(,.*)?", requirement)
+        match = re.fullmatch(
+            r"([A-Za-z0-9_.-]+)\s*>=\s*([0-9][0-9A-Za-z.]*)(,.*)?", requirement
+        )
         if not match:
-            raise SystemExit(f"{requirement!r} in pyproject.toml has no lower bound (name>=x.y)")
+            raise SystemExit(
+                f"{requirement!r} in pyproject.toml has no lower bound (name>=x.y)"
+            )
         bounds[match[1]] = match[2]
     return bounds
 
 
 if __name__ == "__main__":
-    sys.stdout.write("".join(f"{name}=={version}\n" for name, version in lower_bounds().items()))
+    sys.stdout.write(
+        "".join(
+            f"{name}=={version}\n" for name, version in lower_bounds().items()
+        )
+    )

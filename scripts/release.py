@@ -30,7 +30,9 @@ VERSION = re.compile(r"\d+\.\d+\.\d+")
 
 
 def current_version(root: Path = ROOT) -> str:
-    return re.search(r'^version = "([^"]+)"', (root / "pyproject.toml").read_text(), re.M)[1]
+    return re.search(
+        r'^version = "([^"]+)"', (root / "pyproject.toml").read_text(), re.M
+    )[1]
 
 
 def files_naming_the_version(root: Path = ROOT) -> list[Path]:
@@ -45,7 +47,9 @@ def files_naming_the_version(root: Path = ROOT) -> list[Path]:
 def bump(new: str, root: Path = ROOT) -> list[Path]:
     """Rewrite ``old`` to ``new`` where it names the release; return the files changed."""
     if not VERSION.fullmatch(new):
-        raise SystemExit(f"version {new!r} is not of the form MAJOR.MINOR.PATCH")
+        raise SystemExit(
+            f"version {new!r} is not of the form MAJOR.MINOR.PATCH"
+        )
     old = current_version(root)
     if tuple(map(int, new.split("."))) <= tuple(map(int, old.split("."))):
         raise SystemExit(f"version {new} is not above the current {old}")
@@ -79,7 +83,9 @@ def bump(new: str, root: Path = ROOT) -> list[Path]:
 
 
 def git(*args: str, root: Path = ROOT) -> str:
-    done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
+    done = subprocess.run(
+        ["git", *args], cwd=root, capture_output=True, text=True
+    )
     if done.returncode:
         raise SystemExit(f"git {' '.join(args)} failed: {done.stderr.strip()}")
     return done.stdout.strip()
@@ -93,7 +99,9 @@ def tag(version: str, root: Path = ROOT) -> str:
             f"(python scripts/release.py {version}), make test, commit, then tag"
         )
     if git("status", "--porcelain", "--untracked-files=no", root=root):
-        raise SystemExit("the working tree has uncommitted changes: commit the bump first")
+        raise SystemExit(
+            "the working tree has uncommitted changes: commit the bump first"
+        )
     name = f"v{version}"
     if name in git("tag", "--list", name, root=root).split():
         raise SystemExit(f"tag {name} exists already")
@@ -104,7 +112,9 @@ def tag(version: str, root: Path = ROOT) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("version")
-    parser.add_argument("--tag", action="store_true", help="tag the committed bump")
+    parser.add_argument(
+        "--tag", action="store_true", help="tag the committed bump"
+    )
     args = parser.parse_args()
     if args.tag:
         name = tag(args.version)
@@ -113,7 +123,9 @@ def main() -> None:
     changed = bump(args.version)
     for path in changed:
         print("updated", path.relative_to(ROOT))
-    print("now: make test, commit, then make release-tag VERSION=" + args.version)
+    print(
+        "now: make test, commit, then make release-tag VERSION=" + args.version
+    )
 
 
 if __name__ == "__main__":

@@ -36,9 +36,19 @@ from helpers.vit import ViTConfig
 BASE = ViTConfig()
 
 
-def one_run(experiment: str, model: str, seed: int, num_train, vit: dict, device: str, label):
+def one_run(
+    experiment: str,
+    model: str,
+    seed: int,
+    num_train,
+    vit: dict,
+    device: str,
+    label,
+):
     config = dataclasses.replace(BASE, **vit)
-    run = train_digits(model, seed, num_train=num_train, vit=config, device=device)
+    run = train_digits(
+        model, seed, num_train=num_train, vit=config, device=device
+    )
     return dict(
         experiment=experiment, model=model, pool=config.pool, positions=config.positions,
         patch_size=config.patch_size, num_train=run.num_train,
@@ -52,18 +62,39 @@ def jobs(seeds: int, sizes: list[int]) -> list[dict]:
     """Every run, the slowest experiment (patches of 1 pixel: 65 tokens) first."""
     runs = []
     for patch in (1, 4):
-        runs += [dict(experiment="patch", model="ViT", vit=dict(patch_size=patch))]
+        runs += [
+            dict(experiment="patch", model="ViT", vit=dict(patch_size=patch))
+        ]
     for model in ("ViT", "CNN"):
         runs += [dict(experiment="models", model=model, vit={})]
-        runs += [dict(experiment="size", model=model, vit={}, num_train=n) for n in sizes]
+        runs += [
+            dict(experiment="size", model=model, vit={}, num_train=n)
+            for n in sizes
+        ]
     runs += [dict(experiment="size", model="ViT", vit=dict(patch_size=4), num_train=n)
              for n in sizes]  # fmt: skip
-    variants = (dict(pool="mean"), dict(positions="sinusoidal"), dict(positions="none"))
+    variants = (
+        dict(pool="mean"),
+        dict(positions="sinusoidal"),
+        dict(positions="none"),
+    )
     runs += [dict(experiment="variant", model="ViT", vit=v) for v in variants]
-    return [{"num_train": None, **run, "seed": seed} for run in runs for seed in range(seeds)]
+    return [
+        {"num_train": None, **run, "seed": seed}
+        for run in runs
+        for seed in range(seeds)
+    ]
 
 
-KEYS = ["experiment", "model", "pool", "positions", "patch_size", "num_train", "seed"]
+KEYS = [
+    "experiment",
+    "model",
+    "pool",
+    "positions",
+    "patch_size",
+    "num_train",
+    "seed",
+]
 
 
 def job_key(job: dict, full: int) -> tuple:
@@ -81,7 +112,9 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--out", default="helpers/tasks/digits_seeds.csv")
     parser.add_argument(
-        "--resume", action="store_true", help="keep the rows of --out that this command made here"
+        "--resume",
+        action="store_true",
+        help="keep the rows of --out that this command made here",
     )
     args = parser.parse_args()
     command = "python scripts/reproduce_digits.py " + " ".join(
@@ -89,22 +122,42 @@ def main() -> None:
         for key, value in vars(args).items()
         if key not in ("out", "resume")
     )
-    label = dict(machine=machine_label(args.device, args.workers), command=command)
-    todo, full = jobs(args.seeds, args.sizes), len(make_digits_data().train_labels)
+    label = dict(
+        machine=machine_label(args.device, args.workers), command=command
+    )
+    todo, full = (
+        jobs(args.seeds, args.sizes),
+        len(make_digits_data().train_labels),
+    )
     kept = {}
     if args.resume:
         old = pd.read_csv(args.out)
-        old = old[(old["machine"] == label["machine"]) & (old["command"] == command)]
+        old = old[
+            (old["machine"] == label["machine"]) & (old["command"] == command)
+        ]
         kept = {tuple(row[KEYS]): row.to_dict() for _, row in old.iterrows()}
     missing = [job for job in todo if job_key(job, full) not in kept]
-    print(f"{len(todo) - len(missing)} runs kept from {args.out}, {len(missing)} to train")
+    print(
+        f"{len(todo) - len(missing)} runs kept from {args.out}, {len(missing)} to train"
+    )
     new = run_in_processes(one_run, missing, workers=args.workers, device=args.device,
                            label=label)  # fmt: skip
-    made = {job_key(job, full): row for job, row in zip(missing, new, strict=True)}
-    rows = [kept.get(job_key(job, full)) or made[job_key(job, full)] for job in todo]
+    made = {
+        job_key(job, full): row for job, row in zip(missing, new, strict=True)
+    }
+    rows = [
+        kept.get(job_key(job, full)) or made[job_key(job, full)] for job in todo
+    ]
     table = pd.DataFrame(rows)
     table.to_csv(args.out, index=False)
-    keys = ["experiment", "model", "pool", "positions", "patch_size", "num_train"]
+    keys = [
+        "experiment",
+        "model",
+        "pool",
+        "positions",
+        "patch_size",
+        "num_train",
+    ]
     summary = table.groupby(keys)["test_accuracy"].agg(["min", "median", "max"])
     print(summary.round(3).to_string())
 

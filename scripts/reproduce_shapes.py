@@ -39,16 +39,25 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from helpers.parallel import machine_label, run_in_processes
-from helpers.tasks.shapes import SHAPES_MODELS, make_shapes_dataset, source_split, standardize
+from helpers.tasks.shapes import (
+    SHAPES_MODELS,
+    make_shapes_dataset,
+    source_split,
+    standardize,
+)
 from helpers.training import evaluate
 
 PROTOCOLS = ("source", "book")
 
 
-def make_optimizer(protocol: str, parameters, lr: float) -> torch.optim.Optimizer:
+def make_optimizer(
+    protocol: str, parameters, lr: float
+) -> torch.optim.Optimizer:
     """fastai's default Adam for the source's protocol; plain Adam for the book's."""
     if protocol == "source":
-        return torch.optim.AdamW(parameters, lr=lr, betas=(0.9, 0.99), eps=1e-5, weight_decay=0.01)
+        return torch.optim.AdamW(
+            parameters, lr=lr, betas=(0.9, 0.99), eps=1e-5, weight_decay=0.01
+        )
     return torch.optim.Adam(parameters, lr=lr)
 
 
@@ -78,7 +87,11 @@ def one_run(
     model = SHAPES_MODELS[name]().to(device)
     order = torch.Generator().manual_seed(seed)
     loader = DataLoader(
-        train_set, batch_size, shuffle=True, generator=order, drop_last=protocol == "source"
+        train_set,
+        batch_size,
+        shuffle=True,
+        generator=order,
+        drop_last=protocol == "source",
     )
     optimizer = make_optimizer(protocol, model.parameters(), lr)
     rows, start = [], time.perf_counter()
@@ -90,7 +103,11 @@ def one_run(
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
-        valid_mse = mse_on(model, valid_set, device) if valid_set is not None else float("nan")
+        valid_mse = (
+            mse_on(model, valid_set, device)
+            if valid_set is not None
+            else float("nan")
+        )
         test_mse = mse_on(model, test_set, device)
         seconds = time.perf_counter() - start
         rows.append(
@@ -98,7 +115,9 @@ def one_run(
                  seconds=seconds, **label)
         )  # fmt: skip
         pd.DataFrame(rows).to_csv(partial, index=False)
-        print(f"{name:20} seed {seed} epoch {epoch:3}: valid {valid_mse:.5f} test {test_mse:.5f}")
+        print(
+            f"{name:20} seed {seed} epoch {epoch:3}: valid {valid_mse:.5f} test {test_mse:.5f}"
+        )
     return rows
 
 
@@ -128,7 +147,10 @@ def datasets(protocol: str, num_train: int):
     """Train, validation (None for the book's protocol) and test sets, normalized as the source
     does: with the mean and standard deviation of all ``num_train`` sequences, inputs and
     targets together, computed before the split."""
-    data, test = make_shapes_dataset(num_train, seed=1), make_shapes_dataset(1000, seed=3)
+    data, test = (
+        make_shapes_dataset(num_train, seed=1),
+        make_shapes_dataset(1000, seed=3),
+    )
     (all_set, test_set), _ = standardize(data, data, test)
     if protocol == "book":
         return all_set, None, test_set
@@ -159,7 +181,9 @@ def main() -> None:
     args = parser.parse_args()
     unknown = sorted(set(args.models) - set(SHAPES_MODELS))
     if unknown:
-        parser.error(f"unknown models {unknown}: choose from {list(SHAPES_MODELS)}")
+        parser.error(
+            f"unknown models {unknown}: choose from {list(SHAPES_MODELS)}"
+        )
     train_set, valid_set, test_set = datasets(args.protocol, args.num_train)
     # The slowest run first (one LSTM seed), then every seed of the models the chapter's claim
     # is about, then the LSTMs' other seeds: an interrupted run still has whole seeds of those.
@@ -167,7 +191,11 @@ def main() -> None:
     others = [m for m in args.models if m not in lstms]
     jobs = (
         [dict(name=m, seed=0) for m in lstms]
-        + [dict(name=m, seed=s) for m in reversed(others) for s in range(args.seeds)]
+        + [
+            dict(name=m, seed=s)
+            for m in reversed(others)
+            for s in range(args.seeds)
+        ]
         + [dict(name=m, seed=s) for s in range(1, args.seeds) for m in lstms]
     )
     label = dict(
@@ -180,9 +208,15 @@ def main() -> None:
         ),
     )
     partial_dir = Path(args.out).with_suffix(".partial")
-    done = [job for job in jobs if run_is_complete(partial_dir, job, args.epochs, label)]
+    done = [
+        job
+        for job in jobs
+        if run_is_complete(partial_dir, job, args.epochs, label)
+    ]
     for job in done:
-        print(f"{job['name']} seed {job['seed']}: complete in {partial_dir}, not trained again")
+        print(
+            f"{job['name']} seed {job['seed']}: complete in {partial_dir}, not trained again"
+        )
     jobs = [job for job in jobs if job not in done]
     if not args.collect and jobs:
         partial_dir.mkdir(parents=True, exist_ok=True)
@@ -203,11 +237,17 @@ def main() -> None:
         )
     parts = sorted(partial_dir.glob("*.csv"))
     if not parts:
-        raise SystemExit(f"no runs in {partial_dir}: run without --collect first")
+        raise SystemExit(
+            f"no runs in {partial_dir}: run without --collect first"
+        )
     table = pd.concat([pd.read_csv(part) for part in parts], ignore_index=True)
     table = table.sort_values(["model", "seed", "epoch"])
     table.to_csv(args.out, index=False)
-    print(table.pivot_table(index="epoch", columns="model", values="test_mse").round(5))
+    print(
+        table.pivot_table(
+            index="epoch", columns="model", values="test_mse"
+        ).round(5)
+    )
 
 
 if __name__ == "__main__":

@@ -81,7 +81,11 @@ PAGES = [
 ]
 """Every page of the book, without extension, e.g. ``book/intro``, ``notebooks/01_...``."""
 
-CHAPTERS = [page.removeprefix("notebooks/") for page in PAGES if page.startswith("notebooks/")]
+CHAPTERS = [
+    page.removeprefix("notebooks/")
+    for page in PAGES
+    if page.startswith("notebooks/")
+]
 """The notebook chapters listed in _toc.yml, as stems (``01_kernel_regression``)."""
 
 
@@ -98,7 +102,11 @@ def read_notebook(notebook) -> dict:
 
 def markdown_of(notebook: dict) -> str:
     """The prose of a notebook: every markdown cell's source, concatenated."""
-    return "".join("".join(c["source"]) for c in notebook["cells"] if c["cell_type"] == "markdown")
+    return "".join(
+        "".join(c["source"])
+        for c in notebook["cells"]
+        if c["cell_type"] == "markdown"
+    )
 
 
 def glued_values(notebook: dict) -> dict[str, str]:
@@ -120,12 +128,16 @@ def glue_records(notebook: dict) -> list[tuple[str, str]]:
         for output in cell.get("outputs", []):
             name = output.get("metadata", {}).get("scrapbook", {}).get("name")
             if name:
-                text = output.get("data", {}).get("application/papermill.record/text/plain", "")
+                text = output.get("data", {}).get(
+                    "application/papermill.record/text/plain", ""
+                )
                 records.append((name, text))
     return records
 
 
-def run_script(name: str, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+def run_script(
+    name: str, *args: str, timeout: int = 300
+) -> subprocess.CompletedProcess:
     """``python scripts/<name> *args`` from the repository root, one thread, output captured."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     return subprocess.run(
@@ -140,7 +152,9 @@ def run_script(name: str, *args: str, timeout: int = 300) -> subprocess.Complete
 
 def load_script(name: str):
     """``scripts/<name>`` imported as a module (scripts/ is not a package)."""
-    spec = importlib.util.spec_from_file_location(name.removesuffix(".py"), ROOT / "scripts" / name)
+    spec = importlib.util.spec_from_file_location(
+        name.removesuffix(".py"), ROOT / "scripts" / name
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

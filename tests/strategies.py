@@ -23,8 +23,16 @@ def mha_case(draw):
     bias = draw(st.booleans())
     gen = torch.Generator().manual_seed(seed)
     query = torch.randn(batch, q_len, d_model, generator=gen)
-    key = query if self_attention else torch.randn(batch, k_len, d_model, generator=gen)
-    value = query if self_attention else torch.randn(batch, k_len, d_model, generator=gen)
+    key = (
+        query
+        if self_attention
+        else torch.randn(batch, k_len, d_model, generator=gen)
+    )
+    value = (
+        query
+        if self_attention
+        else torch.randn(batch, k_len, d_model, generator=gen)
+    )
     mask_kind = draw(st.sampled_from(["none", "2d", "3d", "4d", "padding"]))
     shapes = {
         "2d": (q_len, k_len),
@@ -34,7 +42,9 @@ def mha_case(draw):
     mask = None
     if mask_kind in shapes:
         mask = torch.rand(*shapes[mask_kind], generator=gen) < 0.7
-        mask[..., 0, 0] = True  # never the pattern of PyTorch's triu mask, which is refused
+        mask[..., 0, 0] = (
+            True  # never the pattern of PyTorch's triu mask, which is refused
+        )
     elif mask_kind == "padding":
         lengths = torch.randint(1, k_len + 1, (batch,), generator=gen)
         mask = padding_mask(lengths, max_len=k_len)

@@ -8,7 +8,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from helpers.analysis import count_parameters, parameter_table, peak_cpu_bytes, stable_rank
+from helpers.analysis import (
+    count_parameters,
+    parameter_table,
+    peak_cpu_bytes,
+    stable_rank,
+)
 from helpers.transformer import FeedForward, TransformerEncoder
 
 # --- count_parameters ---------------------------------------------------------------------------
@@ -48,7 +53,9 @@ def test_parameter_table():
     assert (table["parameters"] > 0).all()
     assert "blocks.0.dropout1" not in set(table["module"])
     blocks = table[table["type"] == "EncoderBlock"]
-    assert blocks["parameters"].sum() + 16 == count_parameters(encoder)  # + final LayerNorm
+    assert blocks["parameters"].sum() + 16 == count_parameters(
+        encoder
+    )  # + final LayerNorm
 
 
 def test_parameter_table_depth_one_lists_the_children():
@@ -58,15 +65,21 @@ def test_parameter_table_depth_one_lists_the_children():
 
 
 def test_parameter_helpers_reject_non_modules():
-    with pytest.raises(TypeError, match="model must be a torch.nn.Module, got Tensor"):
+    with pytest.raises(
+        TypeError, match="model must be a torch.nn.Module, got Tensor"
+    ):
         count_parameters(torch.zeros(3))
-    with pytest.raises(TypeError, match="model must be a torch.nn.Module, got str"):
+    with pytest.raises(
+        TypeError, match="model must be a torch.nn.Module, got str"
+    ):
         parameter_table("model")
     with pytest.raises(TypeError, match="torch.nn.Module, got type"):
         count_parameters(nn.Linear)  # the class, not an instance
     with pytest.raises(ValueError, match="max_depth must be a positive int"):
         parameter_table(nn.Linear(2, 2), max_depth=0)
-    with pytest.raises(TypeError, match="max_depth must be a positive int, got float"):
+    with pytest.raises(
+        TypeError, match="max_depth must be a positive int, got float"
+    ):
         parameter_table(nn.Linear(2, 2), max_depth=1.0)
 
 
@@ -76,21 +89,33 @@ def test_parameter_helpers_reject_non_modules():
 def test_stable_rank_of_simple_matrices():
     assert stable_rank(torch.eye(5)) == pytest.approx(5.0)
     assert stable_rank(torch.ones(4, 6)) == pytest.approx(1.0)
-    assert stable_rank(torch.diag(torch.tensor([2.0, 1.0]))) == pytest.approx(1.25)
+    assert stable_rank(torch.diag(torch.tensor([2.0, 1.0]))) == pytest.approx(
+        1.25
+    )
     assert isinstance(stable_rank(torch.eye(3)), float)
 
 
 @settings(max_examples=25, deadline=None)
-@given(rows=st.integers(1, 12), columns=st.integers(1, 12), seed=st.integers(0, 2**16))
+@given(
+    rows=st.integers(1, 12),
+    columns=st.integers(1, 12),
+    seed=st.integers(0, 2**16),
+)
 def test_stable_rank_lies_between_one_and_the_rank(rows, columns, seed):
-    matrix = torch.randn(rows, columns, generator=torch.Generator().manual_seed(seed))
+    matrix = torch.randn(
+        rows, columns, generator=torch.Generator().manual_seed(seed)
+    )
     value = stable_rank(matrix)
     assert 1.0 - 1e-9 <= value <= torch.linalg.matrix_rank(matrix).item() + 1e-9
-    assert stable_rank(3.0 * matrix) == pytest.approx(value)  # scale does not matter
+    assert stable_rank(3.0 * matrix) == pytest.approx(
+        value
+    )  # scale does not matter
 
 
 def test_stable_rank_ignores_tiny_singular_values_unlike_the_rank():
-    noisy = torch.ones(6, 6, dtype=torch.float64) + 1e-9 * torch.eye(6, dtype=torch.float64)
+    noisy = torch.ones(6, 6, dtype=torch.float64) + 1e-9 * torch.eye(
+        6, dtype=torch.float64
+    )
     assert torch.linalg.matrix_rank(noisy, tol=0.0).item() == 6
     assert stable_rank(noisy) == pytest.approx(1.0)
 
@@ -103,13 +128,19 @@ def test_stable_rank_works_on_a_tensor_that_requires_grad():
 def test_stable_rank_errors():
     with pytest.raises(ValueError, match="zero matrix"):
         stable_rank(torch.zeros(3, 3))
-    with pytest.raises(ValueError, match=r"matrix must be 2-D, got shape \(2, 3, 4\); pick one"):
+    with pytest.raises(
+        ValueError, match=r"matrix must be 2-D, got shape \(2, 3, 4\); pick one"
+    ):
         stable_rank(torch.ones(2, 3, 4))
     with pytest.raises(ValueError, match="at least 2 dimensions"):
         stable_rank(torch.ones(3))
-    with pytest.raises(TypeError, match=r"floating-point tensor.*matrix\.float\(\)"):
+    with pytest.raises(
+        TypeError, match=r"floating-point tensor.*matrix\.float\(\)"
+    ):
         stable_rank(torch.ones(3, 3, dtype=torch.long))
-    with pytest.raises(TypeError, match="matrix must be a torch.Tensor, got list"):
+    with pytest.raises(
+        TypeError, match="matrix must be a torch.Tensor, got list"
+    ):
         stable_rank([[1.0, 0.0], [0.0, 1.0]])
 
 
@@ -126,7 +157,9 @@ def test_peak_cpu_bytes_counts_what_is_alive_at_once():
         c = b + 1  # a freed: still 8000 at most
         return c
 
-    assert 8000 <= peak_cpu_bytes(two_temporaries, x) < 8100  # (+ a few scalar constants)
+    assert (
+        8000 <= peak_cpu_bytes(two_temporaries, x) < 8100
+    )  # (+ a few scalar constants)
     assert peak_cpu_bytes(lambda x: x.sum(), torch.ones(1000)) < 100
 
 
@@ -134,7 +167,9 @@ def test_peak_cpu_bytes_of_attention_weights_grows_as_t_squared():
     def weights(q, k):
         return (q @ k.transpose(-2, -1)).softmax(-1)
 
-    small, large = (peak_cpu_bytes(weights, *torch.randn(2, 1, 1, T, 8)) for T in (64, 128))
+    small, large = (
+        peak_cpu_bytes(weights, *torch.randn(2, 1, 1, T, 8)) for T in (64, 128)
+    )
     assert small >= 2 * 64 * 64 * 4  # scores and weights alive together
     assert large == 4 * small
 

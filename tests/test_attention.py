@@ -54,7 +54,9 @@ def sdpa_case(draw):
         mask = torch.rand(*batch, q_len, k_len, generator=gen) < 0.7
     elif mask_kind == "2d":
         mask = torch.rand(q_len, k_len, generator=gen) < 0.7
-    if mask is not None:  # never the pattern of PyTorch's triu mask, which is refused
+    if (
+        mask is not None
+    ):  # never the pattern of PyTorch's triu mask, which is refused
         mask[..., 0, 0] = True
     return q, k, v, mask
 
@@ -100,7 +102,12 @@ def test_mask_shapes_2d_3d_4d_broadcast():
     gen = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, 3, 4, 8, generator=gen) for _ in range(3))
     full = torch.rand(2, 3, 4, 4, generator=gen) < 0.6
-    for mask in (full[0, 0], full[:, :1], full[:1, :1, :1], causal_mask(4)[None, None]):
+    for mask in (
+        full[0, 0],
+        full[:, :1],
+        full[:1, :1, :1],
+        causal_mask(4)[None, None],
+    ):
         expanded = mask.expand(2, 3, 4, 4)
         close(
             scaled_dot_product_attention(q, k, v, mask)[0],
@@ -141,7 +148,9 @@ def test_masked_keys_get_exactly_zero_weight_even_in_half_precision():
 
 def test_minus_1e9_fill_averages_fully_masked_rows_uniformly():
     """The pitfall the package avoids: a large negative fill turns 'no key' into 'every key'."""
-    scores = torch.zeros(1, 4).masked_fill(torch.ones(1, 4, dtype=torch.bool), -1e9)
+    scores = torch.zeros(1, 4).masked_fill(
+        torch.ones(1, 4, dtype=torch.bool), -1e9
+    )
     assert torch.allclose(scores.softmax(-1), torch.full((1, 4), 0.25))
     mask = torch.zeros(1, 4, dtype=torch.bool)
     _, weights = scaled_dot_product_attention(
@@ -157,7 +166,10 @@ def test_scale_argument_replaces_sqrt_d():
         scaled_dot_product_attention(q, k, v, scale=1.0)[1],
         (q @ k.T).softmax(-1),
     )
-    close(scaled_dot_product_attention(q, k, v, scale=2)[1], (2 * q @ k.T).softmax(-1))
+    close(
+        scaled_dot_product_attention(q, k, v, scale=2)[1],
+        (2 * q @ k.T).softmax(-1),
+    )
 
 
 @pytest.mark.parametrize(
@@ -195,19 +207,27 @@ def test_queries_and_keys_are_not_swapped():
     only_first = [True, False, False, False, False]
     torch.manual_seed(4)
     head = SingleHeadAttention(8, 4)
-    assert _rows_moved(lambda x, m: head(x, m, m)[0], query, memory) == only_first
+    assert (
+        _rows_moved(lambda x, m: head(x, m, m)[0], query, memory) == only_first
+    )
     for module in (MultiHeadAttention(8, 2), PerHeadMultiHeadAttention(8, 2)):
-        assert _rows_moved(lambda x, m, module=module: module(x, m, m), query, memory) == (
-            only_first
-        )
+        assert _rows_moved(
+            lambda x, m, module=module: module(x, m, m), query, memory
+        ) == (only_first)
     q, k, v = query[0, :, :4], memory[0, :, :4], memory[0, :, 4:]
     assert (
-        _rows_moved(lambda x, m: scaled_dot_product_attention(x[0], k, v)[0][None], q[None], None)
+        _rows_moved(
+            lambda x, m: scaled_dot_product_attention(x[0], k, v)[0][None],
+            q[None],
+            None,
+        )
         == only_first
     )
     # the control: the swapped call moves every row, so the test can tell the two apart
     swapped = _rows_moved(
-        lambda x, m: scaled_dot_product_attention(k, x[0], v)[0][None], q[None], None
+        lambda x, m: scaled_dot_product_attention(k, x[0], v)[0][None],
+        q[None],
+        None,
     )
     assert all(swapped)
 
@@ -235,7 +255,9 @@ def test_dropout_is_reproducible_with_a_generator_and_off_when_not_training():
         q, k, v, dropout_p=0.3, generator=torch.Generator().manual_seed(9)
     )
     assert torch.equal(first[0], second[0])
-    evaluated = scaled_dot_product_attention(q, k, v, dropout_p=0.3, training=False)
+    evaluated = scaled_dot_product_attention(
+        q, k, v, dropout_p=0.3, training=False
+    )
     assert torch.equal(evaluated[0], scaled_dot_product_attention(q, k, v)[0])
 
 
@@ -243,7 +265,9 @@ def test_dropout_keeps_total_weight_one_on_average():
     gen = torch.Generator().manual_seed(7)
     q, k, v = (torch.randn(10, 16, generator=gen) for _ in range(3))
     q, k = q.expand(2000, 10, 16), k.expand(2000, 10, 16)
-    _, weights = scaled_dot_product_attention(q, k, v, dropout_p=0.6, generator=gen)
+    _, weights = scaled_dot_product_attention(
+        q, k, v, dropout_p=0.6, generator=gen
+    )
     assert abs(weights.sum(-1).mean().item() - 1.0) < 0.02
 
 
@@ -251,10 +275,30 @@ def test_dropout_keeps_total_weight_one_on_average():
     ("args", "kwargs", "error", "match"),
     [
         (("q", "k", "v"), {}, TypeError, "torch.Tensor"),
-        ((torch.ones(2, 3, dtype=torch.long),) * 3, {}, TypeError, "floating-point"),
-        ((torch.ones(3), torch.ones(3), torch.ones(3)), {}, ValueError, "at least 2"),
-        ((torch.ones(2, 3), torch.ones(2, 4), torch.ones(2, 4)), {}, ValueError, "same width"),
-        ((torch.ones(2, 3), torch.ones(4, 3), torch.ones(5, 3)), {}, ValueError, "same length"),
+        (
+            (torch.ones(2, 3, dtype=torch.long),) * 3,
+            {},
+            TypeError,
+            "floating-point",
+        ),
+        (
+            (torch.ones(3), torch.ones(3), torch.ones(3)),
+            {},
+            ValueError,
+            "at least 2",
+        ),
+        (
+            (torch.ones(2, 3), torch.ones(2, 4), torch.ones(2, 4)),
+            {},
+            ValueError,
+            "same width",
+        ),
+        (
+            (torch.ones(2, 3), torch.ones(4, 3), torch.ones(5, 3)),
+            {},
+            ValueError,
+            "same length",
+        ),
         (
             (torch.ones(2, 3), torch.ones(4, 3), torch.ones(4, 3).double()),
             {},
@@ -267,14 +311,24 @@ def test_dropout_keeps_total_weight_one_on_average():
             ValueError,
             "do not broadcast",
         ),
-        ((torch.ones(2, 3),) * 3, {"mask": torch.ones(2, 2)}, TypeError, r"mask.bool\(\)"),
+        (
+            (torch.ones(2, 3),) * 3,
+            {"mask": torch.ones(2, 2)},
+            TypeError,
+            r"mask.bool\(\)",
+        ),
         (
             (torch.ones(2, 3),) * 3,
             {"mask": torch.ones(2, 2, dtype=torch.int)},
             TypeError,
             "boolean",
         ),
-        ((torch.ones(2, 3),) * 3, {"mask": [[True]]}, TypeError, "boolean torch.Tensor"),
+        (
+            (torch.ones(2, 3),) * 3,
+            {"mask": [[True]]},
+            TypeError,
+            "boolean torch.Tensor",
+        ),
         (
             (torch.ones(2, 3),) * 3,
             {"mask": torch.ones(3, 2, dtype=torch.bool)},
@@ -289,9 +343,24 @@ def test_dropout_keeps_total_weight_one_on_average():
         ),
         ((torch.ones(2, 3),) * 3, {"dropout_p": 1.0}, ValueError, r"\[0, 1\)"),
         ((torch.ones(2, 3),) * 3, {"dropout_p": -0.1}, ValueError, r"\[0, 1\)"),
-        ((torch.ones(2, 3),) * 3, {"dropout_p": True}, TypeError, "dropout_p must be a number"),
-        ((torch.ones(2, 3),) * 3, {"dropout_p": "0.1"}, TypeError, "dropout_p must be a number"),
-        ((torch.ones(2, 3),) * 3, {"training": 1}, TypeError, "training must be True or False"),
+        (
+            (torch.ones(2, 3),) * 3,
+            {"dropout_p": True},
+            TypeError,
+            "dropout_p must be a number",
+        ),
+        (
+            (torch.ones(2, 3),) * 3,
+            {"dropout_p": "0.1"},
+            TypeError,
+            "dropout_p must be a number",
+        ),
+        (
+            (torch.ones(2, 3),) * 3,
+            {"training": 1},
+            TypeError,
+            "training must be True or False",
+        ),
     ],
 )
 def test_sdpa_errors(args, kwargs, error, match):
@@ -307,12 +376,22 @@ def test_3d_mask_against_4d_scores_is_per_sequence_shared_by_heads(num_heads):
     q, k, v = (torch.randn(2, num_heads, 4, 8, generator=gen) for _ in range(3))
     per_sequence = causal_mask(4) & padding_mask([4, 2])[:, 0]  # (B=2, Tq, Tk)
     output, weights = scaled_dot_product_attention(q, k, v, per_sequence)
-    expected, expected_weights = scaled_dot_product_attention(q, k, v, per_sequence[:, None])
-    assert torch.equal(output, expected) and torch.equal(weights, expected_weights)
-    assert (weights[1, :, :, 2:] == 0).all()  # sequence 1's padding, in every head
+    expected, expected_weights = scaled_dot_product_attention(
+        q, k, v, per_sequence[:, None]
+    )
+    assert torch.equal(output, expected) and torch.equal(
+        weights, expected_weights
+    )
+    assert (
+        weights[1, :, :, 2:] == 0
+    ).all()  # sequence 1's padding, in every head
     assert (weights[:, :, ~causal_mask(4)] == 0).all()
-    if num_heads == 2:  # the trap: F.sdpa runs and applies sequence b's mask to head b
-        lined_up = F.scaled_dot_product_attention(q, k, v, attn_mask=per_sequence)
+    if (
+        num_heads == 2
+    ):  # the trap: F.sdpa runs and applies sequence b's mask to head b
+        lined_up = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=per_sequence
+        )
         assert not torch.allclose(lined_up, expected)
     else:
         with pytest.raises(RuntimeError):
@@ -322,8 +401,12 @@ def test_3d_mask_against_4d_scores_is_per_sequence_shared_by_heads(num_heads):
 def test_per_head_mask_shared_by_the_batch_is_written_1_h_tq_tk():
     q = torch.ones(2, 3, 4, 8)
     with pytest.raises(ValueError, match=r"\(1, H, Tq, Tk\)"):
-        scaled_dot_product_attention(q, q, q, torch.ones(3, 4, 4, dtype=torch.bool))
-    per_head = torch.rand(1, 3, 4, 4, generator=torch.Generator().manual_seed(0)) < 0.7
+        scaled_dot_product_attention(
+            q, q, q, torch.ones(3, 4, 4, dtype=torch.bool)
+        )
+    per_head = (
+        torch.rand(1, 3, 4, 4, generator=torch.Generator().manual_seed(0)) < 0.7
+    )
     _, weights = scaled_dot_product_attention(q, q, q, per_head)
     assert (weights[:, ~per_head[0]] == 0).all()
 
@@ -356,7 +439,9 @@ def test_causal_mask_errors(T, error, match):
 def test_padding_mask_values_and_shape():
     mask = padding_mask([3, 1, 0], max_len=4)
     assert mask.shape == (3, 1, 1, 4) and mask.dtype == torch.bool
-    expected = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0], [0, 0, 0, 0]], dtype=torch.bool)
+    expected = torch.tensor(
+        [[1, 1, 1, 0], [1, 0, 0, 0], [0, 0, 0, 0]], dtype=torch.bool
+    )
     assert torch.equal(mask[:, 0, 0], expected)
     assert padding_mask(torch.tensor([2, 5])).shape == (2, 1, 1, 5)
 
@@ -382,7 +467,10 @@ def test_padding_mask_errors(lengths, max_len, error, match):
 
 def test_padding_mask_serves_cross_attention_with_any_query_length():
     gen = torch.Generator().manual_seed(8)
-    q, k, v = torch.randn(2, 7, 4, generator=gen), *(torch.randn(2, 3, 4, generator=gen),) * 2
+    q, k, v = (
+        torch.randn(2, 7, 4, generator=gen),
+        *(torch.randn(2, 3, 4, generator=gen),) * 2,
+    )
     mask = padding_mask([3, 2])[:, 0]  # (B, 1, Tk)
     _, weights = scaled_dot_product_attention(q, k, v, mask)
     assert weights.shape == (2, 7, 3)
@@ -408,7 +496,9 @@ def test_torch_mha_uses_the_opposite_convention():
     """nn.MultiheadAttention's boolean masks mean True = ignore: pass ~mask to it."""
     torch.manual_seed(0)
     torch_mha = nn.MultiheadAttention(8, 2, batch_first=True).eval()
-    ours = load_multihead_attention(MultiHeadAttention(8, 2, bias=True), torch_mha).eval()
+    ours = load_multihead_attention(
+        MultiHeadAttention(8, 2, bias=True), torch_mha
+    ).eval()
     x = torch.randn(2, 5, 8)
     mask = padding_mask([5, 3])
     expected = ours(x, x, x, mask)
@@ -432,13 +522,20 @@ def test_fast_and_weights_paths_agree(case):
     fast = mha(query, key, value, mask)
     slow, weights = mha(query, key, value, mask, return_attention=True)
     assert fast.shape == (query.shape[0], query.shape[1], d_model)
-    assert weights.shape == (query.shape[0], num_heads, query.shape[1], key.shape[1])
+    assert weights.shape == (
+        query.shape[0],
+        num_heads,
+        query.shape[1],
+        key.shape[1],
+    )
     close(fast, slow)
 
 
 def test_single_head_attention_shapes():
     head = SingleHeadAttention(8, 3)
-    output, weights = head(torch.randn(2, 4, 8), torch.randn(2, 6, 8), torch.randn(2, 6, 8))
+    output, weights = head(
+        torch.randn(2, 4, 8), torch.randn(2, 6, 8), torch.randn(2, 6, 8)
+    )
     assert output.shape == (2, 4, 3) and weights.shape == (2, 4, 6)
 
 
@@ -477,7 +574,9 @@ def test_eval_mode_is_deterministic_with_dropout():
         second = second[0] if return_attention else second
         assert not torch.allclose(first, second)
         mha.eval()
-        outputs = [mha(x, x, x, return_attention=return_attention) for _ in range(2)]
+        outputs = [
+            mha(x, x, x, return_attention=return_attention) for _ in range(2)
+        ]
         outputs = [out[0] if return_attention else out for out in outputs]
         assert torch.equal(outputs[0], outputs[1])
 
@@ -505,7 +604,9 @@ def test_mha_with_bias_gives_a_fully_masked_row_the_output_bias():
     mask[0, 1] = False
     with torch.no_grad():
         for return_attention in (False, True):
-            result = mha(query, key, key, mask, return_attention=return_attention)
+            result = mha(
+                query, key, key, mask, return_attention=return_attention
+            )
             output = result[0] if return_attention else result
             close(output[0, 1], mha.out_proj.bias)
             assert (output[0, 1] != 0).any()
@@ -558,8 +659,18 @@ def test_single_head_constructor_errors(d_model, d_head, error, match):
 @pytest.mark.parametrize(
     ("shapes", "mask", "error", "match"),
     [
-        (((3, 8), (3, 8), (3, 8)), None, ValueError, r"\(B, T, D=8\).*unsqueeze\(0\)"),
-        (((2, 3, 6), (2, 3, 8), (2, 3, 8)), None, ValueError, "project it to 8 features"),
+        (
+            ((3, 8), (3, 8), (3, 8)),
+            None,
+            ValueError,
+            r"\(B, T, D=8\).*unsqueeze\(0\)",
+        ),
+        (
+            ((2, 3, 6), (2, 3, 8), (2, 3, 8)),
+            None,
+            ValueError,
+            "project it to 8 features",
+        ),
         (((2, 3, 8), (2, 4, 8), (2, 5, 8)), None, ValueError, "same length"),
         (((2, 3, 8), (1, 4, 8), (1, 4, 8)), None, ValueError, "batch size"),
         (
@@ -568,15 +679,32 @@ def test_single_head_constructor_errors(d_model, d_head, error, match):
             ValueError,
             "broadcast",
         ),
-        (((2, 3, 8), (2, 4, 8), (2, 4, 8)), torch.ones(4, dtype=torch.bool), ValueError, "2-D"),
-        (((2, 3, 8), (2, 4, 8), (2, 4, 8)), torch.ones(3, 4), TypeError, r"mask.bool\(\)"),
-        (((2, 3, 8), (2, 4, 8), (2, 4, 8)), "float64", TypeError, "share a dtype"),
+        (
+            ((2, 3, 8), (2, 4, 8), (2, 4, 8)),
+            torch.ones(4, dtype=torch.bool),
+            ValueError,
+            "2-D",
+        ),
+        (
+            ((2, 3, 8), (2, 4, 8), (2, 4, 8)),
+            torch.ones(3, 4),
+            TypeError,
+            r"mask.bool\(\)",
+        ),
+        (
+            ((2, 3, 8), (2, 4, 8), (2, 4, 8)),
+            "float64",
+            TypeError,
+            "share a dtype",
+        ),
     ],
 )
 def test_mha_forward_errors(shapes, mask, error, match):
     mha = MultiHeadAttention(8, 2)
     query, key, value = (torch.randn(*shape) for shape in shapes)
-    if mask == "float64":  # a key of another dtype, which the fused kernel would reject
+    if (
+        mask == "float64"
+    ):  # a key of another dtype, which the fused kernel would reject
         mask, key = None, key.double()
     for module in (mha, PerHeadMultiHeadAttention(8, 2)):
         with pytest.raises(error, match=match):
@@ -613,21 +741,33 @@ def test_sdpa_refuses_pytorchs_causal_mask(T):
             ValueError, match=r"PyTorch's causal mask torch\.triu\(ones, 1\)"
         ) as info:
             scaled_dot_product_attention(q, q, q, mask)
-        assert "True = may attend" in str(info.value) and "~mask" in str(info.value)
-    _, weights = scaled_dot_product_attention(q, q, q, ~_torch_causal(T))  # the fix it names
+        assert "True = may attend" in str(info.value) and "~mask" in str(
+            info.value
+        )
+    _, weights = scaled_dot_product_attention(
+        q, q, q, ~_torch_causal(T)
+    )  # the fix it names
     assert torch.equal(weights != 0, causal_mask(T).expand(2, T, T))
 
 
-@pytest.mark.parametrize("module", [MultiHeadAttention, PerHeadMultiHeadAttention])
+@pytest.mark.parametrize(
+    "module", [MultiHeadAttention, PerHeadMultiHeadAttention]
+)
 @pytest.mark.parametrize("return_attention", [False, True])
-def test_multi_head_layers_refuse_pytorchs_causal_mask(module, return_attention):
+def test_multi_head_layers_refuse_pytorchs_causal_mask(
+    module, return_attention
+):
     torch.manual_seed(0)
     layer = module(8, 2)
     x = torch.randn(2, 5, 8)
     for mask in (_torch_causal(5), _torch_causal(5)[None].expand(2, 5, 5)):
-        with pytest.raises(ValueError, match=r"torch\.triu\(ones, 1\).*True = may attend"):
+        with pytest.raises(
+            ValueError, match=r"torch\.triu\(ones, 1\).*True = may attend"
+        ):
             layer(x, x, x, mask, return_attention=return_attention)
-    fixed = layer(x, x, x, ~_torch_causal(5), return_attention=return_attention)  # the fix
+    fixed = layer(
+        x, x, x, ~_torch_causal(5), return_attention=return_attention
+    )  # the fix
     expected = layer(x, x, x, causal_mask(5), return_attention=return_attention)
     if return_attention:
         fixed, expected = fixed[0], expected[0]
@@ -636,13 +776,19 @@ def test_multi_head_layers_refuse_pytorchs_causal_mask(module, return_attention)
 
 def _legitimate_masks(T: int) -> dict[str, torch.Tensor]:
     empty_rows = causal_mask(T).clone()
-    empty_rows[1] = False  # a query with no key at all, but others see themselves
+    empty_rows[1] = (
+        False  # a query with no key at all, but others see themselves
+    )
     return {
         "causal": causal_mask(T),
         "padding": padding_mask([T, 2])[:, 0].expand(2, T, T),
-        "padding with an empty sequence": padding_mask([T, 0], max_len=T)[:, 0].expand(2, T, T),
+        "padding with an empty sequence": padding_mask([T, 0], max_len=T)[
+            :, 0
+        ].expand(2, T, T),
         "empty rows, diagonal partly True": empty_rows,
-        "leave one out (no diagonal, every row has keys)": ~torch.eye(T, dtype=torch.bool),
+        "leave one out (no diagonal, every row has keys)": ~torch.eye(
+            T, dtype=torch.bool
+        ),
         "all True": torch.ones(T, T, dtype=torch.bool),
     }
 
@@ -664,8 +810,12 @@ def test_a_strictly_causal_mask_is_not_taken_for_pytorchs_convention():
     strictly_causal = torch.tril(torch.ones(4, 4, dtype=torch.bool), -1)
     q = torch.randn(4, 8, generator=torch.Generator().manual_seed(1))
     _, weights = scaled_dot_product_attention(q, q, q, strictly_causal)
-    assert (weights[0] == 0).all() and torch.equal(weights[1:] != 0, strictly_causal[1:])
-    nothing = torch.zeros(4, 4, dtype=torch.bool)  # documented: every row gives zeros
+    assert (weights[0] == 0).all() and torch.equal(
+        weights[1:] != 0, strictly_causal[1:]
+    )
+    nothing = torch.zeros(
+        4, 4, dtype=torch.bool
+    )  # documented: every row gives zeros
     assert (scaled_dot_product_attention(q, q, q, nothing)[0] == 0).all()
 
 
@@ -681,13 +831,19 @@ def test_padding_mask_with_an_empty_sequence_in_self_attention():
 # ----------------------------------------------------------------- dtypes
 
 
-@pytest.mark.parametrize("module", [MultiHeadAttention, PerHeadMultiHeadAttention])
+@pytest.mark.parametrize(
+    "module", [MultiHeadAttention, PerHeadMultiHeadAttention]
+)
 def test_multi_head_layers_refuse_float64_input_naming_both_dtypes(module):
     layer = module(8, 2)
     x = torch.randn(2, 3, 8, dtype=torch.float64)
-    with pytest.raises(TypeError, match=r"dtype torch\.float64.*parameters are torch\.float32"):
+    with pytest.raises(
+        TypeError, match=r"dtype torch\.float64.*parameters are torch\.float32"
+    ):
         layer(x, x, x)
-    assert layer.double()(x, x, x).dtype == torch.float64  # the fix the message names
+    assert (
+        layer.double()(x, x, x).dtype == torch.float64
+    )  # the fix the message names
 
 
 def test_multi_head_layers_refuse_integer_input():
@@ -703,7 +859,9 @@ def test_split_and_merge_heads_round_trip():
     x = torch.randn(2, 5, 12, generator=torch.Generator().manual_seed(3))
     heads = split_heads(x, 3)
     assert heads.shape == (2, 3, 5, 4)
-    torch.testing.assert_close(heads[:, 1], x[..., 4:8])  # head h: features h*4 .. h*4 + 3
+    torch.testing.assert_close(
+        heads[:, 1], x[..., 4:8]
+    )  # head h: features h*4 .. h*4 + 3
     assert torch.equal(merge_heads(heads), x)
 
 
@@ -719,16 +877,22 @@ def _randn(*shape: int, seed: int = 0) -> torch.Tensor:
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
 
 
-@pytest.mark.parametrize(("d_model", "num_heads"), [(8, 1), (8, 8), (12, 3), (64, 4), (96, 12)])
+@pytest.mark.parametrize(
+    ("d_model", "num_heads"), [(8, 1), (8, 8), (12, 3), (64, 4), (96, 12)]
+)
 @pytest.mark.parametrize("bias", [False, True])
-def test_parameter_count_is_4_d_squared_whatever_the_heads(d_model, num_heads, bias):
+def test_parameter_count_is_4_d_squared_whatever_the_heads(
+    d_model, num_heads, bias
+):
     formula = 4 * d_model**2 + (4 * d_model if bias else 0)
     for module in (
         MultiHeadAttention(d_model, num_heads, bias=bias),
         PerHeadMultiHeadAttention(d_model, num_heads, bias=bias),
         nn.MultiheadAttention(d_model, num_heads, bias=bias),
     ):
-        assert sum(p.numel() for p in module.parameters()) == formula, type(module).__name__
+        assert sum(p.numel() for p in module.parameters()) == formula, type(
+            module
+        ).__name__
 
 
 @settings(max_examples=20, deadline=None)
@@ -743,7 +907,10 @@ def test_per_head_cross_attention(q_len, k_len, num_heads, seed):
     torch.manual_seed(seed)
     d_model = 8
     per_head = PerHeadMultiHeadAttention(d_model, num_heads)
-    query, memory = _randn(2, q_len, d_model, seed=seed), _randn(2, k_len, d_model, seed=seed + 1)
+    query, memory = (
+        _randn(2, q_len, d_model, seed=seed),
+        _randn(2, k_len, d_model, seed=seed + 1),
+    )
     output, weights = per_head(query, memory, memory, return_attention=True)
     assert output.shape == (2, q_len, d_model)
     assert weights.shape == (2, num_heads, q_len, k_len)
@@ -752,11 +919,16 @@ def test_per_head_cross_attention(q_len, k_len, num_heads, seed):
 
 
 @settings(max_examples=20, deadline=None)
-@given(q_len=st.integers(1, 6), k_len=st.integers(1, 6), seed=st.integers(0, 2**16))
+@given(
+    q_len=st.integers(1, 6), k_len=st.integers(1, 6), seed=st.integers(0, 2**16)
+)
 def test_permutation_symmetries(q_len, k_len, seed):
     torch.manual_seed(seed)
     mha = MultiHeadAttention(12, 3)
-    query, memory = _randn(2, q_len, 12, seed=seed), _randn(2, k_len, 12, seed=seed + 1)
+    query, memory = (
+        _randn(2, q_len, 12, seed=seed),
+        _randn(2, k_len, 12, seed=seed + 1),
+    )
     q_order, k_order = torch.randperm(q_len), torch.randperm(k_len)
     reference = mha(query, memory, memory)
     close(mha(query[:, q_order], memory, memory), reference[:, q_order])
@@ -771,7 +943,9 @@ def test_permutation_symmetries_with_mask():
     order = torch.tensor([3, 0, 5, 1, 4, 2])
     mask = causal_mask(6)
     reference = mha(x, x, x, mask=mask)
-    moved = mha(x[:, order], x[:, order], x[:, order], mask=mask[order][:, order])
+    moved = mha(
+        x[:, order], x[:, order], x[:, order], mask=mask[order][:, order]
+    )
     close(moved, reference[:, order])
     kept = mha(x[:, order], x[:, order], x[:, order], mask=mask)
     assert (kept - reference[:, order]).abs().max() > 1e-2
@@ -788,7 +962,9 @@ def test_a_fixed_causal_mask_allows_only_the_identity_permutation():
         order
         for order in itertools.permutations(range(4))
         if torch.allclose(
-            mha(x[:, order], x[:, order], x[:, order], mask=causal), reference[:, order], atol=1e-6
+            mha(x[:, order], x[:, order], x[:, order], mask=causal),
+            reference[:, order],
+            atol=1e-6,
         )
     ]
     assert allowed == [(0, 1, 2, 3)]
@@ -801,13 +977,15 @@ def test_heads_own_their_rows_of_qkv_and_columns_of_out_proj():
     torch.manual_seed(0)
     mha = MultiHeadAttention(12, 3)
     order = [2, 0, 1]
-    rows = torch.cat([torch.arange(h * mha.d_head, (h + 1) * mha.d_head) for h in order])
+    rows = torch.cat(
+        [torch.arange(h * mha.d_head, (h + 1) * mha.d_head) for h in order]
+    )
     permuted = MultiHeadAttention(12, 3)
     with torch.no_grad():
         for block in range(3):
-            permuted.qkv_proj.weight[block * 12 : (block + 1) * 12] = mha.qkv_proj.weight[
-                block * 12 + rows
-            ]
+            permuted.qkv_proj.weight[block * 12 : (block + 1) * 12] = (
+                mha.qkv_proj.weight[block * 12 + rows]
+            )
         permuted.out_proj.weight.copy_(mha.out_proj.weight[:, rows])
     x = _randn(2, 5, 12)
     output, weights = mha(x, x, x, return_attention=True)
@@ -821,14 +999,19 @@ def test_attention_width_is_the_embedding_width():
     torch.manual_seed(0)
     n_vocab, n_embd = 65, 32
     embedded = nn.Embedding(n_vocab, n_embd)(torch.randint(0, n_vocab, (2, 8)))
-    assert MultiHeadAttention(n_embd, 4)(embedded, embedded, embedded).shape == (2, 8, n_embd)
+    assert MultiHeadAttention(n_embd, 4)(
+        embedded, embedded, embedded
+    ).shape == (2, 8, n_embd)
     with pytest.raises(ValueError, match=r"d_model=65 but query has width 32"):
         MultiHeadAttention(n_vocab, 5)(embedded, embedded, embedded)
 
 
 def test_indivisible_width_is_refused():
     for module in (MultiHeadAttention, PerHeadMultiHeadAttention):
-        with pytest.raises(ValueError, match=r"not divisible by num_heads.*among \[1, 5, 13, 65\]"):
+        with pytest.raises(
+            ValueError,
+            match=r"not divisible by num_heads.*among \[1, 5, 13, 65\]",
+        ):
             module(65, 4)
 
 
@@ -839,7 +1022,9 @@ def test_source_001_value_width():
     same, narrow = _randn(2, 5, 4), _randn(2, 5, 3)
     for num_heads in (1, 2, 4):
         per_head = PerHeadMultiHeadAttention(4, num_heads)
-        assert all(head.value.out_features == 4 // num_heads for head in per_head.heads)
+        assert all(
+            head.value.out_features == 4 // num_heads for head in per_head.heads
+        )
         assert per_head(same, same, same).shape == (2, 5, 4)
         with pytest.raises(ValueError, match="project it to 4 features"):
             per_head(narrow, narrow, narrow)
@@ -866,7 +1051,11 @@ class _Source001Head(nn.Module):
         self.values = self.linear_value(keys) if self.proj_values else keys
 
     def forward(self, query):
-        scores = self.linear_query(query) @ self.proj_keys.transpose(1, 2) / math.sqrt(self.d_k)
+        scores = (
+            self.linear_query(query)
+            @ self.proj_keys.transpose(1, 2)
+            / math.sqrt(self.d_k)
+        )
         return scores.softmax(dim=-1) @ self.values
 
 
@@ -877,7 +1066,8 @@ class _Source001MHA(nn.Module):
         super().__init__()
         self.linear_out = nn.Linear(n_heads * d_model, d_model)
         self.attn_heads = nn.ModuleList(
-            _Source001Head(d_model, input_dim, proj_values) for _ in range(n_heads)
+            _Source001Head(d_model, input_dim, proj_values)
+            for _ in range(n_heads)
         )
 
     def init_keys(self, keys):
@@ -885,20 +1075,30 @@ class _Source001MHA(nn.Module):
             head.init_keys(keys)
 
     def forward(self, query):
-        return self.linear_out(torch.cat([head(query) for head in self.attn_heads], dim=-1))
+        return self.linear_out(
+            torch.cat([head(query) for head in self.attn_heads], dim=-1)
+        )
 
 
 def test_source_001_heads_crash_on_raw_values_of_another_width():
     torch.manual_seed(0)
     narrow, same = _randn(2, 5, 3), _randn(2, 5, 4, seed=1)
-    projected = _Source001MHA(n_heads=2, d_model=4, input_dim=3, proj_values=True)
+    projected = _Source001MHA(
+        n_heads=2, d_model=4, input_dim=3, proj_values=True
+    )
     raw_same = _Source001MHA(n_heads=2, d_model=4, proj_values=False)
-    raw_narrow = _Source001MHA(n_heads=2, d_model=4, input_dim=3, proj_values=False)
+    raw_narrow = _Source001MHA(
+        n_heads=2, d_model=4, input_dim=3, proj_values=False
+    )
     projected.init_keys(narrow)
     raw_same.init_keys(same)
     raw_narrow.init_keys(narrow)
     assert projected(narrow).shape == (2, 5, 4)
-    assert raw_same(same).shape == (2, 5, 4)  # runs only because input_dim == d_model
+    assert raw_same(same).shape == (
+        2,
+        5,
+        4,
+    )  # runs only because input_dim == d_model
     with pytest.raises(RuntimeError, match="shapes cannot be multiplied"):
         raw_narrow(narrow)
 
@@ -908,7 +1108,10 @@ def test_source_001_full_width_heads_cost_about_h_times_the_standard_layer():
     d, h = 64, 16
     count = sum(p.numel() for p in _Source001MHA(h, d).parameters())
     assert count == 3 * h * (d * d + d) + h * d * d + d
-    assert sum(p.numel() for p in _Source001MHA(1, d).parameters()) == 4 * d * d + 4 * d
+    assert (
+        sum(p.numel() for p in _Source001MHA(1, d).parameters())
+        == 4 * d * d + 4 * d
+    )
     assert 15 < count / (4 * d * d + 4 * d) < 16
 
 
@@ -922,13 +1125,17 @@ class _VocabWidthMHA(nn.Module):
         super().__init__()
         self.n_heads, self.qkv_size = n_heads, input_dim // n_heads
         self.query, self.key, self.value = (
-            nn.Linear(input_dim, self.qkv_size * n_heads, bias=False) for _ in range(3)
+            nn.Linear(input_dim, self.qkv_size * n_heads, bias=False)
+            for _ in range(3)
         )
         self.output = nn.Linear(input_dim, input_dim, bias=False)
 
     def forward(self, x):  # x: (T, input_dim), one sequence, as in the text
         seq = x.shape[0]
-        q, k, v = (p(x).reshape(seq, self.n_heads, -1) for p in (self.query, self.key, self.value))
+        q, k, v = (
+            p(x).reshape(seq, self.n_heads, -1)
+            for p in (self.query, self.key, self.value)
+        )
         scores = torch.einsum("thd,shd->hts", q, k) / math.sqrt(self.qkv_size)
         heads = torch.einsum("hts,shd->thd", scores.softmax(dim=-1), v)
         return self.output(heads.reshape(seq, -1))
@@ -938,15 +1145,30 @@ def test_source_002_vocabulary_width_crashes_on_embeddings():
     torch.manual_seed(0)
     n_vocab, n_embd, n_heads = 65, 32, 4
     embedded = nn.Embedding(n_vocab, n_embd)(torch.randint(0, n_vocab, (8,)))
-    layer = _VocabWidthMHA(input_dim=n_vocab, dim=n_vocab // n_heads, n_heads=n_heads)
+    layer = _VocabWidthMHA(
+        input_dim=n_vocab, dim=n_vocab // n_heads, n_heads=n_heads
+    )
     with pytest.raises(RuntimeError, match="shapes cannot be multiplied"):
-        layer(embedded)  # (1) the embeddings, as the text's own model feeds them
+        layer(
+            embedded
+        )  # (1) the embeddings, as the text's own model feeds them
     with pytest.raises(RuntimeError, match="shapes cannot be multiplied"):
-        layer(_randn(8, n_vocab))  # (2) 4 heads of 65 // 4 = 16 features: 64, not 65
+        layer(
+            _randn(8, n_vocab)
+        )  # (2) 4 heads of 65 // 4 = 16 features: 64, not 65
     # the text's demonstration runs: a vocabulary padded to 128 splits into its 2 heads
     assert _VocabWidthMHA(128, 64, 2)(_randn(8, 128)).shape == (8, 128)
     # (3) the size is tied to the vocabulary: four (V, V) matrices
-    assert sum(p.numel() for p in _VocabWidthMHA(128, 64, 2).parameters()) == 4 * 128**2
-    assert 4 * 50_304**2 > 10**10  # a GPT-2-sized vocabulary (the page's "ten billion")
+    assert (
+        sum(p.numel() for p in _VocabWidthMHA(128, 64, 2).parameters())
+        == 4 * 128**2
+    )
+    assert (
+        4 * 50_304**2 > 10**10
+    )  # a GPT-2-sized vocabulary (the page's "ten billion")
     fixed = MultiHeadAttention(n_embd, n_heads)
-    assert fixed(embedded[None], embedded[None], embedded[None]).shape == (1, 8, n_embd)
+    assert fixed(embedded[None], embedded[None], embedded[None]).shape == (
+        1,
+        8,
+        n_embd,
+    )

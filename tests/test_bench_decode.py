@@ -29,12 +29,23 @@ def test_a_tiny_run_writes_the_csv_and_the_cached_step_does_not_grow(tmp_path):
     table = pd.read_csv(out)
     assert list(table.columns) == COLUMNS
     assert table["command"].str.contains("--contexts 8 40 120").all()
-    assert table["machine"].str.contains("torch").all() and (table["device"] == "cpu").all()
+    assert (
+        table["machine"].str.contains("torch").all()
+        and (table["device"] == "cpu").all()
+    )
     cached = table[table["mode"] == "cache"]
     assert list(cached["context"]) == [8, 40, 120]
-    for column in ("ops_per_step", "non_view_ops_per_step", "elements_written_per_step"):
-        assert cached[column].nunique() == 1, column  # the same at every cache length
-    assert (cached["syncs_per_step"] == 0).all()  # no value read back in the loop
+    for column in (
+        "ops_per_step",
+        "non_view_ops_per_step",
+        "elements_written_per_step",
+    ):
+        assert cached[column].nunique() == 1, (
+            column
+        )  # the same at every cache length
+    assert (
+        cached["syncs_per_step"] == 0
+    ).all()  # no value read back in the loop
     recomputed = table[table["mode"] == "no cache"]
     assert list(recomputed["context"]) == [8, 40]  # --max-recompute 40
     assert recomputed["elements_written_per_step"].is_monotonic_increasing

@@ -18,21 +18,31 @@ BUDGET_S = 600
 
 def rows():
     with open(ROOT / "book" / "benchmarks.csv", newline="") as file:
-        return {row["notebook"]: float(row["wall time (s)"]) for row in csv.DictReader(file)}
+        return {
+            row["notebook"]: float(row["wall time (s)"])
+            for row in csv.DictReader(file)
+        }
 
 
 def test_every_chapter_is_measured_and_the_total_is_their_sum():
     times = rows()
     assert sorted(name for name in times if name != "total") == sorted(CHAPTERS)
-    assert abs(sum(v for k, v in times.items() if k != "total") - times["total"]) < 0.5
+    assert (
+        abs(sum(v for k, v in times.items() if k != "total") - times["total"])
+        < 0.5
+    )
 
 
 def test_the_book_executes_within_its_budget():
-    assert rows()["total"] <= BUDGET_S, f"make bench measured more than {BUDGET_S} s"
+    assert rows()["total"] <= BUDGET_S, (
+        f"make bench measured more than {BUDGET_S} s"
+    )
 
 
 def test_the_readme_quotes_the_measured_total():
-    quoted = re.findall(r"the whole book in\s+([\d,.]+) s", (ROOT / "README.md").read_text())
+    quoted = re.findall(
+        r"the whole book in\s+([\d,.]+) s", (ROOT / "README.md").read_text()
+    )
     assert quoted == [f"{rows()['total']:.1f}"], (
         f"README.md must quote the whole book's time from book/benchmarks.csv once, found "
         f"{quoted}; update it after `make bench`"
@@ -41,7 +51,9 @@ def test_the_readme_quotes_the_measured_total():
 
 def book_time():
     """book/_ext/book_time.py, the Sphinx extension that gives the pages the total."""
-    spec = importlib.util.spec_from_file_location("book_time", ROOT / "book/_ext/book_time.py")
+    spec = importlib.util.spec_from_file_location(
+        "book_time", ROOT / "book/_ext/book_time.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -59,16 +71,23 @@ def test_no_page_types_the_books_time():
     """A typed copy of the total goes stale at the next `make bench`: pages use the substitution."""
     total = f"{rows()['total']:.0f}"
     typed = re.compile(rf"\b{total}(\.\d)? ?(s|seconds)\b")
-    pages = [*(ROOT / "book").glob("*.md"), *(n.with_suffix(".py") for n in NOTEBOOKS)]
+    pages = [
+        *(ROOT / "book").glob("*.md"),
+        *(n.with_suffix(".py") for n in NOTEBOOKS),
+    ]
     found = [p.name for p in pages if typed.search(p.read_text())]
-    assert not found, f"{found} type the book's time ({total} s): write {{{{ book_seconds }}}}"
+    assert not found, (
+        f"{found} type the book's time ({total} s): write {{{{ book_seconds }}}}"
+    )
 
 
 def test_a_missing_measurement_is_an_error_that_names_make_bench(tmp_path):
     extension = book_time()
     with pytest.raises(FileNotFoundError, match="make bench"):
         extension.total_seconds(tmp_path / "benchmarks.csv")
-    (tmp_path / "benchmarks.csv").write_text("notebook,wall time (s)\n01_x,3.0\n")
+    (tmp_path / "benchmarks.csv").write_text(
+        "notebook,wall time (s)\n01_x,3.0\n"
+    )
     with pytest.raises(ValueError, match="no 'total' row"):
         extension.total_seconds(tmp_path / "benchmarks.csv")
 
@@ -92,7 +111,9 @@ def test_one_entry_point_writes_every_shipped_benchmark():
         recorded = {row["command"] for row in csv.DictReader(file)}
     assert len(recorded) == 1, recorded
     command = recorded.pop().removeprefix("python ")
-    assert command in " ".join(make_bench("decode").stdout.replace("\\\n", " ").split())
+    assert command in " ".join(
+        make_bench("decode").stdout.replace("\\\n", " ").split()
+    )
 
 
 def test_an_unknown_benchmark_names_the_choices():

@@ -31,8 +31,12 @@ from conftest import BRANCH, CHAPTERS, OWNER_REPO, PAGES, ROOT, markdown_of
 
 pytestmark = pytest.mark.site
 
-SITE = pathlib.Path(os.environ.get("BOOK_HTML_DIR", ROOT / "_build" / "html")).resolve()
-SHOTS = pathlib.Path(os.environ.get("BOOK_SCREENSHOT_DIR", SITE.parent / "screenshots"))
+SITE = pathlib.Path(
+    os.environ.get("BOOK_HTML_DIR", ROOT / "_build" / "html")
+).resolve()
+SHOTS = pathlib.Path(
+    os.environ.get("BOOK_SCREENSHOT_DIR", SITE.parent / "screenshots")
+)
 # Debian's Chromium, offline: no background traffic, no first-run or sync services.
 FLAGS = [
     "--no-sandbox",
@@ -49,7 +53,10 @@ SHOT_TIMEOUT_MS = 60_000  # full-page screenshots of long pages, see look_at
 
 def find_browser():
     candidates = [os.environ.get("CHROMIUM", "")]
-    candidates += [shutil.which(n) or "" for n in ("chromium", "chromium-browser", "google-chrome")]
+    candidates += [
+        shutil.which(n) or ""
+        for n in ("chromium", "chromium-browser", "google-chrome")
+    ]
     return next((c for c in candidates if c and os.access(c, os.X_OK)), None)
 
 
@@ -184,7 +191,11 @@ def browser():
             "BROWSER TESTS SKIPPED: no Chromium found (set $CHROMIUM, or as root: "
             "apt-get install -y chromium). The website was NOT checked in a browser"
         )
-        print(f"\n{'!' * 80}\n{message}\n{'!' * 80}", file=sys.__stderr__, flush=True)
+        print(
+            f"\n{'!' * 80}\n{message}\n{'!' * 80}",
+            file=sys.__stderr__,
+            flush=True,
+        )
         warnings.warn(message, pytest.PytestWarning, stacklevel=1)
         pytest.skip(message)
     try:
@@ -195,7 +206,9 @@ def browser():
         )
     os.environ["PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD"] = "1"
     with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=executable, args=FLAGS, headless=True)
+        chromium = playwright.chromium.launch(
+            executable_path=executable, args=FLAGS, headless=True
+        )
         yield chromium
         chromium.close()
 
@@ -218,7 +231,10 @@ def new_context(browser, site, **options):
         context.external.append(route.request.url)
         route.abort()
 
-    context.route(lambda url: not url.startswith(site) and not url.startswith("data:"), refuse)
+    context.route(
+        lambda url: not url.startswith(site) and not url.startswith("data:"),
+        refuse,
+    )
     context.add_init_script(CAPTURE_VIEWS)
     return context
 
@@ -228,7 +244,10 @@ def open_page(context, url):
     page.problems = []
     page.on(
         "console",
-        lambda m: m.type == "error" and page.problems.append(f"console: {m.text} ({m.location})"),
+        lambda m: (
+            m.type == "error"
+            and page.problems.append(f"console: {m.text} ({m.location})")
+        ),
     )
     page.on("pageerror", lambda e: page.problems.append(f"uncaught: {e}"))
     page.goto(url, wait_until="load")
@@ -236,7 +255,9 @@ def open_page(context, url):
         page.wait_for_function(MATH_READY, timeout=WAIT_MS)
         page.wait_for_function(CHARTS_READY, timeout=WAIT_MS)
     except Exception as error:  # the checks below say what is missing
-        page.problems.append(f"page not ready after {WAIT_MS} ms (math or charts): {error}")
+        page.problems.append(
+            f"page not ready after {WAIT_MS} ms (math or charts): {error}"
+        )
     return page
 
 
@@ -274,7 +295,9 @@ def hover_tooltip(page, chart, screenshot=None):
     for dx, dy in [(0, 0), (5, 5), (-5, -5), (5, -5), (-5, 5), (0, 5), (5, 0)]:
         page.mouse.move(x + dx, y + dy, steps=3)
         try:
-            page.wait_for_selector("#vg-tooltip-element.visible", state="visible", timeout=1000)
+            page.wait_for_selector(
+                "#vg-tooltip-element.visible", state="visible", timeout=1000
+            )
         except Exception:
             continue
         text = page.inner_text("#vg-tooltip-element")
@@ -288,7 +311,9 @@ def hover_tooltip(page, chart, screenshot=None):
 @pytest.fixture(scope="session")
 def chapter(browser, site, shots):
     """Visit a chapter once (memoized): facts, problems, tooltips and screenshots."""
-    context = new_context(browser, site, viewport={"width": 1280, "height": 900})
+    context = new_context(
+        browser, site, viewport={"width": 1280, "height": 900}
+    )
     visited = {}
 
     def visit(stem):
@@ -313,7 +338,9 @@ def chapter(browser, site, shots):
         facts["tooltips"] = {}
         for c in facts["charts"]:
             if c["target"] and c["origin"]:
-                shot = None if facts["tooltips"] else shots / f"{stem}-tooltip.png"
+                shot = (
+                    None if facts["tooltips"] else shots / f"{stem}-tooltip.png"
+                )
                 facts["tooltips"][c["id"]] = hover_tooltip(page, c, shot)
         facts["unfolds"] = None
         if facts["folded"]:
@@ -331,12 +358,17 @@ def chapter(browser, site, shots):
         facts["download"] = (None, "")
         if href := facts["links"].get(f"../_sources/notebooks/{stem}.ipynb"):
             download = page.request.get(href)
-            facts["download"] = (download.status, download.text() if download.ok else "")
+            facts["download"] = (
+                download.status,
+                download.text() if download.ok else "",
+            )
         page.mouse.move(0, 0)
         page.evaluate("window.scrollTo(0, 0)")
         # A full-page shot of a long chapter waits for fonts and every chart; on a loaded
         # 2-core machine that took more than playwright's 10 s default (chapter 5).
-        page.screenshot(path=shots / f"{stem}.png", full_page=True, timeout=SHOT_TIMEOUT_MS)
+        page.screenshot(
+            path=shots / f"{stem}.png", full_page=True, timeout=SHOT_TIMEOUT_MS
+        )
         page.evaluate(
             "document.documentElement.dataset.theme = 'dark';"
             "document.documentElement.dataset.mode = 'dark'"
@@ -344,7 +376,10 @@ def chapter(browser, site, shots):
         page.wait_for_timeout(200)
         # JPEG: half the time of a PNG for a page-long image; the light PNG is for sharpness
         page.screenshot(
-            path=shots / f"{stem}-dark.jpg", full_page=True, quality=85, timeout=SHOT_TIMEOUT_MS
+            path=shots / f"{stem}-dark.jpg",
+            full_page=True,
+            quality=85,
+            timeout=SHOT_TIMEOUT_MS,
         )
         facts["external"] = context.external[before:]
         page.close()
@@ -365,20 +400,27 @@ def test_no_console_errors(chapter, stem):
 @pytest.mark.parametrize("stem", CHAPTERS)
 def test_nothing_is_fetched_from_outside(chapter, stem):
     external = chapter(stem)["external"]
-    assert external == [], f"requests that would fail offline (vendor them): {external}"
+    assert external == [], (
+        f"requests that would fail offline (vendor them): {external}"
+    )
 
 
 @pytest.mark.parametrize("stem", CHAPTERS)
 def test_math_is_typeset(chapter, stem):
     facts = chapter(stem)
     assert facts["math"] > 0, "no math on the page"
-    assert facts["mjx"] >= facts["math"], f"{facts['mjx']} of {facts['math']} formulas typeset"
+    assert facts["mjx"] >= facts["math"], (
+        f"{facts['mjx']} of {facts['math']} formulas typeset"
+    )
     assert facts["mathErrors"] == [], f"TeX errors: {facts['mathErrors']}"
 
 
 def altair_charts_in_html(stem):
     return len(
-        re.findall(r'<div id="altair-viz-', (SITE / "notebooks" / f"{stem}.html").read_text())
+        re.findall(
+            r'<div id="altair-viz-',
+            (SITE / "notebooks" / f"{stem}.html").read_text(),
+        )
     )
 
 
@@ -389,18 +431,27 @@ def test_every_altair_chart_is_drawn_with_marks(chapter, stem):
     for c in charts:
         assert c["error"] is None, f"{c['id']}: {c['error']}"
         assert c["drawn"] and c["items"] > 0 and c["inked"] > 100, c
-        assert c["fits"], f"{c['id']} is wider than the text column: part of it is scrolled away"
+        assert c["fits"], (
+            f"{c['id']} is wider than the text column: part of it is scrolled away"
+        )
 
 
 @pytest.mark.parametrize("stem", CHAPTERS)
 def test_chart_tooltips_appear_on_hover(chapter, stem):
     facts = chapter(stem)
     for chart_id, text in facts["tooltips"].items():
-        assert text, f"{chart_id}: no tooltip appeared on hovering a mark that has one"
+        assert text, (
+            f"{chart_id}: no tooltip appeared on hovering a mark that has one"
+        )
 
 
 def test_at_least_one_chart_shows_a_tooltip(chapter):
-    shown = [text for stem in CHAPTERS for text in chapter(stem)["tooltips"].values() if text]
+    shown = [
+        text
+        for stem in CHAPTERS
+        for text in chapter(stem)["tooltips"].values()
+        if text
+    ]
     assert shown, "no chart in the book showed a tooltip on hover"
 
 
@@ -415,12 +466,21 @@ def test_launch_and_download_links(chapter, stem, site):
     ]
     for href in expected:
         assert href in facts["links"].values(), f"no link to {href}"
-    assert any(f"github.com/{OWNER_REPO}/issues/new" in h for h in facts["links"].values())
-    assert facts["launch_visible"], "the launch menu does not open to show Colab"
+    assert any(
+        f"github.com/{OWNER_REPO}/issues/new" in h
+        for h in facts["links"].values()
+    )
+    assert facts["launch_visible"], (
+        "the launch menu does not open to show Colab"
+    )
     status, body = facts["download"]
-    assert status is not None, f"no download link to ../_sources/notebooks/{stem}.ipynb"
+    assert status is not None, (
+        f"no download link to ../_sources/notebooks/{stem}.ipynb"
+    )
     assert status == 200, f"download link answers HTTP {status}"
-    notebook = json.loads(body)  # test_site.py compares it with the repository's notebook
+    notebook = json.loads(
+        body
+    )  # test_site.py compares it with the repository's notebook
     assert notebook == json.loads((SITE / "_sources" / path).read_text())
     assert notebook["cells"], "the downloaded notebook is empty"
 
@@ -429,11 +489,17 @@ def test_launch_and_download_links(chapter, stem, site):
 def test_glued_values_are_shown(chapter, stem):
     facts = chapter(stem)
     # the notebook this build was made from (test_site.py checks it is the repository's)
-    notebook = json.loads((SITE / "_sources" / "notebooks" / f"{stem}.ipynb").read_text())
+    notebook = json.loads(
+        (SITE / "_sources" / "notebooks" / f"{stem}.ipynb").read_text()
+    )
     roles = re.findall(r"\{glue(?::text)?\}`", markdown_of(notebook))
-    assert len(facts["glue"]) >= len(roles), f"{len(roles)} glue roles, {len(facts['glue'])} shown"
+    assert len(facts["glue"]) >= len(roles), (
+        f"{len(roles)} glue roles, {len(facts['glue'])} shown"
+    )
     assert all(facts["glue"]), f"empty glued values: {facts['glue']}"
-    missing = re.search(r"glue.{0,40}not found|not found.{0,40}glue", facts["text"], re.I)
+    missing = re.search(
+        r"glue.{0,40}not found|not found.{0,40}glue", facts["text"], re.I
+    )
     assert missing is None, missing
 
 
@@ -441,7 +507,9 @@ def test_glued_values_are_shown(chapter, stem):
 def test_code_has_copy_buttons_and_hidden_code_unfolds(chapter, stem):
     facts = chapter(stem)
     assert facts["codeCells"] > 0
-    assert facts["copyButtons"] == facts["codeCells"], "code cells without a copy button"
+    assert facts["copyButtons"] == facts["codeCells"], (
+        "code cells without a copy button"
+    )
     assert facts["folded"], "no folded (hidden) code on the page"
     assert not any(facts["folded"]), "hidden code is open when the page loads"
     assert facts["unfolds"], "clicking a folded cell does not show its code"
@@ -450,16 +518,28 @@ def test_code_has_copy_buttons_and_hidden_code_unfolds(chapter, stem):
 @pytest.mark.parametrize("stem", CHAPTERS)
 def test_figures_load_and_are_high_dpi(chapter, stem):
     for img in chapter(stem)["images"]:
-        assert img["complete"] and img["natural"] > 0, f"broken image {img['src']}"
-        if img["src"].endswith(".png") and img["shown"] > 0 and "_images/" in img["src"]:
+        assert img["complete"] and img["natural"] > 0, (
+            f"broken image {img['src']}"
+        )
+        if (
+            img["src"].endswith(".png")
+            and img["shown"] > 0
+            and "_images/" in img["src"]
+        ):
             ratio = img["natural"] / img["shown"]
-            assert ratio >= 1.5, f"{img['src']} is {ratio:.2f}x: blurry on high-DPI screens"
-        assert not distorted(img), f"{img['src']} is squashed or stretched: {img}"
+            assert ratio >= 1.5, (
+                f"{img['src']} is {ratio:.2f}x: blurry on high-DPI screens"
+            )
+        assert not distorted(img), (
+            f"{img['src']} is squashed or stretched: {img}"
+        )
 
 
 def distorted(img):
     """Whether an image is shown at another aspect ratio than its pixels' (by over 2%)."""
-    if not (img["shown"] > 0 and img["natural"] > 0 and img["naturalHeight"] > 0):
+    if not (
+        img["shown"] > 0 and img["natural"] > 0 and img["naturalHeight"] > 0
+    ):
         return False
     aspect = img["naturalHeight"] / img["natural"]
     return abs(img["shownHeight"] / img["shown"] - aspect) > 0.02 * aspect
@@ -475,9 +555,13 @@ def test_screenshots_are_saved(chapter, stem, shots):
 # ---------------------------------------------------------------- the rest of the site
 
 
-@pytest.mark.parametrize("page", [p for p in PAGES if not p.startswith("notebooks/")])
+@pytest.mark.parametrize(
+    "page", [p for p in PAGES if not p.startswith("notebooks/")]
+)
 def test_other_pages_load_cleanly(browser, site, page):
-    context = new_context(browser, site, viewport={"width": 1280, "height": 900})
+    context = new_context(
+        browser, site, viewport={"width": 1280, "height": 900}
+    )
     tab = open_page(context, f"{site}/{page}.html")
     facts = tab.evaluate(FACTS)
     context.close()
@@ -507,15 +591,21 @@ def test_phone_width_screenshot(browser, site, shots):
     page = open_page(context, f"{site}/notebooks/{stem}.html")
     facts = page.evaluate(FACTS)
     page.screenshot(path=shots / f"{stem}-phone.png")
-    if facts["charts"]:  # and one of the first chart, the widest kind of content
+    if facts[
+        "charts"
+    ]:  # and one of the first chart, the widest kind of content
         page.evaluate(
             "document.querySelector('div[id^=\"altair-viz-\"]').scrollIntoView({block: 'center'})"
         )
         page.screenshot(path=shots / f"{stem}-phone-chart.png")
     context.close()
     assert page.problems == []
-    assert facts["overflow"] <= 1, f"the page scrolls sideways by {facts['overflow']} px on a phone"
-    assert all(c["fits"] for c in facts["charts"]), "a chart is wider than a phone's screen"
+    assert facts["overflow"] <= 1, (
+        f"the page scrolls sideways by {facts['overflow']} px on a phone"
+    )
+    assert all(c["fits"] for c in facts["charts"]), (
+        "a chart is wider than a phone's screen"
+    )
 
 
 # Elements that stick out past the right edge of the screen, and no box of theirs scrolls them
@@ -577,40 +667,58 @@ def test_no_page_is_wider_than_the_screen(screen, site, page, width):
         f"what sticks out: {wideners}"
     )
     squashed = [img["src"] for img in images if distorted(img)]
-    assert not squashed, f"{page} at {width} px: figures shown squashed or stretched: {squashed}"
+    assert not squashed, (
+        f"{page} at {width} px: figures shown squashed or stretched: {squashed}"
+    )
 
 
 def test_search_finds_chapter_text(browser, site):
     stem = CHAPTERS[0]
     html = (SITE / "notebooks" / f"{stem}.html").read_text()
     word = max(re.findall(r"<h1>([^<]+)", html)[0].split(), key=len).lower()
-    context = new_context(browser, site, viewport={"width": 1280, "height": 900})
+    context = new_context(
+        browser, site, viewport={"width": 1280, "height": 900}
+    )
     page = open_page(context, f"{site}/search.html?q={word}")
     page.wait_for_selector("#search-results ul.search li", timeout=WAIT_MS)
-    hrefs = page.eval_on_selector_all("#search-results ul.search li a", "as => as.map(a => a.href)")
+    hrefs = page.eval_on_selector_all(
+        "#search-results ul.search li a", "as => as.map(a => a.href)"
+    )
     context.close()
-    assert any(f"notebooks/{stem}.html" in h for h in hrefs), f"searching {word!r} gave {hrefs}"
+    assert any(f"notebooks/{stem}.html" in h for h in hrefs), (
+        f"searching {word!r} gave {hrefs}"
+    )
 
 
 def test_citations_link_both_ways(browser, site):
     cited = [
         s
         for s in CHAPTERS
-        if "bibliography.html#" in (SITE / "notebooks" / f"{s}.html").read_text()
+        if "bibliography.html#"
+        in (SITE / "notebooks" / f"{s}.html").read_text()
     ]
     assert cited, "no chapter cites the bibliography"
     stem = cited[0]
-    context = new_context(browser, site, viewport={"width": 1280, "height": 900})
+    context = new_context(
+        browser, site, viewport={"width": 1280, "height": 900}
+    )
     page = open_page(context, f"{site}/notebooks/{stem}.html")
     page.locator("a[href*='bibliography.html#']").first.click()
     page.wait_for_url("**/bibliography.html#*")
     entry = page.url.split("#")[1]
     back = page.locator(f"[id='{entry}'] .cited-in a[href*='{stem}.html#']")
-    assert back.count() == 1, f"bibliography entry #{entry} does not link back to {stem}"
+    assert back.count() == 1, (
+        f"bibliography entry #{entry} does not link back to {stem}"
+    )
     back.click()
     page.wait_for_url(f"**/{stem}.html#*")
     anchor = page.url.split("#")[1]
-    assert page.locator(f"[id='{anchor}'] a[href*='bibliography.html#{entry}']").count() >= 1
+    assert (
+        page.locator(
+            f"[id='{anchor}'] a[href*='bibliography.html#{entry}']"
+        ).count()
+        >= 1
+    )
     context.close()
 
 
@@ -649,15 +757,23 @@ PHONE_READABILITY = """
 
 
 @pytest.mark.parametrize("page", PAGES)
-def test_on_a_phone_charts_are_readable_and_nothing_wide_hides(screen, site, page):
+def test_on_a_phone_charts_are_readable_and_nothing_wide_hides(
+    screen, site, page
+):
     """Issue 30's phone goals: charts fill >= 90% of the column with text >= 9 px; prose tables
     reflow into the column; what is wider (equations, DataFrames) scrolls in a box with a cue."""
     tab = open_page(screen(390), f"{site}/{page}.html")
     facts = tab.evaluate(PHONE_READABILITY)
     tab.close()
     small = [c for c in facts["charts"] if c["fill"] < 0.9 or c["smallest"] < 9]
-    assert not small, f"{page} at 390 px: charts too narrow or text under 9 px: {small}"
+    assert not small, (
+        f"{page} at 390 px: charts too narrow or text under 9 px: {small}"
+    )
     hidden = [t for t in facts["tables"] if t["width"] > t["box"] + 1]
-    assert not hidden, f"{page} at 390 px: prose tables wider than the column: {hidden}"
+    assert not hidden, (
+        f"{page} at 390 px: prose tables wider than the column: {hidden}"
+    )
     uncued = [e for e in facts["scrolled"] if not (e["scrolls"] and e["cue"])]
-    assert not uncued, f"{page} at 390 px: wide content without a scroll cue: {uncued}"
+    assert not uncued, (
+        f"{page} at 390 px: wide content without a scroll cue: {uncued}"
+    )

@@ -23,11 +23,18 @@ def _randomize_norms(module: nn.Module, generator: torch.Generator) -> None:
     with torch.no_grad():
         for norm in module.modules():
             if isinstance(norm, nn.LayerNorm):
-                norm.weight.copy_(1 + 0.3 * torch.randn(norm.weight.shape, generator=generator))
-                norm.bias.copy_(0.3 * torch.randn(norm.bias.shape, generator=generator))
+                norm.weight.copy_(
+                    1
+                    + 0.3 * torch.randn(norm.weight.shape, generator=generator)
+                )
+                norm.bias.copy_(
+                    0.3 * torch.randn(norm.bias.shape, generator=generator)
+                )
 
 
-def _torch_layer(d_model=8, num_heads=2, ffn_width=16, norm_first=True, bias=True):
+def _torch_layer(
+    d_model=8, num_heads=2, ffn_width=16, norm_first=True, bias=True
+):
     return nn.TransformerDecoderLayer(
         d_model,
         num_heads,
@@ -57,19 +64,31 @@ def test_block_matches_torch_decoder_layer(norm_first, bias, padded):
         torch.randn(3, 5, 8, generator=generator),
         torch.randn(3, 7, 8, generator=generator),
     )
-    source_lengths = torch.tensor([7, 4, 2]) if padded else torch.tensor([7, 7, 7])
+    source_lengths = (
+        torch.tensor([7, 4, 2]) if padded else torch.tensor([7, 7, 7])
+    )
     memory_mask = padding_mask(source_lengths, 7)
     expected = layer(
-        target, memory, tgt_mask=~causal_mask(5), memory_key_padding_mask=~memory_mask[:, 0, 0]
+        target,
+        memory,
+        tgt_mask=~causal_mask(5),
+        memory_key_padding_mask=~memory_mask[:, 0, 0],
     )
     close(block(target, memory, causal_mask(5), memory_mask), expected)
     output, (self_weights, cross_weights) = block(
         target, memory, causal_mask(5), memory_mask, return_attention=True
     )
     close(output, expected)
-    assert self_weights.shape == (3, 2, 5, 5) and cross_weights.shape == (3, 2, 5, 7)
+    assert self_weights.shape == (3, 2, 5, 5) and cross_weights.shape == (
+        3,
+        2,
+        5,
+        7,
+    )
     assert torch.all(self_weights.triu(1) == 0)  # nothing from the future
-    for b, length in enumerate(source_lengths.tolist()):  # no weight on padded source keys
+    for b, length in enumerate(
+        source_lengths.tolist()
+    ):  # no weight on padded source keys
         assert torch.all(cross_weights[b, ..., length:] == 0)
 
 
@@ -90,11 +109,19 @@ def test_stacks_match_torch_transformer(norm_first, padded):
     ).eval()
     _randomize_norms(reference, generator)
     # nn.Transformer always ends both stacks with a LayerNorm, whatever norm_first says
-    encoder = TransformerEncoder(2, 8, 2, 16, norm_first=norm_first, final_norm=True).eval()
-    decoder = TransformerDecoder(3, 8, 2, 16, norm_first=norm_first, final_norm=True).eval()
-    for block, layer in zip(encoder.blocks, reference.encoder.layers, strict=True):
+    encoder = TransformerEncoder(
+        2, 8, 2, 16, norm_first=norm_first, final_norm=True
+    ).eval()
+    decoder = TransformerDecoder(
+        3, 8, 2, 16, norm_first=norm_first, final_norm=True
+    ).eval()
+    for block, layer in zip(
+        encoder.blocks, reference.encoder.layers, strict=True
+    ):
         load_encoder_block(block, layer)
-    for block, layer in zip(decoder.blocks, reference.decoder.layers, strict=True):
+    for block, layer in zip(
+        decoder.blocks, reference.decoder.layers, strict=True
+    ):
         load_decoder_block(block, layer)
     encoder.final_norm.load_state_dict(reference.encoder.norm.state_dict())
     decoder.final_norm.load_state_dict(reference.decoder.norm.state_dict())
@@ -123,11 +150,15 @@ def test_target_padding_matches_torch_transformer(norm_first):
     generator = torch.Generator().manual_seed(5)
     torch.manual_seed(6)
     reference = nn.TransformerDecoder(
-        nn.TransformerDecoderLayer(8, 2, 16, dropout=0.1, batch_first=True, norm_first=norm_first),
+        nn.TransformerDecoderLayer(
+            8, 2, 16, dropout=0.1, batch_first=True, norm_first=norm_first
+        ),
         num_layers=2,
     ).eval()
     _randomize_norms(reference, generator)
-    decoder = TransformerDecoder(2, 8, 2, 16, norm_first=norm_first, final_norm=False).eval()
+    decoder = TransformerDecoder(
+        2, 8, 2, 16, norm_first=norm_first, final_norm=False
+    ).eval()
     for block, layer in zip(decoder.blocks, reference.layers, strict=True):
         load_decoder_block(block, layer)
     target = torch.randn(3, 5, 8, generator=generator)
@@ -147,16 +178,22 @@ def test_target_padding_matches_torch_transformer(norm_first):
 
 def test_load_decoder_block_refuses_mismatches():
     with pytest.raises(TypeError, match="TransformerDecoderLayer"):
-        load_decoder_block(DecoderBlock(8, 2, 16), nn.TransformerEncoderLayer(8, 2, 16))
+        load_decoder_block(
+            DecoderBlock(8, 2, 16), nn.TransformerEncoderLayer(8, 2, 16)
+        )
     with pytest.raises(ValueError, match="norm_first mismatch"):
-        load_decoder_block(DecoderBlock(8, 2, 16, norm_first=False), _torch_layer(norm_first=True))
+        load_decoder_block(
+            DecoderBlock(8, 2, 16, norm_first=False),
+            _torch_layer(norm_first=True),
+        )
     with pytest.raises(ValueError, match="feed-forward shape mismatch"):
         load_decoder_block(DecoderBlock(8, 2, 32), _torch_layer())
     with pytest.raises(ValueError, match="normalization mismatch"):
         load_decoder_block(DecoderBlock(8, 2, 16, norm="rms"), _torch_layer())
     with pytest.warns(UserWarning, match="batch_first=False"):
         load_decoder_block(
-            DecoderBlock(8, 2, 16), nn.TransformerDecoderLayer(8, 2, 16, norm_first=True)
+            DecoderBlock(8, 2, 16),
+            nn.TransformerDecoderLayer(8, 2, 16, norm_first=True),
         )
 
 
@@ -170,10 +207,16 @@ def test_no_target_position_receives_gradient_from_a_later_one(norm_first):
     target = torch.randn(2, 6, 8, requires_grad=True)
     memory = torch.randn(2, 5, 8)
     output = decoder(target, memory, causal_mask(6))
-    weights = torch.randn(8)  # a plain sum of a LayerNorm's output has no gradient at all
+    weights = torch.randn(
+        8
+    )  # a plain sum of a LayerNorm's output has no gradient at all
     for t in range(6):
-        (grad,) = torch.autograd.grad((output[:, t] @ weights).sum(), target, retain_graph=True)
-        assert torch.all(grad[:, t + 1 :] == 0), f"position {t} depends on a later position"
+        (grad,) = torch.autograd.grad(
+            (output[:, t] @ weights).sum(), target, retain_graph=True
+        )
+        assert torch.all(grad[:, t + 1 :] == 0), (
+            f"position {t} depends on a later position"
+        )
         assert torch.all(grad[:, : t + 1].abs().sum(-1) > 0)
 
 
@@ -193,7 +236,10 @@ def test_memory_padding_is_ignored():
     mask = padding_mask([6, 3], 6)
     changed = memory.clone()
     changed[1, 3:] = 100.0
-    close(block(target, memory, causal_mask(4), mask), block(target, changed, causal_mask(4), mask))
+    close(
+        block(target, memory, causal_mask(4), mask),
+        block(target, changed, causal_mask(4), mask),
+    )
 
 
 # --------------------------------------------------------------------------- the full model
@@ -201,7 +247,9 @@ def test_memory_padding_is_ignored():
 
 def _tiny_model(**kwargs):
     torch.manual_seed(0)
-    return EncoderDecoderTransformer(12, 12, 16, 2, 2, 2, 32, pad_id=0, **kwargs).eval()
+    return EncoderDecoderTransformer(
+        12, 12, 16, 2, 2, 2, 32, pad_id=0, **kwargs
+    ).eval()
 
 
 @pytest.mark.parametrize("norm_first", [True, False])
@@ -231,23 +279,33 @@ def test_source_padding_does_not_change_the_output():
 def test_tied_embeddings_share_one_matrix():
     model = _tiny_model(tie_embeddings=True)
     untied = _tiny_model()
-    assert model.output.weight is model.source_embedding.weight is model.target_embedding.weight
+    assert (
+        model.output.weight
+        is model.source_embedding.weight
+        is model.target_embedding.weight
+    )
     assert count_parameters(untied) - count_parameters(model) == 2 * 12 * 16
 
 
 def test_base_model_parameter_count_on_the_meta_device():
     with torch.device("meta"):
-        model = EncoderDecoderTransformer(37000, 37000, 512, 8, 6, 6, 2048, tie_embeddings=True)
+        model = EncoderDecoderTransformer(
+            37000, 37000, 512, 8, 6, 6, 2048, tie_embeddings=True
+        )
     assert model.output.weight.is_meta
     block = 4 * (512 * 512 + 512) + 2 * 512 * 2048 + 2048 + 512 + 2 * 2 * 512
-    expected = 37000 * 512 + 6 * block + 6 * (block + 4 * (512 * 512 + 512) + 2 * 512)
+    expected = (
+        37000 * 512 + 6 * block + 6 * (block + 4 * (512 * 512 + 512) + 2 * 512)
+    )
     expected += 2 * 2 * 512 + 37000  # two final norms and the output bias
     assert count_parameters(model) == expected == 63_121_544
 
 
 def test_attention_maps_have_the_documented_shapes():
     model = _tiny_model()
-    maps = model.get_attention_maps(torch.randint(1, 12, (2, 5)), torch.randint(1, 12, (2, 4)))
+    maps = model.get_attention_maps(
+        torch.randint(1, 12, (2, 5)), torch.randint(1, 12, (2, 4))
+    )
     assert [m.shape for m in maps["encoder"]] == [(2, 2, 5, 5)] * 2
     assert [m.shape for m in maps["decoder"]] == [(2, 2, 4, 4)] * 2
     assert [m.shape for m in maps["cross"]] == [(2, 2, 4, 5)] * 2
@@ -259,21 +317,34 @@ def test_attention_maps_have_the_documented_shapes():
 
 
 def test_memory_of_the_wrong_width_is_refused():
-    with pytest.raises(ValueError, match="memory .the encoder's output. has width 6"):
+    with pytest.raises(
+        ValueError, match="memory .the encoder's output. has width 6"
+    ):
         DecoderBlock(8, 2, 16)(torch.randn(2, 4, 8), torch.randn(2, 5, 6))
 
 
 def test_causal_mask_of_the_wrong_size_is_refused():
-    with pytest.raises(ValueError, match=r"target_mask has shape \(5, 5\).*causal_mask\(4\)"):
-        DecoderBlock(8, 2, 16)(torch.randn(2, 4, 8), torch.randn(2, 6, 8), causal_mask(5))
+    with pytest.raises(
+        ValueError, match=r"target_mask has shape \(5, 5\).*causal_mask\(4\)"
+    ):
+        DecoderBlock(8, 2, 16)(
+            torch.randn(2, 4, 8), torch.randn(2, 6, 8), causal_mask(5)
+        )
 
 
 def test_float_masks_are_refused():
     block = DecoderBlock(8, 2, 16)
     with pytest.raises(TypeError, match="target_mask must be boolean"):
-        block(torch.randn(2, 4, 8), torch.randn(2, 6, 8), causal_mask(4).float())
+        block(
+            torch.randn(2, 4, 8), torch.randn(2, 6, 8), causal_mask(4).float()
+        )
     with pytest.raises(TypeError, match="memory_mask must be boolean"):
-        block(torch.randn(2, 4, 8), torch.randn(2, 6, 8), None, torch.ones(2, 1, 1, 6))
+        block(
+            torch.randn(2, 4, 8),
+            torch.randn(2, 6, 8),
+            None,
+            torch.ones(2, 1, 1, 6),
+        )
 
 
 def test_swapped_target_and_memory_are_named():
@@ -295,7 +366,9 @@ def test_other_misuse_is_refused():
         block(torch.randn(2, 4, 8), torch.randn(2, 6, 8, dtype=torch.float64))
     with pytest.raises(ValueError, match="norm_first|positive"):
         TransformerDecoder(0, 8, 2, 16)
-    with pytest.raises(ValueError, match="tie_embeddings=True .* one vocabulary"):
+    with pytest.raises(
+        ValueError, match="tie_embeddings=True .* one vocabulary"
+    ):
         EncoderDecoderTransformer(10, 12, 8, 2, 1, 1, tie_embeddings=True)
     with pytest.raises(ValueError, match="pad_id=12"):
         EncoderDecoderTransformer(12, 12, 8, 2, 1, 1, pad_id=12)
@@ -313,7 +386,11 @@ def test_output_projection_has_the_target_vocabulary():
     assert logits.shape == (2, 3, 7)
     with pytest.raises(TypeError, match="target_vocab"):
         EncoderDecoderTransformer(
-            20, d_model=8, num_heads=2, num_encoder_blocks=1, num_decoder_blocks=1
+            20,
+            d_model=8,
+            num_heads=2,
+            num_encoder_blocks=1,
+            num_decoder_blocks=1,
         )
 
 
@@ -321,7 +398,9 @@ def test_positional_table_is_a_buffer_that_moves_with_the_model():
     # source 003 builds its table on the CPU at every forward pass: a GPU run fails
     model = EncoderDecoderTransformer(12, 12, 8, 2, 1, 1)
     assert "positional.pe" in model.state_dict()
-    assert all(parameter is not model.positional.pe for parameter in model.parameters())
+    assert all(
+        parameter is not model.positional.pe for parameter in model.parameters()
+    )
     model.to(torch.float64)
     assert model.positional.pe.dtype == torch.float64
     model.to("meta")
@@ -330,8 +409,12 @@ def test_positional_table_is_a_buffer_that_moves_with_the_model():
 
 def test_torch_reads_the_book_mask_the_other_way_round():
     torch.manual_seed(0)
-    layer = nn.TransformerDecoderLayer(8, 2, 16, dropout=0.0, batch_first=True).eval()
-    block = load_decoder_block(DecoderBlock(8, 2, 16, norm_first=False), layer).eval()
+    layer = nn.TransformerDecoderLayer(
+        8, 2, 16, dropout=0.0, batch_first=True
+    ).eval()
+    block = load_decoder_block(
+        DecoderBlock(8, 2, 16, norm_first=False), layer
+    ).eval()
     target = torch.randn(1, 4, 8, requires_grad=True)
     memory = torch.randn(1, 3, 8)
     book = block(target, memory, causal_mask(4))
@@ -360,14 +443,20 @@ def _log_prob(model, source, tokens, end_id=None):
     with torch.no_grad():
         log_probs = model(source, tokens[:, :-1]).log_softmax(-1)
     per_token = log_probs.gather(-1, tokens[:, 1:, None])[..., 0]
-    if end_id is not None:  # positions after the first end token count for nothing
-        ended = (tokens[:, 1:] == end_id).long().cumsum(-1) - (tokens[:, 1:] == end_id).long()
+    if (
+        end_id is not None
+    ):  # positions after the first end token count for nothing
+        ended = (tokens[:, 1:] == end_id).long().cumsum(-1) - (
+            tokens[:, 1:] == end_id
+        ).long()
         per_token = per_token.masked_fill(ended > 0, 0.0)
     return per_token.sum(-1)
 
 
 def _sources(batch=6, length=5, vocab=12, seed=1):
-    source = torch.randint(1, vocab, (batch, length), generator=torch.Generator().manual_seed(seed))
+    source = torch.randint(
+        1, vocab, (batch, length), generator=torch.Generator().manual_seed(seed)
+    )
     source[0, 3:] = 0  # one padded source
     return source
 
@@ -385,9 +474,13 @@ def test_a_sequence_stops_at_its_end_token_and_pads():
     model = _tiny_model()
     source = _sources(batch=20)
     free = model.generate(source, 1, 8)
-    end_id = int(free[:, 1:].flatten().mode().values)  # a token the model writes often
+    end_id = int(
+        free[:, 1:].flatten().mode().values
+    )  # a token the model writes often
     for beam_size in (1, 3):
-        stopped = model.generate(source, 1, 8, end_id=end_id, beam_size=beam_size)
+        stopped = model.generate(
+            source, 1, 8, end_id=end_id, beam_size=beam_size
+        )
         assert stopped.shape == free.shape
         is_end = (stopped[:, 1:] == end_id).long()
         after = (is_end.cumsum(-1) - is_end) > 0
@@ -405,7 +498,9 @@ def test_beam_search_is_at_least_as_likely_as_greedy_on_average(seed):
     torch.manual_seed(seed)
     model = EncoderDecoderTransformer(12, 12, 16, 2, 1, 1, 32, pad_id=0).eval()
     source = _sources(batch=64, seed=seed)
-    greedy = _log_prob(model, source, model.generate(source, 1, 6, end_id=2), end_id=2)
+    greedy = _log_prob(
+        model, source, model.generate(source, 1, 6, end_id=2), end_id=2
+    )
     for beam_size in (2, 4, 8):
         beam = model.generate(source, 1, 6, end_id=2, beam_size=beam_size)
         assert _log_prob(model, source, beam, end_id=2).mean() > greedy.mean()
@@ -421,9 +516,13 @@ def test_a_narrow_beam_can_lose_the_greedy_sequence():
     source = _sources(batch=16, seed=0)[1:2]
     greedy = model.generate(source, 1, 6, end_id=2)
     beam = model.generate(source, 1, 6, end_id=2, beam_size=2)
-    assert _log_prob(model, source, beam, 2) < _log_prob(model, source, greedy, 2)
+    assert _log_prob(model, source, beam, 2) < _log_prob(
+        model, source, greedy, 2
+    )
     wide = model.generate(source, 1, 6, end_id=2, beam_size=12)
-    assert _log_prob(model, source, wide, 2) >= _log_prob(model, source, greedy, 2)
+    assert _log_prob(model, source, wide, 2) >= _log_prob(
+        model, source, greedy, 2
+    )
 
 
 @pytest.mark.parametrize("end_id", [None, 3])
@@ -436,36 +535,60 @@ def test_a_wide_beam_finds_the_most_likely_sequence(end_id):
     grid = torch.cartesian_prod(*[torch.arange(4)] * 3)  # (64, 3): every output
     greedy_exact = []
     for row in range(len(source)):
-        candidates = torch.cat([torch.ones(64, 1, dtype=torch.long), grid], dim=1)
+        candidates = torch.cat(
+            [torch.ones(64, 1, dtype=torch.long), grid], dim=1
+        )
         if end_id is not None:  # after an end token only padding may follow
             is_end = (candidates[:, 1:] == end_id).long()
             candidates[:, 1:][(is_end.cumsum(-1) - is_end) > 0] = model.pad_id
             candidates = candidates.unique(dim=0)
-        scores = _log_prob(model, source[row].expand(len(candidates), -1), candidates, end_id)
-        found = model.generate(source[row : row + 1], 1, 3, end_id=end_id, beam_size=16)
+        scores = _log_prob(
+            model, source[row].expand(len(candidates), -1), candidates, end_id
+        )
+        found = model.generate(
+            source[row : row + 1], 1, 3, end_id=end_id, beam_size=16
+        )
         assert torch.equal(found[0], candidates[scores.argmax()])
         greedy = model.generate(source[row : row + 1], 1, 3, end_id=end_id)
         greedy_exact.append(torch.equal(greedy[0], candidates[scores.argmax()]))
-    assert not all(greedy_exact)  # the check can fail: greedy decoding misses the best
+    assert not all(
+        greedy_exact
+    )  # the check can fail: greedy decoding misses the best
 
 
 def test_length_penalty_ranks_by_log_prob_per_token():
     model = _tiny_model()
     source = _sources(batch=12)
     plain = model.generate(source, 1, 6, end_id=2, beam_size=4)
-    assert torch.equal(plain, model.generate(source, 1, 6, end_id=2, beam_size=4, length_penalty=0))
-    normalized = model.generate(source, 1, 6, end_id=2, beam_size=4, length_penalty=1.0)
+    assert torch.equal(
+        plain,
+        model.generate(source, 1, 6, end_id=2, beam_size=4, length_penalty=0),
+    )
+    normalized = model.generate(
+        source, 1, 6, end_id=2, beam_size=4, length_penalty=1.0
+    )
     length = lambda tokens: (tokens[:, 1:] != 0).sum(-1)  # noqa: E731
-    per_token = lambda tokens: _log_prob(model, source, tokens, 2) / length(tokens)  # noqa: E731
+
+    def per_token(tokens):
+        return _log_prob(model, source, tokens, 2) / length(tokens)
+
     assert torch.all(per_token(normalized) >= per_token(plain) - 1e-5)
 
 
 @pytest.mark.parametrize(
     ("kwargs", "error", "message"),
     [
-        ({"beam_size": 0}, ValueError, "beam_size must be a positive int, got 0"),
+        (
+            {"beam_size": 0},
+            ValueError,
+            "beam_size must be a positive int, got 0",
+        ),
         ({"beam_size": 2.0}, TypeError, "beam_size must be a positive int"),
-        ({"end_id": 12}, ValueError, "end_id=12 is not a token of the target vocabulary"),
+        (
+            {"end_id": 12},
+            ValueError,
+            "end_id=12 is not a token of the target vocabulary",
+        ),
         ({"end_id": 1.5}, TypeError, "end_id must be a non-negative int"),
         ({"end_id": 0}, ValueError, "needs a padding token, different from it"),
         ({"start_id": -1}, ValueError, "start_id must be >= 0"),

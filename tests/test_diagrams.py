@@ -21,7 +21,9 @@ from conftest import ROOT, markdown_of, read_notebook
 from helpers.diagrams import FONT, MAX_WIDTH, MIN_FONT, Diagram, tint
 from helpers.plotting import ROLE_COLOURS
 
-_spec = importlib.util.spec_from_file_location("make_diagrams", ROOT / "scripts/make_diagrams.py")
+_spec = importlib.util.spec_from_file_location(
+    "make_diagrams", ROOT / "scripts/make_diagrams.py"
+)
 make_diagrams = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(make_diagrams)
 
@@ -36,7 +38,9 @@ FIGURE = re.compile(
     r"```\{figure\} \.\./book/_static/diagrams/(?P<name>[\w-]+)\.svg\n(?P<body>.*?)\n```",
     re.DOTALL,
 )
-PHONE_COLUMN_PX = 342  # a figure's width on a 390 px phone (measured in the built site)
+PHONE_COLUMN_PX = (
+    342  # a figure's width on a 390 px phone (measured in the built site)
+)
 SMALL_PRINT_PX = 13  # `font-size: small`, the size of the page's smallest text
 
 
@@ -51,7 +55,9 @@ def test_committed_svg_is_what_the_script_draws(name, tmp_path):
     draw, _chapter = DIAGRAMS[name]
     fresh = draw().save(tmp_path / f"{name}.svg").read_bytes()
     committed = FOLDER / f"{name}.svg"
-    assert committed.exists(), f"{committed} is missing: run python scripts/make_diagrams.py"
+    assert committed.exists(), (
+        f"{committed} is missing: run python scripts/make_diagrams.py"
+    )
     assert fresh == committed.read_bytes(), (
         f"{committed.name} is out of date: run python scripts/make_diagrams.py {name}"
     )
@@ -77,12 +83,20 @@ def test_diagram_text_is_legible_on_a_phone(name):
     natural_px = diagram.width * 96
     scale = min(1.0, PHONE_COLUMN_PX / natural_px)
     smallest_px = diagram.smallest_font() * 4 / 3 * scale
-    assert smallest_px >= SMALL_PRINT_PX, f"{name}: text of {smallest_px:.1f} px on a phone"
+    assert smallest_px >= SMALL_PRINT_PX, (
+        f"{name}: text of {smallest_px:.1f} px on a phone"
+    )
 
 
 def test_diagrams_use_the_role_colours_of_the_plots_and_no_others():
-    svgs = "".join((FOLDER / f"{name}.svg").read_text().lower() for name in DIAGRAMS)
-    unused = [role for role, colour in ROLE_COLOURS.items() if colour.lower() not in svgs]
+    svgs = "".join(
+        (FOLDER / f"{name}.svg").read_text().lower() for name in DIAGRAMS
+    )
+    unused = [
+        role
+        for role, colour in ROLE_COLOURS.items()
+        if colour.lower() not in svgs
+    ]
     assert not unused, f"no diagram shows these roles: {unused}"
     # Colours are defined once, in helpers.plotting: the drawing script names none of its own.
     script = (ROOT / "scripts" / "make_diagrams.py").read_text()
@@ -94,14 +108,18 @@ def test_the_svgs_have_a_white_background_for_the_dark_theme():
     # keeps it readable wherever else it is shown (a feed reader, GitHub's dark mode).
     for name in DIAGRAMS:
         svg = (FOLDER / f"{name}.svg").read_text()
-        background = re.search(r'<g id="patch_1">\s*<path d="[^"]*" style="([^"]*)"', svg)
+        background = re.search(
+            r'<g id="patch_1">\s*<path d="[^"]*" style="([^"]*)"', svg
+        )
         assert background and background[1] == "fill: #ffffff", name
 
 
 def figures_by_chapter() -> dict[str, list[re.Match]]:
     chapters = {}
     for path in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
-        chapters[path.stem] = list(FIGURE.finditer(markdown_of(read_notebook(path))))
+        chapters[path.stem] = list(
+            FIGURE.finditer(markdown_of(read_notebook(path)))
+        )
     return chapters
 
 
@@ -109,12 +127,19 @@ def figures_by_chapter() -> dict[str, list[re.Match]]:
 def test_each_diagram_is_shown_in_its_chapter(name):
     chapter = DIAGRAMS[name][1]
     shown_in = {
-        stem for stem, found in figures_by_chapter().items() for m in found if m["name"] == name
+        stem
+        for stem, found in figures_by_chapter().items()
+        for m in found
+        if m["name"] == name
     }
     if name in AWAITING_INSERTION:
-        assert not shown_in, f"{name} is now in {shown_in}: remove it from AWAITING_INSERTION"
+        assert not shown_in, (
+            f"{name} is now in {shown_in}: remove it from AWAITING_INSERTION"
+        )
     else:
-        assert chapter in shown_in, f"{name} is not in a {{figure}} of notebooks/{chapter}"
+        assert chapter in shown_in, (
+            f"{name} is not in a {{figure}} of notebooks/{chapter}"
+        )
 
 
 def test_every_figure_of_a_diagram_has_alt_text_and_a_caption():
@@ -122,12 +147,22 @@ def test_every_figure_of_a_diagram_has_alt_text_and_a_caption():
     assert found, "no diagram is shown in any chapter"
     for match in found:
         name, body = match["name"], match["body"]
-        assert (FOLDER / f"{name}.svg").exists(), f"figure of a missing diagram {name}"
+        assert (FOLDER / f"{name}.svg").exists(), (
+            f"figure of a missing diagram {name}"
+        )
         alt = re.search(r"^:alt: (.+)$", body, re.MULTILINE)
-        assert alt and len(alt[1].split()) >= 15, f"{name}: alt text must say what it shows"
-        caption = "\n".join(line for line in body.splitlines() if not line.startswith(":"))
-        assert len(caption.split()) >= 20, f"{name}: the caption must say what to look at"
-        assert "Look at" in caption or "look at" in caption, f"{name}: say what to look at"
+        assert alt and len(alt[1].split()) >= 15, (
+            f"{name}: alt text must say what it shows"
+        )
+        caption = "\n".join(
+            line for line in body.splitlines() if not line.startswith(":")
+        )
+        assert len(caption.split()) >= 20, (
+            f"{name}: the caption must say what to look at"
+        )
+        assert "Look at" in caption or "look at" in caption, (
+            f"{name}: say what to look at"
+        )
 
 
 def test_diagram_refuses_what_a_phone_cannot_show():

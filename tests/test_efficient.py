@@ -26,7 +26,9 @@ from helpers.efficient import (
 FEW = settings(max_examples=40, deadline=None)
 
 
-def _reference_mask(q_len: int, k_len: int, causal: bool, window: int | None) -> torch.Tensor:
+def _reference_mask(
+    q_len: int, k_len: int, causal: bool, window: int | None
+) -> torch.Tensor:
     offset = torch.arange(q_len)[:, None] - torch.arange(k_len)[None, :]
     allowed = torch.ones(q_len, k_len, dtype=torch.bool)
     if causal:
@@ -68,15 +70,22 @@ def test_tiled_attention_equals_pytorchs_kernel(case):
 def test_windowed_tiled_attention_equals_the_masked_reference(case, window):
     q, k, v, causal, block_size = case
     mask = _reference_mask(q.shape[-2], k.shape[-2], causal, window)
-    expected, _ = scaled_dot_product_attention(q, k, v, mask)  # rows with no key: zeros
-    got = tiled_attention(q, k, v, causal=causal, window=window, block_size=block_size)
+    expected, _ = scaled_dot_product_attention(
+        q, k, v, mask
+    )  # rows with no key: zeros
+    got = tiled_attention(
+        q, k, v, causal=causal, window=window, block_size=block_size
+    )
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
 
 
 @pytest.mark.parametrize("block_size", [1, 7, 32, 1000])
 def test_tiled_attention_is_exact_in_float64(block_size):
     gen = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(2, 3, 50, 16, generator=gen, dtype=torch.float64) for _ in range(3))
+    q, k, v = (
+        torch.randn(2, 3, 50, 16, generator=gen, dtype=torch.float64)
+        for _ in range(3)
+    )
     for causal in (False, True):
         expected = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
         got = tiled_attention(q, k, v, causal=causal, block_size=block_size)
@@ -86,7 +95,9 @@ def test_tiled_attention_is_exact_in_float64(block_size):
 def test_tiled_attention_takes_a_scale_and_keeps_large_scores_finite():
     gen = torch.Generator().manual_seed(1)
     q, k, v = (torch.randn(1, 30, 4, generator=gen) for _ in range(3))
-    expected = F.scaled_dot_product_attention(q, k, v, scale=300.0)  # scores in the thousands
+    expected = F.scaled_dot_product_attention(
+        q, k, v, scale=300.0
+    )  # scores in the thousands
     got = tiled_attention(q, k, v, scale=300.0, block_size=4)
     assert torch.isfinite(got).all()
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
@@ -94,8 +105,14 @@ def test_tiled_attention_takes_a_scale_and_keeps_large_scores_finite():
 
 def test_a_query_with_no_allowed_key_gets_zeros():
     gen = torch.Generator().manual_seed(2)
-    q, k, v = torch.randn(10, 4, generator=gen), torch.randn(3, 4), torch.randn(3, 5)
-    got = tiled_attention(q, k, v, window=2, block_size=2)  # queries 4.. are 2+ keys away
+    q, k, v = (
+        torch.randn(10, 4, generator=gen),
+        torch.randn(3, 4),
+        torch.randn(3, 5),
+    )
+    got = tiled_attention(
+        q, k, v, window=2, block_size=2
+    )  # queries 4.. are 2+ keys away
     assert torch.equal(got[4:], torch.zeros(6, 5))
     assert torch.isfinite(got).all() and got[:4].abs().sum() > 0
 
@@ -122,15 +139,24 @@ def test_causal_tiles_above_the_diagonal_are_skipped():
 
 def test_online_softmax_update_streams_a_softmax():
     gen = torch.Generator().manual_seed(4)
-    scores, values = torch.randn(3, 20, generator=gen), torch.randn(20, 2, generator=gen)
-    state = (torch.full((3, 1), float("-inf")), torch.zeros(3, 1), torch.zeros(3, 2))
+    scores, values = (
+        torch.randn(3, 20, generator=gen),
+        torch.randn(20, 2, generator=gen),
+    )
+    state = (
+        torch.full((3, 1), float("-inf")),
+        torch.zeros(3, 1),
+        torch.zeros(3, 2),
+    )
     for start in range(0, 20, 6):
         state = online_softmax_update(
             *state, scores[:, start : start + 6], values[start : start + 6]
         )
     running_max, running_sum, accumulator = state
     torch.testing.assert_close(running_max[:, 0], scores.amax(-1))
-    torch.testing.assert_close(accumulator / running_sum, scores.softmax(-1) @ values)
+    torch.testing.assert_close(
+        accumulator / running_sum, scores.softmax(-1) @ values
+    )
 
 
 @pytest.mark.parametrize(
@@ -151,7 +177,11 @@ def test_tiled_attention_errors(kwargs, error, message):
 
 def test_tiled_attention_refuses_mismatched_inputs():
     with pytest.raises(TypeError, match="floating-point"):
-        tiled_attention(torch.ones(4, 8, dtype=torch.long), torch.randn(4, 8), torch.randn(4, 8))
+        tiled_attention(
+            torch.ones(4, 8, dtype=torch.long),
+            torch.randn(4, 8),
+            torch.randn(4, 8),
+        )
     with pytest.raises(ValueError, match="same width"):
         tiled_attention(torch.randn(4, 8), torch.randn(4, 6), torch.randn(4, 8))
 
@@ -168,25 +198,35 @@ def test_sliding_window_mask_matches_chapter_2s_exercise():
 def test_sliding_window_mask_without_causality_is_symmetric():
     mask = sliding_window_mask(9, 3, causal=False)
     assert torch.equal(mask, mask.T)
-    assert mask.sum(-1)[4].item() == 5  # 2 * window - 1 keys away from the edges
+    assert (
+        mask.sum(-1)[4].item() == 5
+    )  # 2 * window - 1 keys away from the edges
     assert torch.equal(sliding_window_mask(6, 6), causal_mask(6))
 
 
 @pytest.mark.parametrize("window", [None, 1, 3])
 @pytest.mark.parametrize("causal", [True, False])
-def test_position_mask_of_later_queries_is_the_last_rows_of_the_square_mask(causal, window):
+def test_position_mask_of_later_queries_is_the_last_rows_of_the_square_mask(
+    causal, window
+):
     # a decoder with a cache: 3 new queries at positions 5, 6, 7 against keys 0..7
-    rows = position_mask(torch.arange(5, 8), torch.arange(8), causal=causal, window=window)
+    rows = position_mask(
+        torch.arange(5, 8), torch.arange(8), causal=causal, window=window
+    )
     assert torch.equal(rows, _reference_mask(8, 8, causal, window)[5:])
 
 
-@pytest.mark.parametrize(("window", "num_layers"), [(1, 3), (2, 1), (3, 4), (5, 2)])
+@pytest.mark.parametrize(
+    ("window", "num_layers"), [(1, 3), (2, 1), (3, 4), (5, 2)]
+)
 def test_receptive_field_is_what_stacked_masks_reach(window, num_layers):
     T = 40
     step = sliding_window_mask(T, window).long()
     reach = torch.eye(T, dtype=torch.int64)
     for _ in range(num_layers):
-        reach = ((step @ reach) > 0).long()  # who position t can draw on, one more layer
+        reach = (
+            (step @ reach) > 0
+        ).long()  # who position t can draw on, one more layer
     assert reach[-1].sum().item() == receptive_field(window, num_layers)
 
 
@@ -208,13 +248,21 @@ def test_attention_cost_counts_the_flops_pytorch_counts(causal):
     q = k = v = torch.randn(B, H, T, d)
     with FlopCounterMode(display=False) as counter:
         if causal:
-            tiled_attention(q, k, v, causal=True, block_size=8)  # skips masked tiles
+            tiled_attention(
+                q, k, v, causal=True, block_size=8
+            )  # skips masked tiles
         else:
             scaled_dot_product_attention(q, k, v)
-    cost = attention_cost(T, H, d, batch_size=B, bytes_per_element=4, causal=causal)
-    if causal:  # the diagonal tiles are computed in full: (n + 1) / 2n of the square
+    cost = attention_cost(
+        T, H, d, batch_size=B, bytes_per_element=4, causal=causal
+    )
+    if (
+        causal
+    ):  # the diagonal tiles are computed in full: (n + 1) / 2n of the square
         n = T // 8
-        assert counter.get_total_flops() == 4 * B * H * T * T * d * (n + 1) // (2 * n)
+        assert counter.get_total_flops() == 4 * B * H * T * T * d * (n + 1) // (
+            2 * n
+        )
         assert cost["flops"] == 4 * B * H * T * T * d / 2
     else:
         assert counter.get_total_flops() == cost["flops"]
@@ -226,7 +274,10 @@ def test_kv_cache_of_llama_2_7b():
     # 32 layers, 32 key/value heads of width 128, float16: 0.5 MiB per token, 2 GiB at 4096
     assert kv_cache_bytes(32, 32, 128, 1) == 2**19
     assert kv_cache_bytes(32, 32, 128, 4096) == 2 * 2**30
-    assert kv_cache_bytes(32, 8, 128, 4096, batch_size=2, bytes_per_element=4) == 2 * 2**30
+    assert (
+        kv_cache_bytes(32, 8, 128, 4096, batch_size=2, bytes_per_element=4)
+        == 2 * 2**30
+    )
 
 
 def test_arithmetic_errors():
@@ -268,19 +319,30 @@ def test_check_softmax_merge_accepts_a_right_merge_and_names_wrong_ones():
     with pytest.raises(AssertionError, match="tuple"):
         check_softmax_merge(lambda a, b: a[2])
     with pytest.raises(AssertionError, match="running_max"):
-        check_softmax_merge(lambda a, b: (torch.zeros_like(a[0]), *_merge(a, b)[1:]))
+        check_softmax_merge(
+            lambda a, b: (torch.zeros_like(a[0]), *_merge(a, b)[1:])
+        )
     with pytest.raises(TypeError, match="merge function"):
         check_softmax_merge(3)
 
 
 def test_merging_states_is_what_tiled_attention_does_across_key_blocks():
     gen = torch.Generator().manual_seed(5)
-    scores, values = torch.randn(2, 12, generator=gen), torch.randn(12, 3, generator=gen)
-    empty = (torch.full((2, 1), float("-inf")), torch.zeros(2, 1), torch.zeros(2, 3))
+    scores, values = (
+        torch.randn(2, 12, generator=gen),
+        torch.randn(12, 3, generator=gen),
+    )
+    empty = (
+        torch.full((2, 1), float("-inf")),
+        torch.zeros(2, 1),
+        torch.zeros(2, 3),
+    )
     first = online_softmax_update(*empty, scores[:, :5], values[:5])
     second = online_softmax_update(*empty, scores[:, 5:], values[5:])
     running_max, running_sum, accumulator = _merge(first, second)
-    torch.testing.assert_close(accumulator / running_sum, scores.softmax(-1) @ values)
+    torch.testing.assert_close(
+        accumulator / running_sum, scores.softmax(-1) @ values
+    )
 
 
 # ------------------------------------------------------------------ chapter 8's model, windowed
@@ -295,20 +357,29 @@ def test_windowed_shapes_model_sees_its_window_and_the_convolutions(window):
     probe = torch.randn(1, 1, 100, requires_grad=True)
     model(probe)[0, 0, 50].backward()
     seen = (probe.grad[0, 0] != 0).nonzero().flatten()
-    reach = window - 1 + 8  # two convolutions of width 5 on each side of the attention
+    reach = (
+        window - 1 + 8
+    )  # two convolutions of width 5 on each side of the attention
     assert seen.min().item() == 50 - reach and seen.max().item() == 50 + reach
 
 
 def test_no_window_is_chapter_8s_model_exactly():
-    from helpers.tasks.shapes import make_shapes_attention_model, train_shapes_model
+    from helpers.tasks.shapes import (
+        make_shapes_attention_model,
+        train_shapes_model,
+    )
 
     torch.manual_seed(0)
     plain = make_shapes_attention_model()
     torch.manual_seed(0)
-    full = make_shapes_attention_model(window=100)  # every key of a 100-sample signal
+    full = make_shapes_attention_model(
+        window=100
+    )  # every key of a 100-sample signal
     x = torch.randn(4, 1, 100)
     assert torch.equal(plain(x), full(x)) and "window" not in repr(plain)
-    with pytest.raises(ValueError, match="window=5 applies to the attention layer"):
+    with pytest.raises(
+        ValueError, match="window=5 applies to the attention layer"
+    ):
         train_shapes_model("CNN", 0, None, None, None, window=5)
     with pytest.raises(ValueError, match="window"):
         make_shapes_attention_model(window=0)

@@ -14,7 +14,14 @@ import pytest
 from conftest import ROOT
 
 READER_NEEDS = {"torch", "jupyterlab", "jupytext", "ipykernel"}
-BUILD_AND_TEST_TOOLS = {"jupyter-book", "playwright", "pytest", "nbval", "ruff", "hypothesis"}
+BUILD_AND_TEST_TOOLS = {
+    "jupyter-book",
+    "playwright",
+    "pytest",
+    "nbval",
+    "ruff",
+    "hypothesis",
+}
 
 
 def pins(path):
@@ -32,20 +39,28 @@ BOOK = pins(ROOT / "requirements-book.txt")
 BINDER = pins(ROOT / "binder" / "requirements.txt")
 
 
-@pytest.mark.parametrize("name", ["requirements-book.txt", "binder/requirements.txt"])
+@pytest.mark.parametrize(
+    "name", ["requirements-book.txt", "binder/requirements.txt"]
+)
 def test_pins_are_those_of_requirements_txt(name):
     subset = BOOK if name == "requirements-book.txt" else BINDER
     assert subset, f"{name} pins nothing"
     # notebook is not in the full environment: Binder moves its image's Notebook with JupyterLab
     differ = {
-        n: (v, FULL.get(n)) for n, v in subset.items() if FULL.get(n) != v and n != "notebook"
+        n: (v, FULL.get(n))
+        for n, v in subset.items()
+        if FULL.get(n) != v and n != "notebook"
     }
-    assert not differ, f"{name} disagrees with requirements.txt (make freeze-book): {differ}"
+    assert not differ, (
+        f"{name} disagrees with requirements.txt (make freeze-book): {differ}"
+    )
 
 
 def test_the_website_builds_without_pytorch():
     assert "jupyter-book" in BOOK
-    assert not {"torch", "numpy"} & BOOK.keys(), "the website build executes nothing"
+    assert not {"torch", "numpy"} & BOOK.keys(), (
+        "the website build executes nothing"
+    )
 
 
 def test_binder_has_what_a_reader_needs_and_nothing_else():
@@ -59,8 +74,12 @@ def test_binder_has_what_a_reader_needs_and_nothing_else():
 
 def test_make_help_lists_every_target():
     makefile = (ROOT / "Makefile").read_text()
-    targets = set(re.findall(r"^([a-z][\w-]*):(?!=)", makefile, flags=re.M)) - {"help"}
-    phony = set(re.search(r"^\.PHONY:(.*)$", makefile, flags=re.M)[1].split()) - {"help"}
+    targets = set(re.findall(r"^([a-z][\w-]*):(?!=)", makefile, flags=re.M)) - {
+        "help"
+    }
+    phony = set(
+        re.search(r"^\.PHONY:(.*)$", makefile, flags=re.M)[1].split()
+    ) - {"help"}
     assert targets == phony, f"targets not in .PHONY or gone: {targets ^ phony}"
     shown = subprocess.run(
         ["make", "--no-print-directory", "-s", "help"],
@@ -70,4 +89,6 @@ def test_make_help_lists_every_target():
         check=True,
     ).stdout
     listed = set(re.findall(r"^make ([\w-]+)", shown, flags=re.M))
-    assert targets <= listed, f"`make help` does not list: {sorted(targets - listed)}"
+    assert targets <= listed, (
+        f"`make help` does not list: {sorted(targets - listed)}"
+    )

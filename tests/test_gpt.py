@@ -30,7 +30,9 @@ VOCAB = 11
 ATOL = 1e-5
 
 
-def _model(positions="learned", num_kv_heads=None, window=None, seed=0, **kwargs) -> GPT:
+def _model(
+    positions="learned", num_kv_heads=None, window=None, seed=0, **kwargs
+) -> GPT:
     torch.manual_seed(seed)
     config = GPTConfig(
         vocab_size=VOCAB,
@@ -44,23 +46,36 @@ def _model(positions="learned", num_kv_heads=None, window=None, seed=0, **kwargs
         **kwargs,
     )
     model = GPT(config)
-    with torch.no_grad():  # larger weights than GPT-2's init, so that mistakes show
+    with (
+        torch.no_grad()
+    ):  # larger weights than GPT-2's init, so that mistakes show
         for parameter in model.parameters():
             parameter.mul_(8)
     return model.eval()
 
 
 def _gpt(vocab_size=VOCAB, context_length=8, **fields) -> GPT:
-    return GPT(GPTConfig(vocab_size=vocab_size, context_length=context_length, **fields))
+    return GPT(
+        GPTConfig(
+            vocab_size=vocab_size, context_length=context_length, **fields
+        )
+    )
 
 
 def _attention(d_model, num_heads, **fields) -> CausalSelfAttention:
-    config = GPTConfig(vocab_size=VOCAB, context_length=64, d_model=d_model, num_heads=num_heads)
+    config = GPTConfig(
+        vocab_size=VOCAB,
+        context_length=64,
+        d_model=d_model,
+        num_heads=num_heads,
+    )
     return CausalSelfAttention(config.replace(**fields))
 
 
 def _tokens(batch=3, length=12, seed=1) -> torch.Tensor:
-    return torch.randint(VOCAB, (batch, length), generator=torch.Generator().manual_seed(seed))
+    return torch.randint(
+        VOCAB, (batch, length), generator=torch.Generator().manual_seed(seed)
+    )
 
 
 VARIANTS = [
@@ -89,8 +104,12 @@ def test_no_logit_depends_on_a_later_token(variant):
     logits = model(tokens)
     hook.remove()
     for t in range(tokens.shape[1]):
-        (gradient,) = torch.autograd.grad(logits[:, t].sum(), embedded, retain_graph=True)
-        assert (gradient[:, t + 1 :] == 0).all(), f"position {t} reads a later token"
+        (gradient,) = torch.autograd.grad(
+            logits[:, t].sum(), embedded, retain_graph=True
+        )
+        assert (gradient[:, t + 1 :] == 0).all(), (
+            f"position {t} reads a later token"
+        )
         assert (gradient[:, t] != 0).any()
 
 
@@ -125,14 +144,28 @@ def test_gpt2_small_has_the_published_parameter_count():
     # positions, LayerNorm and linear layers with biases, head tied to the token embedding.
     with torch.device("meta"):
         model = _gpt(
-            50_257, 1024, d_model=768, num_layers=12, num_heads=12, bias=True, norm="layer"
+            50_257,
+            1024,
+            d_model=768,
+            num_layers=12,
+            num_heads=12,
+            bias=True,
+            norm="layer",
         )
     assert model.head.weight.is_meta
     assert count_parameters(model) == 124_439_808
     per_block = count_parameters(model.blocks[0])
-    attention, ffn = 768 * 2304 + 2304 + 768 * 768 + 768, 2 * 768 * 3072 + 3072 + 768
-    assert per_block == 4 * 768 + attention + ffn  # two LayerNorms, attention, FFN
-    assert count_parameters(model) == 50_257 * 768 + 1024 * 768 + 12 * per_block + 2 * 768
+    attention, ffn = (
+        768 * 2304 + 2304 + 768 * 768 + 768,
+        2 * 768 * 3072 + 3072 + 768,
+    )
+    assert (
+        per_block == 4 * 768 + attention + ffn
+    )  # two LayerNorms, attention, FFN
+    assert (
+        count_parameters(model)
+        == 50_257 * 768 + 1024 * 768 + 12 * per_block + 2 * 768
+    )
 
 
 @pytest.mark.parametrize(
@@ -148,7 +181,9 @@ def test_activation_option_builds_the_named_function(activation, expected):
     x = torch.linspace(-3, 3, 61)
     for block in model.blocks:
         assert type(block.ffn.activation) is type(expected)
-        torch.testing.assert_close(block.ffn.activation(x), expected(x), atol=0, rtol=0)
+        torch.testing.assert_close(
+            block.ffn.activation(x), expected(x), atol=0, rtol=0
+        )
     # the default stays ReLU, so every chapter's stored results stay what they were
     assert isinstance(_model().blocks[0].ffn.activation, nn.ReLU)
     # the tanh approximation is not exact GELU (the difference the loader refuses)
@@ -165,7 +200,11 @@ def test_gpt2_residual_init_scales_the_residual_projections():
     scaled = 0.02 / math.sqrt(2 * layers)
 
     def std(model, pick):
-        return torch.cat([pick(b).weight.flatten() for b in model.blocks]).std().item()
+        return (
+            torch.cat([pick(b).weight.flatten() for b in model.blocks])
+            .std()
+            .item()
+        )
 
     for pick in (lambda b: b.self_attn.out_proj, lambda b: b.ffn.linear2):
         assert abs(std(flat, pick) - 0.02) < 0.001
@@ -176,9 +215,13 @@ def test_gpt2_residual_init_scales_the_residual_projections():
 
 
 def test_bad_activation_and_residual_init_are_refused():
-    with pytest.raises(ValueError, match=r"activation must be one of .*got 'swish'"):
+    with pytest.raises(
+        ValueError, match=r"activation must be one of .*got 'swish'"
+    ):
         _gpt(d_model=16, num_heads=2, activation="swish")
-    with pytest.raises(ValueError, match=r"residual_init must be None .* or 'gpt2'.*got 'GPT2'"):
+    with pytest.raises(
+        ValueError, match=r"residual_init must be None .* or 'gpt2'.*got 'GPT2'"
+    ):
         _gpt(d_model=16, num_heads=2, residual_init="GPT2")
 
 
@@ -188,15 +231,27 @@ def test_bad_activation_and_residual_init_are_refused():
 @pytest.mark.parametrize("norm, bias", [("rms", False), ("layer", True)])
 def test_block_equals_a_causal_encoder_block(norm, bias):
     torch.manual_seed(0)
-    encoder_block = EncoderBlock(16, 4, 40, norm_first=True, bias=bias, norm=norm).eval()
+    encoder_block = EncoderBlock(
+        16, 4, 40, norm_first=True, bias=bias, norm=norm
+    ).eval()
     with torch.no_grad():
         for parameter in encoder_block.parameters():
             parameter.add_(0.3 * torch.randn_like(parameter))
-    config = GPTConfig(vocab_size=VOCAB, context_length=8, d_model=16, num_heads=4, ffn_width=40)
+    config = GPTConfig(
+        vocab_size=VOCAB,
+        context_length=8,
+        d_model=16,
+        num_heads=4,
+        ffn_width=40,
+    )
     block = GPTBlock(config.replace(bias=bias, norm=norm)).eval()
-    block.load_state_dict(encoder_block.state_dict())  # the same names and shapes
+    block.load_state_dict(
+        encoder_block.state_dict()
+    )  # the same names and shapes
     x = torch.randn(3, 7, 16)
-    torch.testing.assert_close(block(x), encoder_block(x, mask=causal_mask(7)), atol=ATOL, rtol=0)
+    torch.testing.assert_close(
+        block(x), encoder_block(x, mask=causal_mask(7)), atol=ATOL, rtol=0
+    )
 
 
 def test_grouped_query_attention_equals_mha_with_repeated_key_value_heads():
@@ -205,13 +260,18 @@ def test_grouped_query_attention_equals_mha_with_repeated_key_value_heads():
     full = MultiHeadAttention(16, 4).eval()
     w_q, w_k, w_v = grouped.qkv_proj.weight.split([16, 8, 8])
     d_head = 4
+
     # key/value head g serves query heads 2g and 2g + 1: repeat its rows for each of them
-    repeat = lambda w: w.view(2, 1, d_head, 16).expand(2, 2, d_head, 16).reshape(16, 16)  # noqa: E731
+    def repeat(w):
+        return w.view(2, 1, d_head, 16).expand(2, 2, d_head, 16).reshape(16, 16)  # noqa: E731
+
     with torch.no_grad():
         full.qkv_proj.weight.copy_(torch.cat([w_q, repeat(w_k), repeat(w_v)]))
         full.out_proj.weight.copy_(grouped.out_proj.weight)
     x = torch.randn(2, 6, 16)
-    torch.testing.assert_close(grouped(x), full(x, x, x, mask=causal_mask(6)), atol=ATOL, rtol=0)
+    torch.testing.assert_close(
+        grouped(x), full(x, x, x, mask=causal_mask(6)), atol=ATOL, rtol=0
+    )
 
 
 def test_alibi_bias_is_chapter_5s_on_the_causal_part():
@@ -223,7 +283,9 @@ def test_alibi_bias_is_chapter_5s_on_the_causal_part():
 
 def test_return_attention_gives_the_same_output():
     for positions in ("none", "rope", "alibi"):
-        layer = _attention(16, 4, num_kv_heads=2, positions=positions, window=4).eval()
+        layer = _attention(
+            16, 4, num_kv_heads=2, positions=positions, window=4
+        ).eval()
         x = torch.randn(2, 9, 16)
         output, weights = layer(x, return_attention=True)
         torch.testing.assert_close(output, layer(x), atol=ATOL, rtol=0)
@@ -239,14 +301,20 @@ def test_cache_gives_the_logits_and_tokens_of_full_recomputation(variant):
     tokens = _tokens(batch=3, length=14)
     full = model(tokens)
     caches = model.new_caches(3)
-    steps = [model(tokens[:, :5], caches)]  # a prompt of 5, then one token at a time
+    steps = [
+        model(tokens[:, :5], caches)
+    ]  # a prompt of 5, then one token at a time
     steps += [model(tokens[:, t : t + 1], caches) for t in range(5, 14)]
-    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(
+        torch.cat(steps, dim=1), full, atol=1e-4, rtol=1e-4
+    )
     prompt = tokens[:, :4]
     with_cache = model.generate(prompt, 16, greedy=True)
     without = model.generate(prompt, 16, greedy=True, use_cache=False)
     assert torch.equal(with_cache, without)
-    assert with_cache.shape == (3, 20) and torch.equal(with_cache[:, :4], prompt)
+    assert with_cache.shape == (3, 20) and torch.equal(
+        with_cache[:, :4], prompt
+    )
 
 
 def test_cache_holds_keys_and_values_of_the_kv_heads():
@@ -255,15 +323,21 @@ def test_cache_holds_keys_and_values_of_the_kv_heads():
     model(_tokens(batch=3, length=10), caches)
     assert len(caches) == 2
     for cache in caches:
-        assert cache.keys.shape == cache.values.shape == (3, 2, 10, 4)  # (B, H_kv, T, d_head)
+        assert (
+            cache.keys.shape == cache.values.shape == (3, 2, 10, 4)
+        )  # (B, H_kv, T, d_head)
         assert cache.length == 10
-        assert cache.memory_bytes() == 2 * 3 * 2 * 10 * 4 * 4  # keys and values, float32
+        assert (
+            cache.memory_bytes() == 2 * 3 * 2 * 10 * 4 * 4
+        )  # keys and values, float32
     assert KVCache().length == 0 and KVCache().memory_bytes() == 0
 
 
 def _unchunked_logits(model: GPT, tokens: torch.Tensor) -> torch.Tensor:
     """The model's logits with every layer's T x T scores written out (no cache, no chunks)."""
-    x = model.token_embedding(tokens) + model._position_rows(0, tokens.shape[1], torch.float32)
+    x = model.token_embedding(tokens) + model._position_rows(
+        0, tokens.shape[1], torch.float32
+    )
     for block in model.blocks:
         x = x + block.self_attn(block.norm1(x), return_attention=True)[0]
         x = x + block.ffn(block.norm2(x))
@@ -273,21 +347,29 @@ def _unchunked_logits(model: GPT, tokens: torch.Tensor) -> torch.Tensor:
 @pytest.mark.parametrize("positions", ["learned", "rope", "alibi"])
 @pytest.mark.parametrize("window", [1, 3, 5])
 @pytest.mark.parametrize("chunk", [1, 2, 5])
-def test_rolling_cache_gives_the_logits_of_full_recomputation(positions, window, chunk):
+def test_rolling_cache_gives_the_logits_of_full_recomputation(
+    positions, window, chunk
+):
     model = _model(positions, num_kv_heads=2, window=window)
     tokens = _tokens(batch=2, length=24)
     full = _unchunked_logits(model, tokens)
-    torch.testing.assert_close(model(tokens), full, atol=1e-4, rtol=1e-4)  # chunked, no cache
+    torch.testing.assert_close(
+        model(tokens), full, atol=1e-4, rtol=1e-4
+    )  # chunked, no cache
     caches = model.new_caches(2)
     steps = []
     for start in range(0, 24, chunk):
         steps.append(model(tokens[:, start : start + chunk], caches))
-        for cache in caches:  # rolled: the last `window` positions only, at their true place
-            assert cache.held == min(window, cache.length) and cache.length == len(
-                tokens[0, : start + chunk]
-            )
+        for cache in (
+            caches
+        ):  # rolled: the last `window` positions only, at their true place
+            assert cache.held == min(
+                window, cache.length
+            ) and cache.length == len(tokens[0, : start + chunk])
             assert cache.start == cache.length - cache.held
-    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(
+        torch.cat(steps, dim=1), full, atol=1e-4, rtol=1e-4
+    )
     prompt = tokens[:, :4]
     assert torch.equal(model.generate(prompt, 20, greedy=True),
                        model.generate(prompt, 20, greedy=True, use_cache=False))  # fmt: skip
@@ -295,12 +377,18 @@ def test_rolling_cache_gives_the_logits_of_full_recomputation(positions, window,
 
 @pytest.mark.parametrize("window, chunk", [(1, 1), (3, 2), (4, 5), (4, 9)])
 def test_rolling_cache_scores_never_exceed_window_plus_chunk(window, chunk):
-    layer = _attention(16, 4, num_kv_heads=2, positions="rope", window=window).eval()
+    layer = _attention(
+        16, 4, num_kv_heads=2, positions="rope", window=window
+    ).eval()
     cache = KVCache(window)
     x = torch.randn(1, 40, 16)
     for start in range(0, 40, chunk):
-        _, weights = layer(x[:, start : start + chunk], cache, return_attention=True)
-        assert weights.shape[-1] <= window + chunk  # (B, H, chunk, held + chunk)
+        _, weights = layer(
+            x[:, start : start + chunk], cache, return_attention=True
+        )
+        assert (
+            weights.shape[-1] <= window + chunk
+        )  # (B, H, chunk, held + chunk)
         assert cache.held <= window
     assert cache.length == 40 and cache.memory_bytes() == 2 * 2 * window * 4 * 4
     everything = KVCache()  # no window: the cache keeps all 40 positions
@@ -311,50 +399,83 @@ def test_rolling_cache_scores_never_exceed_window_plus_chunk(window, chunk):
 
 def test_a_decoding_step_that_sees_every_key_builds_no_mask():
     assert score_bias(9, 1) is None  # one query, every key visible
-    assert score_bias(9, 2) is not None  # two queries: the first must not see the second
-    assert score_bias(9, 1, first_key=6, window=4) is None  # keys 6..9: all in the window
-    assert score_bias(9, 1, first_key=5, window=4) is not None  # key 5 is out of it
-    assert score_bias(9, 1, slopes=alibi_slopes(2)) is not None  # ALiBi adds to every score
+    assert (
+        score_bias(9, 2) is not None
+    )  # two queries: the first must not see the second
+    assert (
+        score_bias(9, 1, first_key=6, window=4) is None
+    )  # keys 6..9: all in the window
+    assert (
+        score_bias(9, 1, first_key=5, window=4) is not None
+    )  # key 5 is out of it
+    assert (
+        score_bias(9, 1, slopes=alibi_slopes(2)) is not None
+    )  # ALiBi adds to every score
     assert _attention(16, 2, positions="alibi").slopes.shape == (2,)
     assert _attention(16, 2, positions="rope").slopes is None
 
 
 def test_a_rolling_cache_holds_a_bounded_buffer_however_long_it_runs():
     cache = KVCache(window=2)
-    cache.append(torch.randn(1, 1, 5, 4), torch.randn(1, 1, 5, 4))  # a prompt of 5
+    cache.append(
+        torch.randn(1, 1, 5, 4), torch.randn(1, 1, 5, 4)
+    )  # a prompt of 5
     buffer, allocated = cache._keys.data_ptr(), cache.allocated_bytes()
-    assert cache.capacity == 5 and allocated == 2 * 5 * 4 * 4  # room for the prompt, no more
+    assert (
+        cache.capacity == 5 and allocated == 2 * 5 * 4 * 4
+    )  # room for the prompt, no more
     everything = [torch.randn(1, 1, 1, 4) for _ in range(50)]
     for new in everything:
         keys, _ = cache.append(new, new)
-        assert keys.shape[2] == 3 and torch.equal(keys[:, :, -1:], new)  # 2 held + 1 new
+        assert keys.shape[2] == 3 and torch.equal(
+            keys[:, :, -1:], new
+        )  # 2 held + 1 new
     assert torch.equal(cache.keys, torch.cat(everything[-2:], dim=2))
-    assert cache._keys.data_ptr() == buffer and cache.allocated_bytes() == allocated
+    assert (
+        cache._keys.data_ptr() == buffer
+        and cache.allocated_bytes() == allocated
+    )
 
 
 def test_a_cache_writes_into_its_buffer_and_grows_only_past_its_capacity():
     cache = KVCache(capacity=10)
-    entries = [torch.randn(2, 3, 4, 8)] + [torch.randn(2, 3, 1, 8) for _ in range(6)]
+    entries = [torch.randn(2, 3, 4, 8)] + [
+        torch.randn(2, 3, 1, 8) for _ in range(6)
+    ]
     cache.append(entries[0], -entries[0])
     buffer = cache._keys.data_ptr()
     for new in entries[1:]:
         cache.append(new, -new)
-    assert cache._keys.data_ptr() == buffer and cache.capacity == 10  # filled, never moved
+    assert (
+        cache._keys.data_ptr() == buffer and cache.capacity == 10
+    )  # filled, never moved
     assert torch.equal(cache.keys, torch.cat(entries, dim=2))
     assert torch.equal(cache.values, -torch.cat(entries, dim=2))
-    assert cache.memory_bytes() == cache.allocated_bytes() == 2 * 2 * 3 * 10 * 8 * 4
-    cache.append(entries[1], entries[1])  # one more than its capacity: it doubles
+    assert (
+        cache.memory_bytes()
+        == cache.allocated_bytes()
+        == 2 * 2 * 3 * 10 * 8 * 4
+    )
+    cache.append(
+        entries[1], entries[1]
+    )  # one more than its capacity: it doubles
     assert cache.capacity == 20 and cache.held == cache.length == 11
-    assert cache.memory_bytes() == 2 * 2 * 3 * 11 * 8 * 4 < cache.allocated_bytes()
+    assert (
+        cache.memory_bytes() == 2 * 2 * 3 * 11 * 8 * 4 < cache.allocated_bytes()
+    )
     assert torch.equal(cache.keys[:, :, :10], torch.cat(entries, dim=2))
 
 
 def test_a_cache_under_autograd_concatenates_so_gradients_flow():
     cache = KVCache()
-    first, second = (torch.randn(1, 2, n, 4, requires_grad=True) for n in (3, 1))
+    first, second = (
+        torch.randn(1, 2, n, 4, requires_grad=True) for n in (3, 1)
+    )
     cache.append(first, first)
     keys, values = cache.append(second, second)
-    (keys * values).sum().backward()  # in-place writes into a buffer would break this
+    (
+        keys * values
+    ).sum().backward()  # in-place writes into a buffer would break this
     torch.testing.assert_close(first.grad, 2 * first)
     assert cache.length == 4 and cache.held == 4
 
@@ -373,60 +494,97 @@ def _ops_per_step(model, prompt_length, steps=8, **options):
     }
 
 
-@pytest.mark.parametrize("variant", [dict(positions="learned"), dict(positions="rope")], ids=_name)
+@pytest.mark.parametrize(
+    "variant", [dict(positions="learned"), dict(positions="rope")], ids=_name
+)
 def test_a_decoding_step_costs_the_same_at_every_cache_length(variant):
     model = _model(**variant)  # context 24
     short, long = _ops_per_step(model, 2), _ops_per_step(model, 14)
-    assert short == long  # operators, and elements written outside the caches' reads
+    assert (
+        short == long
+    )  # operators, and elements written outside the caches' reads
     assert short["syncs"] == 0  # the loop never waits for a tensor's value
-    without = _ops_per_step(model, 2, use_cache=False), _ops_per_step(model, 14, use_cache=False)
+    without = (
+        _ops_per_step(model, 2, use_cache=False),
+        _ops_per_step(model, 14, use_cache=False),
+    )
     assert without[0]["ops"] == without[1]["ops"]  # the same operators ...
-    assert without[0]["elements_written"] < without[1]["elements_written"]  # on more positions
+    assert (
+        without[0]["elements_written"] < without[1]["elements_written"]
+    )  # on more positions
 
 
 def test_generate_reads_a_value_back_only_to_check_for_the_end():
     model = _model()
     assert _ops_per_step(model, 4)["syncs"] == 0
-    assert _ops_per_step(model, 4, end_id=VOCAB - 1)["syncs"] == 1  # `if ended.all()`
+    assert (
+        _ops_per_step(model, 4, end_id=VOCAB - 1)["syncs"] == 1
+    )  # `if ended.all()`
 
 
 def test_sampling_is_reproducible_and_restores_the_mode():
     model = _model().train()
     prompt = _tokens(batch=2, length=3)
-    first = model.generate(prompt, 10, generator=torch.Generator().manual_seed(5))
-    second = model.generate(prompt, 10, generator=torch.Generator().manual_seed(5))
+    first = model.generate(
+        prompt, 10, generator=torch.Generator().manual_seed(5)
+    )
+    second = model.generate(
+        prompt, 10, generator=torch.Generator().manual_seed(5)
+    )
     assert torch.equal(first, second) and model.training
 
 
 def test_end_id_pads_after_the_end_and_changes_nothing_before_it():
     model = _model()
     prompt = _tokens(batch=6, length=2)
-    plain = model.generate(prompt, 20, generator=torch.Generator().manual_seed(3))
+    plain = model.generate(
+        prompt, 20, generator=torch.Generator().manual_seed(3)
+    )
     end_id = int(plain[0, 5])  # a token that some sequences emit
-    ended = model.generate(prompt, 20, generator=torch.Generator().manual_seed(3), end_id=end_id)
+    ended = model.generate(
+        prompt, 20, generator=torch.Generator().manual_seed(3), end_id=end_id
+    )
     padded = model.generate(
-        prompt, 20, generator=torch.Generator().manual_seed(3), end_id=end_id, pad_id=VOCAB - 1
+        prompt,
+        20,
+        generator=torch.Generator().manual_seed(3),
+        end_id=end_id,
+        pad_id=VOCAB - 1,
     )
     assert ended.shape == padded.shape == plain.shape
     for row, with_end, with_pad in zip(plain, ended, padded, strict=True):
         generated = row[2:].tolist()
-        stop = 2 + generated.index(end_id) + 1 if end_id in generated else len(row)
-        assert torch.equal(with_end[:stop], row[:stop])  # token-identical up to the end
-        assert (with_end[stop:] == end_id).all() and (with_pad[stop:] == VOCAB - 1).all()
+        stop = (
+            2 + generated.index(end_id) + 1 if end_id in generated else len(row)
+        )
+        assert torch.equal(
+            with_end[:stop], row[:stop]
+        )  # token-identical up to the end
+        assert (with_end[stop:] == end_id).all() and (
+            with_pad[stop:] == VOCAB - 1
+        ).all()
     # without end_id: the plain sampling loop, step by step (the behaviour before end_id)
     tokens, generator = prompt, torch.Generator().manual_seed(3)
     with torch.no_grad():
         for _ in range(20):
             probabilities = model(tokens)[:, -1].softmax(-1)
             tokens = torch.cat(
-                [tokens, torch.multinomial(probabilities, 1, generator=generator)], 1
+                [
+                    tokens,
+                    torch.multinomial(probabilities, 1, generator=generator),
+                ],
+                1,
             )
     assert torch.equal(tokens, plain)
     # every sequence ends at once: the rest is padding
     same = prompt[:1].repeat(4, 1)
     first = int(model.generate(same, 1, greedy=True)[0, -1])
-    stopped = model.generate(same, 20, greedy=True, end_id=first, pad_id=VOCAB - 1)
-    assert (stopped[:, 2] == first).all() and (stopped[:, 3:] == VOCAB - 1).all()
+    stopped = model.generate(
+        same, 20, greedy=True, end_id=first, pad_id=VOCAB - 1
+    )
+    assert (stopped[:, 2] == first).all() and (
+        stopped[:, 3:] == VOCAB - 1
+    ).all()
     assert stopped.shape == (4, 22)
 
 
@@ -437,8 +595,13 @@ def test_temperature_and_top_k_shape_the_distribution():
     logits = torch.tensor([[2.0, 1.0, 0.0, -1.0]])
     plain = next_token_probabilities(logits)
     torch.testing.assert_close(plain, logits.softmax(-1))
-    cold, hot = next_token_probabilities(logits, 0.5), next_token_probabilities(logits, 2.0)
-    assert cold[0, 0] > plain[0, 0] > hot[0, 0]  # colder: more weight on the best token
+    cold, hot = (
+        next_token_probabilities(logits, 0.5),
+        next_token_probabilities(logits, 2.0),
+    )
+    assert (
+        cold[0, 0] > plain[0, 0] > hot[0, 0]
+    )  # colder: more weight on the best token
     assert hot[0, 3] > plain[0, 3] > cold[0, 3]
     top2 = next_token_probabilities(logits, top_k=2)
     assert torch.equal(top2[0, 2:], torch.zeros(2))
@@ -448,7 +611,9 @@ def test_temperature_and_top_k_shape_the_distribution():
 
 def test_the_loss_leaves_out_padding_targets():
     logits, targets = torch.randn(2, 5, 7), torch.randint(7, (2, 5))
-    targets[1, 3:] = -100  # PyTorch's ignore_index, the padding of chapter 10's rows
+    targets[
+        1, 3:
+    ] = -100  # PyTorch's ignore_index, the padding of chapter 10's rows
     kept = targets != -100
     expected = nn.functional.cross_entropy(logits[kept], targets[kept])
     torch.testing.assert_close(token_cross_entropy(logits, targets), expected)
@@ -459,8 +624,13 @@ def test_top_k_filter_keeps_the_k_largest_logits_of_each_row():
     kept = top_k_filter(logits, 2)
     assert torch.equal(kept[0], torch.tensor([2.0, 1.0, -math.inf, -math.inf]))
     assert torch.equal(kept[1], torch.tensor([-math.inf, 3.0, 3.0, -math.inf]))
-    assert torch.equal(top_k_filter(logits, 1)[1], kept[1])  # ties at the k-th are kept
-    assert top_k_filter(logits, None) is logits and top_k_filter(logits, 4) is logits
+    assert torch.equal(
+        top_k_filter(logits, 1)[1], kept[1]
+    )  # ties at the k-th are kept
+    assert (
+        top_k_filter(logits, None) is logits
+        and top_k_filter(logits, 4) is logits
+    )
     torch.testing.assert_close(  # a softmax afterwards renormalizes over the kept ones
         top_k_filter(logits, 2)[0].softmax(-1)[:2], logits[0, :2].softmax(-1)
     )
@@ -502,7 +672,9 @@ def test_misuse_is_refused_clearly():
         next_token_probabilities(torch.zeros(1, 4), top_k=0)
     with pytest.raises(ValueError, match="empty"):
         model.generate(torch.zeros(2, 0, dtype=torch.long), 3)
-    with pytest.raises(ValueError, match=r"end_id=11 is not a token.*0 \.\. 10"):
+    with pytest.raises(
+        ValueError, match=r"end_id=11 is not a token.*0 \.\. 10"
+    ):
         model.generate(_tokens(), 3, end_id=VOCAB)
     with pytest.raises(ValueError, match="end_id=-1 is not a token"):
         model.generate(_tokens(), 3, end_id=-1)
@@ -520,14 +692,34 @@ def test_misuse_is_refused_clearly():
 
 
 CONFIG_ERRORS = [
-    (dict(vocab_size=0), ValueError, "vocab_size must be a positive int, got 0"),
-    (dict(context_length=8.0), TypeError, "context_length must be a positive int"),
+    (
+        dict(vocab_size=0),
+        ValueError,
+        "vocab_size must be a positive int, got 0",
+    ),
+    (
+        dict(context_length=8.0),
+        TypeError,
+        "context_length must be a positive int",
+    ),
     (dict(num_layers=True), TypeError, "num_layers must be a positive int"),
-    (dict(num_heads=5), ValueError, "d_model=64 is not divisible by num_heads=5"),
-    (dict(num_kv_heads=3), ValueError, r"not divisible by num_kv_heads=3.*among \[1, 2, 4\]"),
+    (
+        dict(num_heads=5),
+        ValueError,
+        "d_model=64 is not divisible by num_heads=5",
+    ),
+    (
+        dict(num_kv_heads=3),
+        ValueError,
+        r"not divisible by num_kv_heads=3.*among \[1, 2, 4\]",
+    ),
     (dict(ffn_width=0), ValueError, "ffn_width must be a positive int"),
     (dict(window=0), ValueError, "window must be a positive int"),
-    (dict(positions="absolute"), ValueError, "positions must be one of .*'rope' and 'alibi'"),
+    (
+        dict(positions="absolute"),
+        ValueError,
+        "positions must be one of .*'rope' and 'alibi'",
+    ),
     (dict(dropout=1.0), ValueError, r"dropout must be in \[0, 1\)"),
     (dict(bias=1), TypeError, "bias must be True or False"),
     (dict(tie_weights="yes"), TypeError, "tie_weights must be True or False"),
@@ -538,7 +730,9 @@ CONFIG_ERRORS = [
 
 
 @pytest.mark.parametrize(
-    "fields, error, message", CONFIG_ERRORS, ids=[next(iter(f)) for f, _, _ in CONFIG_ERRORS]
+    "fields, error, message",
+    CONFIG_ERRORS,
+    ids=[next(iter(f)) for f, _, _ in CONFIG_ERRORS],
 )
 def test_a_config_says_what_is_wrong(fields, error, message):
     with pytest.raises(error, match=message):
@@ -547,7 +741,11 @@ def test_a_config_says_what_is_wrong(fields, error, message):
 
 def test_a_config_is_checked_once_and_copied_with_replace():
     config = GPTConfig(vocab_size=VOCAB, context_length=8)
-    assert config.d_model == 64 and config.positions == "learned" and config.norm == "rms"
+    assert (
+        config.d_model == 64
+        and config.positions == "learned"
+        and config.norm == "rms"
+    )
     with pytest.raises(TypeError):
         GPTConfig(VOCAB, 8)  # keywords only: a config reads as what it sets
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -557,9 +755,15 @@ def test_a_config_is_checked_once_and_copied_with_replace():
     with pytest.raises(ValueError, match="num_kv_heads=3"):
         config.replace(num_kv_heads=3)  # a copy is checked too
     model = GPT(grouped)
-    assert model.config is grouped and model.blocks[0].self_attn.num_kv_heads == 2
-    assert model.blocks[0].ffn.linear1.out_features == 4 * 64  # ffn_width None: 4 * d_model
-    with pytest.raises(TypeError, match=r"GPT takes one GPTConfig, got int.*GPT\(GPTConfig\("):
+    assert (
+        model.config is grouped and model.blocks[0].self_attn.num_kv_heads == 2
+    )
+    assert (
+        model.blocks[0].ffn.linear1.out_features == 4 * 64
+    )  # ffn_width None: 4 * d_model
+    with pytest.raises(
+        TypeError, match=r"GPT takes one GPTConfig, got int.*GPT\(GPTConfig\("
+    ):
         GPT(VOCAB)
 
 
@@ -574,13 +778,19 @@ def test_attention_is_sized_by_the_model_width():
     assert model(torch.zeros(2, 8, dtype=torch.long)).shape == (2, 8, 65)
     sized_by_vocabulary = nn.Linear(65, 65, bias=False)
     with pytest.raises(RuntimeError, match="cannot be multiplied"):
-        sized_by_vocabulary(model.token_embedding(torch.zeros(8, dtype=torch.long)))
+        sized_by_vocabulary(
+            model.token_embedding(torch.zeros(8, dtype=torch.long))
+        )
 
 
 def test_every_sublayer_has_its_own_norm():
     # Source 002 calls one self.rms_norm after both sublayers: one gain for two sums.
     model = _model()
-    norms = [module for module in model.modules() if module.__class__.__name__ == "RMSNorm"]
+    norms = [
+        module
+        for module in model.modules()
+        if module.__class__.__name__ == "RMSNorm"
+    ]
     assert len({id(norm) for norm in norms}) == 2 * len(model.blocks) + 1
     for block in model.blocks:
         assert block.norm1.weight is not block.norm2.weight
@@ -607,7 +817,9 @@ def test_sinusoidal_table_is_not_trained():
     token_cross_entropy(model(tokens[:, :-1]), tokens[:, 1:]).backward()
     optimizer.step()
     assert torch.equal(model.position_embedding.pe, table)
-    as_parameter = nn.Parameter(table.clone())  # the mistake: the optimizer moves it
+    as_parameter = nn.Parameter(
+        table.clone()
+    )  # the mistake: the optimizer moves it
     mistaken = torch.optim.AdamW([as_parameter], lr=0.1)
     (model.token_embedding(tokens) + as_parameter[:10]).pow(2).mean().backward()
     mistaken.step()
@@ -646,13 +858,18 @@ def _no_top_k(logits, temperature, top_k):
 
 def _cut_without_renormalizing(logits, temperature, top_k):
     probabilities = (logits / temperature).softmax(dim=-1)
-    return top_k_filter(probabilities, top_k).clamp(min=0.0)  # the cut ones at 0, not -inf
+    return top_k_filter(probabilities, top_k).clamp(
+        min=0.0
+    )  # the cut ones at 0, not -inf
 
 
 @pytest.mark.parametrize(
     "wrong, hint",
     [
-        (lambda logits, t, k: logits.softmax(-1), "softmax\\(logits / temperature\\)"),
+        (
+            lambda logits, t, k: logits.softmax(-1),
+            "softmax\\(logits / temperature\\)",
+        ),
         (lambda logits, t, k: (logits * t).softmax(-1), "not multiply"),
         (lambda logits, t, k: logits.softmax(-1) / t, "sum to 1"),
         (_no_top_k, "keep exactly the 3 largest"),
@@ -663,6 +880,8 @@ def _cut_without_renormalizing(logits, temperature, top_k):
 def test_check_sampling_distribution(wrong, hint):
     from helpers.checks import check_sampling_distribution
 
-    assert check_sampling_distribution(_sampling_solution).startswith("Correct:")
+    assert check_sampling_distribution(_sampling_solution).startswith(
+        "Correct:"
+    )
     with pytest.raises(AssertionError, match=hint):
         check_sampling_distribution(wrong)

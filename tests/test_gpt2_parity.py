@@ -16,17 +16,30 @@ from helpers.interop import load_gpt2
 
 # initializer_range 0.2, not GPT-2's 0.02: activations of order 1, where GELU and its tanh
 # approximation differ by ~1e-3 in the logits (at 0.02, by ~3e-7: the test could not tell)
-SMALL = dict(n_layer=2, n_embd=32, n_head=4, vocab_size=64, n_positions=16, initializer_range=0.2)
+SMALL = dict(
+    n_layer=2,
+    n_embd=32,
+    n_head=4,
+    vocab_size=64,
+    n_positions=16,
+    initializer_range=0.2,
+)
 GPT2_LIKE = dict(bias=True, norm="layer", activation="gelu_tanh")
 
 
-def reference(seed: int = 0, attn: str = "eager", **overrides) -> GPT2LMHeadModel:
+def reference(
+    seed: int = 0, attn: str = "eager", **overrides
+) -> GPT2LMHeadModel:
     """A random GPT-2 with biases and LayerNorm gains/biases away from their initial 1 and 0."""
     torch.manual_seed(seed)
-    config = GPT2Config(**{**SMALL, **overrides}, bos_token_id=0, eos_token_id=None)
+    config = GPT2Config(
+        **{**SMALL, **overrides}, bos_token_id=0, eos_token_id=None
+    )
     config._attn_implementation = attn
     model = GPT2LMHeadModel(config).eval()
-    with torch.no_grad():  # GPT-2 starts its biases at 0 and gains at 1: make them count
+    with (
+        torch.no_grad()
+    ):  # GPT-2 starts its biases at 0 and gains at 1: make them count
         for param in model.parameters():
             if param.ndim == 1:
                 param.add_(0.1 * torch.randn_like(param))
@@ -34,23 +47,35 @@ def reference(seed: int = 0, attn: str = "eager", **overrides) -> GPT2LMHeadMode
 
 
 def book_model(config: GPT2Config, **overrides) -> GPT:
-    sizes = dict(d_model=config.n_embd, num_layers=config.n_layer, num_heads=config.n_head)
+    sizes = dict(
+        d_model=config.n_embd,
+        num_layers=config.n_layer,
+        num_heads=config.n_head,
+    )
     kwargs = {**sizes, **GPT2_LIKE, **overrides}
     gpt_config = GPTConfig(
-        vocab_size=config.vocab_size, context_length=config.n_positions, **kwargs
+        vocab_size=config.vocab_size,
+        context_length=config.n_positions,
+        **kwargs,
     )
     return GPT(gpt_config).eval()
 
 
 def loaded(ref: GPT2LMHeadModel) -> GPT:
-    return load_gpt2(book_model(ref.config), ref.state_dict(), num_heads=ref.config.n_head)
+    return load_gpt2(
+        book_model(ref.config), ref.state_dict(), num_heads=ref.config.n_head
+    )
 
 
-@pytest.mark.parametrize("seed, attn", [(0, "eager"), (1, "sdpa"), (2, "eager")])
+@pytest.mark.parametrize(
+    "seed, attn", [(0, "eager"), (1, "sdpa"), (2, "eager")]
+)
 def test_logits_equal_the_reference(seed, attn):
     ref = reference(seed, attn)
     model = loaded(ref)
-    tokens = torch.randint(0, 64, (3, 16), generator=torch.Generator().manual_seed(seed))
+    tokens = torch.randint(
+        0, 64, (3, 16), generator=torch.Generator().manual_seed(seed)
+    )
     with torch.no_grad():
         error = (model(tokens) - ref(tokens).logits).abs().max().item()
     assert error < 1e-4
@@ -60,10 +85,14 @@ def test_untransposed_conv1d_weights_give_other_logits():
     """The failing case of the parity test: GPT-2's (in, out) matrices copied as they are."""
     ref = reference()
     model = loaded(ref)
-    tokens = torch.randint(0, 64, (2, 16), generator=torch.Generator().manual_seed(0))
+    tokens = torch.randint(
+        0, 64, (2, 16), generator=torch.Generator().manual_seed(0)
+    )
     with torch.no_grad():
         right = model(tokens)
-        for index, block in enumerate(model.blocks):  # square (D, D): fits either way
+        for index, block in enumerate(
+            model.blocks
+        ):  # square (D, D): fits either way
             block.self_attn.out_proj.weight.copy_(
                 ref.state_dict()[f"transformer.h.{index}.attn.c_proj.weight"]
             )
@@ -74,7 +103,9 @@ def test_exact_gelu_instead_of_the_tanh_approximation_gives_other_logits():
     """The failing case for the activation: the parity tolerance sees GELU's approximation."""
     ref = reference()
     model = loaded(ref)
-    tokens = torch.randint(0, 64, (2, 16), generator=torch.Generator().manual_seed(0))
+    tokens = torch.randint(
+        0, 64, (2, 16), generator=torch.Generator().manual_seed(0)
+    )
     with torch.no_grad():
         right = model(tokens)
         for block in model.blocks:
@@ -86,12 +117,18 @@ def test_exact_gelu_instead_of_the_tanh_approximation_gives_other_logits():
 def test_greedy_generation_matches_generate(use_cache):
     ref = reference(3)
     model = loaded(ref)
-    prompt = torch.randint(0, 64, (2, 4), generator=torch.Generator().manual_seed(3))
+    prompt = torch.randint(
+        0, 64, (2, 4), generator=torch.Generator().manual_seed(3)
+    )
     # an explicit attention mask: otherwise generate() reads prompt tokens equal to pad_token_id
     # as padding and masks them (the failing case: it changed this test's second row)
     mask = torch.ones_like(prompt)
     expected = ref.generate(
-        prompt, attention_mask=mask, max_new_tokens=12, do_sample=False, pad_token_id=0
+        prompt,
+        attention_mask=mask,
+        max_new_tokens=12,
+        do_sample=False,
+        pad_token_id=0,
     )
     ours = model.generate(prompt, 12, greedy=True, use_cache=use_cache)
     assert torch.equal(ours, expected)
@@ -111,7 +148,9 @@ def test_load_returns_the_model_and_accepts_a_state_dict_without_lm_head():
     state = {k: v for k, v in ref.state_dict().items() if k != "lm_head.weight"}
     model = book_model(ref.config)
     assert load_gpt2(model, state) is model
-    torch.testing.assert_close(model.head.weight, ref.lm_head.weight, atol=0, rtol=0)
+    torch.testing.assert_close(
+        model.head.weight, ref.lm_head.weight, atol=0, rtol=0
+    )
 
 
 MISMATCHES = [  # (GPT overrides, config overrides, words of the message)
@@ -127,21 +166,31 @@ MISMATCHES = [  # (GPT overrides, config overrides, words of the message)
     (dict(norm="rms"), {}, "norm mismatch"),
     (dict(positions="rope"), {}, "positions mismatch"),
     (dict(num_kv_heads=2), {}, "attention mismatch"),
-    (dict(ffn_width=64), {}, "shape mismatch at transformer.h.0.mlp.c_fc.weight"),
+    (
+        dict(ffn_width=64),
+        {},
+        "shape mismatch at transformer.h.0.mlp.c_fc.weight",
+    ),
 ]
 
 
-@pytest.mark.parametrize("model_overrides, config_overrides, message", MISMATCHES)
+@pytest.mark.parametrize(
+    "model_overrides, config_overrides, message", MISMATCHES
+)
 def test_a_mismatched_model_is_refused_before_anything_is_copied(
     model_overrides, config_overrides, message
 ):
     ref = reference(**config_overrides)
     model = book_model(GPT2Config(**SMALL), **model_overrides)
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(
+        ValueError, match=message.replace("(", r"\(").replace(")", r"\)")
+    ):
         load_gpt2(model, ref.state_dict(), num_heads=ref.config.n_head)
     for key, value in model.state_dict().items():
-        assert torch.equal(value, before[key]), f"{key} was changed by a refused load"
+        assert torch.equal(value, before[key]), (
+            f"{key} was changed by a refused load"
+        )
 
 
 def test_a_shape_mismatch_in_the_last_layer_leaves_the_first_untouched():
@@ -150,7 +199,9 @@ def test_a_shape_mismatch_in_the_last_layer_leaves_the_first_untouched():
     state["transformer.h.1.mlp.c_proj.weight"] = torch.zeros(100, 32)
     model = book_model(ref.config)
     before = model.blocks[0].self_attn.qkv_proj.weight.clone()
-    with pytest.raises(ValueError, match=r"shape mismatch at transformer\.h\.1\.mlp\.c_proj"):
+    with pytest.raises(
+        ValueError, match=r"shape mismatch at transformer\.h\.1\.mlp\.c_proj"
+    ):
         load_gpt2(model, state)
     assert torch.equal(model.blocks[0].self_attn.qkv_proj.weight, before)
 
@@ -162,10 +213,14 @@ def test_bad_state_dicts_are_refused():
         load_gpt2(ref, ref.state_dict())
     with pytest.raises(TypeError, match="state_dict must be a mapping"):
         load_gpt2(model, ref)
-    gpt2_model_layout = {k.removeprefix("transformer."): v for k, v in ref.state_dict().items()}
+    gpt2_model_layout = {
+        k.removeprefix("transformer."): v for k, v in ref.state_dict().items()
+    }
     with pytest.raises(ValueError, match="no 'transformer.wte.weight'"):
         load_gpt2(model, gpt2_model_layout)
-    missing = {k: v for k, v in ref.state_dict().items() if "h.1.ln_2.bias" not in k}
+    missing = {
+        k: v for k, v in ref.state_dict().items() if "h.1.ln_2.bias" not in k
+    }
     with pytest.raises(ValueError, match=r"no 'transformer\.h\.1\.ln_2\.bias'"):
         load_gpt2(model, missing)
     untied = dict(ref.state_dict(), **{"lm_head.weight": torch.zeros(64, 32)})

@@ -14,14 +14,24 @@ from hypothesis import strategies as st
 from strategies import mha_case
 from torch import nn
 
-from helpers.attention import MultiHeadAttention, PerHeadMultiHeadAttention, causal_mask
-from helpers.interop import fuse_heads, load_encoder_block, load_multihead_attention
+from helpers.attention import (
+    MultiHeadAttention,
+    PerHeadMultiHeadAttention,
+    causal_mask,
+)
+from helpers.interop import (
+    fuse_heads,
+    load_encoder_block,
+    load_multihead_attention,
+)
 from helpers.transformer import EncoderBlock, TransformerEncoder
 
 FEW = settings(max_examples=25, deadline=None)
 
 
-def torch_layer(d_model, num_heads, ffn_width, norm_first, bias=True, dropout=0.1):
+def torch_layer(
+    d_model, num_heads, ffn_width, norm_first, bias=True, dropout=0.1
+):
     return nn.TransformerEncoderLayer(
         d_model,
         num_heads,
@@ -38,8 +48,13 @@ def randomize_norms(module: nn.Module, generator: torch.Generator) -> None:
     with torch.no_grad():
         for norm in module.modules():
             if isinstance(norm, nn.LayerNorm):
-                norm.weight.copy_(1 + 0.3 * torch.randn(norm.weight.shape, generator=generator))
-                norm.bias.copy_(0.3 * torch.randn(norm.bias.shape, generator=generator))
+                norm.weight.copy_(
+                    1
+                    + 0.3 * torch.randn(norm.weight.shape, generator=generator)
+                )
+                norm.bias.copy_(
+                    0.3 * torch.randn(norm.bias.shape, generator=generator)
+                )
 
 
 # --------------------------------------------------------------------------- multi-head attention
@@ -50,18 +65,28 @@ def randomize_norms(module: nn.Module, generator: torch.Generator) -> None:
 def test_mha_matches_torch_multihead_attention(case):
     seed, d_model, num_heads, bias, query, key, value, mask = case
     torch.manual_seed(seed)
-    torch_mha = nn.MultiheadAttention(d_model, num_heads, bias=bias, batch_first=True)
-    mha = load_multihead_attention(MultiHeadAttention(d_model, num_heads, bias=bias), torch_mha)
+    torch_mha = nn.MultiheadAttention(
+        d_model, num_heads, bias=bias, batch_first=True
+    )
+    mha = load_multihead_attention(
+        MultiHeadAttention(d_model, num_heads, bias=bias), torch_mha
+    )
     torch_mask = None
-    if mask is not None:  # torch wants True = ignore, and (B * H, Tq, Tk) for per-batch masks
+    if (
+        mask is not None
+    ):  # torch wants True = ignore, and (B * H, Tq, Tk) for per-batch masks
         # torch returns NaN for rows with no key (tested separately): let key 0 in everywhere
         mask = mask.clone()
         mask[..., 0] = True
         full = mask if mask.ndim != 3 else mask[:, None]
-        full = full.expand(query.shape[0], num_heads, query.shape[1], key.shape[1])
+        full = full.expand(
+            query.shape[0], num_heads, query.shape[1], key.shape[1]
+        )
         assert full.any(-1).all()
         torch_mask = ~full.reshape(-1, query.shape[1], key.shape[1])
-    expected, expected_weights = torch_mha(query, key, value, attn_mask=torch_mask)
+    expected, expected_weights = torch_mha(
+        query, key, value, attn_mask=torch_mask
+    )
     output, weights = mha(query, key, value, mask, return_attention=True)
     close(output, expected)
     close(weights.mean(dim=1), expected_weights)
@@ -82,14 +107,20 @@ def test_load_multihead_attention_copies_every_weight_and_returns_the_module():
 
 def test_load_multihead_attention_errors():
     mha = MultiHeadAttention(8, 2)
-    with pytest.raises(TypeError, match="expected torch.nn.MultiheadAttention, got Linear"):
+    with pytest.raises(
+        TypeError, match="expected torch.nn.MultiheadAttention, got Linear"
+    ):
         load_multihead_attention(mha, nn.Linear(8, 8))
-    with pytest.raises(ValueError, match=r"size mismatch.*num_heads=4.*num_heads=2"):
+    with pytest.raises(
+        ValueError, match=r"size mismatch.*num_heads=4.*num_heads=2"
+    ):
         load_multihead_attention(mha, nn.MultiheadAttention(8, 4))
     with pytest.raises(ValueError, match="bias mismatch"):
         load_multihead_attention(mha, nn.MultiheadAttention(8, 2, bias=True))
     with pytest.raises(ValueError, match="kdim"):
-        load_multihead_attention(mha, nn.MultiheadAttention(8, 2, kdim=4, vdim=4))
+        load_multihead_attention(
+            mha, nn.MultiheadAttention(8, 2, kdim=4, vdim=4)
+        )
 
 
 # --------------------------------------------------------------------------- per-head -> fused
@@ -102,7 +133,9 @@ def test_per_head_modules_equal_fused(case):
     torch.manual_seed(seed)
     per_head = PerHeadMultiHeadAttention(d_model, num_heads, bias=bias)
     fused = fuse_heads(per_head)
-    expected, expected_weights = per_head(query, key, value, mask, return_attention=True)
+    expected, expected_weights = per_head(
+        query, key, value, mask, return_attention=True
+    )
     output, weights = fused(query, key, value, mask, return_attention=True)
     close(output, expected)
     close(weights, expected_weights)
@@ -119,9 +152,13 @@ def test_fuse_heads_stacks_each_heads_rows_and_shares_the_output_layer(bias):
     for block, name in enumerate(("query", "key", "value")):
         for h, head in enumerate(per_head.heads):
             rows = slice(block * 12 + 4 * h, block * 12 + 4 * (h + 1))
-            assert torch.equal(fused.qkv_proj.weight[rows], getattr(head, name).weight)
+            assert torch.equal(
+                fused.qkv_proj.weight[rows], getattr(head, name).weight
+            )
             if bias:
-                assert torch.equal(fused.qkv_proj.bias[rows], getattr(head, name).bias)
+                assert torch.equal(
+                    fused.qkv_proj.bias[rows], getattr(head, name).bias
+                )
     assert torch.equal(fused.out_proj.weight, per_head.out_proj.weight)
     assert (fused.qkv_proj.bias is None) == (not bias)
 
@@ -145,10 +182,14 @@ def test_block_matches_torch_encoder_layer(
 ):
     generator = torch.Generator().manual_seed(seed)
     d_model = d_head * num_heads
-    reference = torch_layer(d_model, num_heads, ffn_width, norm_first, bias=bias).eval()
+    reference = torch_layer(
+        d_model, num_heads, ffn_width, norm_first, bias=bias
+    ).eval()
     if bias:
         randomize_norms(reference, generator)
-    block = EncoderBlock(d_model, num_heads, ffn_width, 0.1, norm_first, bias=bias).eval()
+    block = EncoderBlock(
+        d_model, num_heads, ffn_width, 0.1, norm_first, bias=bias
+    ).eval()
     load_encoder_block(block, reference)
     x = torch.randn(3, seq_len, d_model, generator=generator)
     mask = causal_mask(seq_len) if masked else None
@@ -162,10 +203,14 @@ def test_encoder_matches_torch_encoder(norm_first):
     torch.manual_seed(0)
     layer = torch_layer(16, 4, 32, norm_first)
     final = nn.LayerNorm(16) if norm_first else None
-    reference = nn.TransformerEncoder(layer, 3, norm=final, enable_nested_tensor=False).eval()
+    reference = nn.TransformerEncoder(
+        layer, 3, norm=final, enable_nested_tensor=False
+    ).eval()
     randomize_norms(reference, torch.Generator().manual_seed(1))
     encoder = TransformerEncoder(3, 16, 4, 32, 0.1, norm_first).eval()
-    for block, torch_block in zip(encoder.blocks, reference.layers, strict=True):
+    for block, torch_block in zip(
+        encoder.blocks, reference.layers, strict=True
+    ):
         assert load_encoder_block(block, torch_block) is block
     if norm_first:
         encoder.final_norm.load_state_dict(reference.norm.state_dict())
@@ -179,21 +224,31 @@ def test_load_encoder_block_rejects_mismatches():
         load_encoder_block(block, nn.Linear(8, 8))
     with pytest.raises(ValueError, match="norm_first mismatch"):
         load_encoder_block(block, torch_layer(8, 2, 16, norm_first=False))
-    gelu = nn.TransformerEncoderLayer(8, 2, 16, activation="gelu", norm_first=True)
+    gelu = nn.TransformerEncoderLayer(
+        8, 2, 16, activation="gelu", norm_first=True
+    )
     with pytest.raises(ValueError, match="activation='relu'"):
         load_encoder_block(block, gelu)
-    eps = nn.TransformerEncoderLayer(8, 2, 16, layer_norm_eps=1e-6, norm_first=True)
+    eps = nn.TransformerEncoderLayer(
+        8, 2, 16, layer_norm_eps=1e-6, norm_first=True
+    )
     with pytest.raises(ValueError, match="eps=1e-06"):
         load_encoder_block(block, eps)
     with pytest.raises(ValueError, match="norm='layer'"):
-        load_encoder_block(EncoderBlock(8, 2, 16, norm="rms"), torch_layer(8, 2, 16, True))
+        load_encoder_block(
+            EncoderBlock(8, 2, 16, norm="rms"), torch_layer(8, 2, 16, True)
+        )
     with pytest.raises(ValueError, match="feed-forward shape mismatch"):
         load_encoder_block(block, torch_layer(8, 2, 32, norm_first=True))
     with pytest.raises(ValueError, match="bias mismatch"):
-        load_encoder_block(block, torch_layer(8, 2, 16, norm_first=True, bias=False))
+        load_encoder_block(
+            block, torch_layer(8, 2, 16, norm_first=True, bias=False)
+        )
 
 
 def test_load_encoder_block_warns_about_sequence_first_layers():
-    layer = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=False)
+    layer = nn.TransformerEncoderLayer(
+        16, 2, 32, dropout=0.0, batch_first=False
+    )
     with pytest.warns(UserWarning, match="batch_first=True"):
         load_encoder_block(EncoderBlock(16, 2, 32, norm_first=False), layer)

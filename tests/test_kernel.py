@@ -32,8 +32,12 @@ def random_problem(num_queries, num_keys, seed=0):
 
 
 @settings(max_examples=40, deadline=None)
-@given(num_queries=sizes, num_keys=sizes, width=widths, seed=st.integers(0, 1000))
-def test_weights_are_convex_and_predictions_lie_between_values(num_queries, num_keys, width, seed):
+@given(
+    num_queries=sizes, num_keys=sizes, width=widths, seed=st.integers(0, 1000)
+)
+def test_weights_are_convex_and_predictions_lie_between_values(
+    num_queries, num_keys, width, seed
+):
     queries, keys, values = random_problem(num_queries, num_keys, seed)
     predictions, weights = nadaraya_watson(queries, keys, values, width)
     assert weights.shape == (num_queries, num_keys)
@@ -50,7 +54,9 @@ def test_weights_normalize_over_keys():
     kernel = gaussian_kernel(queries[:, None] - keys[None, :], 0.5)
     torch.testing.assert_close(weights, kernel / kernel.sum(1, keepdim=True))
     torch.testing.assert_close(weights.sum(1), torch.ones(7))
-    assert not torch.allclose(weights, kernel / kernel.sum(0))  # not the source's axis
+    assert not torch.allclose(
+        weights, kernel / kernel.sum(0)
+    )  # not the source's axis
 
 
 def test_matches_kernel_weighted_average():
@@ -64,8 +70,12 @@ def test_matches_kernel_weighted_average():
 def test_far_query_with_narrow_kernel_stays_finite():
     keys = torch.tensor([0.0, 1.0, 2.0])
     values = torch.tensor([1.0, 2.0, 3.0])
-    prediction, weights = nadaraya_watson(torch.tensor([50.0]), keys, values, width=0.05)
-    assert gaussian_kernel(torch.tensor(48.0), 0.05) == 0  # the naive form would divide 0 by 0
+    prediction, weights = nadaraya_watson(
+        torch.tensor([50.0]), keys, values, width=0.05
+    )
+    assert (
+        gaussian_kernel(torch.tensor(48.0), 0.05) == 0
+    )  # the naive form would divide 0 by 0
     assert torch.isfinite(weights).all()
     torch.testing.assert_close(prediction, torch.tensor([3.0]))
 
@@ -108,51 +118,89 @@ def test_gradient_reaches_the_width():
 def test_leave_one_out_keeps_a_useful_width_and_self_attention_collapses():
     x, y = make_regression_data(60, generator=torch.Generator().manual_seed(3))
     _, _, loo_widths = fit_width(x, y, steps=150, leave_one_out=True)
-    _, self_losses, self_widths = fit_width(x, y, steps=300, leave_one_out=False)
+    _, self_losses, self_widths = fit_width(
+        x, y, steps=300, leave_one_out=False
+    )
     assert 0.1 < loo_widths[-1] < 1.5
     assert self_widths[-1] < 0.2 * loo_widths[-1]
-    assert self_widths[-1] < self_widths[-50]  # still shrinking: it never settles
+    assert (
+        self_widths[-1] < self_widths[-50]
+    )  # still shrinking: it never settles
     assert self_losses[-1] < self_losses[0]
 
 
 @pytest.mark.parametrize(
     ("call", "error", "message"),
     [
-        (lambda: gaussian_kernel(torch.zeros(3), 0.0), ValueError, "width must be > 0"),
-        (lambda: kernel_scores(torch.zeros(2, 2), torch.zeros(3), 1.0), ValueError, "1-D"),
-        (lambda: kernel_scores([1.0], torch.zeros(3), 1.0), TypeError, "torch.Tensor"),
         (
-            lambda: nadaraya_watson(torch.zeros(2), torch.zeros(3), torch.zeros(4)),
+            lambda: gaussian_kernel(torch.zeros(3), 0.0),
+            ValueError,
+            "width must be > 0",
+        ),
+        (
+            lambda: kernel_scores(torch.zeros(2, 2), torch.zeros(3), 1.0),
+            ValueError,
+            "1-D",
+        ),
+        (
+            lambda: kernel_scores([1.0], torch.zeros(3), 1.0),
+            TypeError,
+            "torch.Tensor",
+        ),
+        (
+            lambda: nadaraya_watson(
+                torch.zeros(2), torch.zeros(3), torch.zeros(4)
+            ),
             ValueError,
             "pair up",
         ),
         (
             lambda: nadaraya_watson(
-                torch.zeros(2), torch.zeros(3), torch.zeros(3), mask=torch.ones(2, 3)
+                torch.zeros(2),
+                torch.zeros(3),
+                torch.zeros(3),
+                mask=torch.ones(2, 3),
             ),
             TypeError,
             r"mask must be boolean.*mask\.bool\(\)",
         ),
-        (lambda: gaussian_kernel(torch.zeros(3), torch.tensor(float("nan"))), ValueError, "> 0"),
+        (
+            lambda: gaussian_kernel(torch.zeros(3), torch.tensor(float("nan"))),
+            ValueError,
+            "> 0",
+        ),
         (
             lambda: nadaraya_watson(torch.zeros(2), [0.0, 1.0], torch.zeros(2)),
             TypeError,
             "torch.Tensor",
         ),
         (
-            lambda: nearest_neighbour(torch.zeros(2), torch.zeros(3), torch.zeros(4)),
+            lambda: nearest_neighbour(
+                torch.zeros(2), torch.zeros(3), torch.zeros(4)
+            ),
             ValueError,
             "pair up",
         ),
         (
             lambda: nadaraya_watson(
-                torch.zeros(2), torch.zeros(3), torch.zeros(3), mask=torch.ones(3, 2).bool()
+                torch.zeros(2),
+                torch.zeros(3),
+                torch.zeros(3),
+                mask=torch.ones(3, 2).bool(),
             ),
             ValueError,
             "shape",
         ),
-        (lambda: fit_width(torch.zeros(4), torch.zeros(4), steps=0), ValueError, "steps"),
-        (lambda: fit_width(torch.zeros(4), torch.zeros(4), lr=-1.0), ValueError, "lr must be > 0"),
+        (
+            lambda: fit_width(torch.zeros(4), torch.zeros(4), steps=0),
+            ValueError,
+            "steps",
+        ),
+        (
+            lambda: fit_width(torch.zeros(4), torch.zeros(4), lr=-1.0),
+            ValueError,
+            "lr must be > 0",
+        ),
         (
             lambda: fit_width(torch.zeros(4), torch.zeros(4), lr="0.1"),
             TypeError,
@@ -168,8 +216,16 @@ def test_leave_one_out_keeps_a_useful_width_and_self_attention_collapses():
             TypeError,
             "leave_one_out must be True or False",
         ),
-        (lambda: gaussian_kernel(torch.zeros(3), "1"), TypeError, "width must be a number"),
-        (lambda: LearnedWidthRegression("1"), TypeError, "width must be a number"),
+        (
+            lambda: gaussian_kernel(torch.zeros(3), "1"),
+            TypeError,
+            "width must be a number",
+        ),
+        (
+            lambda: LearnedWidthRegression("1"),
+            TypeError,
+            "width must be a number",
+        ),
         (lambda: LearnedWidthRegression(-1.0), ValueError, "width must be > 0"),
     ],
 )

@@ -17,26 +17,57 @@ import helpers.tasks.sorting
 from helpers.tasks.reverse import ReversePredictor
 
 margins = load_script("margins.py")
-CHAPTERS = {"reverse": 7, "shapes": 8, "encoder-decoder": 9, "lm": 10, "long": 11}
+CHAPTERS = {
+    "reverse": 7,
+    "shapes": 8,
+    "encoder-decoder": 9,
+    "lm": 10,
+    "long": 11,
+}
 
 
 def test_the_parser_knows_every_chapter_by_name_and_number():
     parser = margins.build_parser()
-    assert {name: number for name, (number, _, _) in margins.CHAPTERS.items()} == CHAPTERS
+    assert {
+        name: number for name, (number, _, _) in margins.CHAPTERS.items()
+    } == CHAPTERS
     for name, number in CHAPTERS.items():
-        by_name, by_number = parser.parse_args([name]), parser.parse_args([str(number)])
+        by_name, by_number = (
+            parser.parse_args([name]),
+            parser.parse_args([str(number)]),
+        )
         assert by_name.chapter == by_number.chapter == name
         assert by_name.part == next(iter(margins.CHAPTERS[name][2]))
         assert by_name.out is None  # print only, unless asked
-    args = parser.parse_args(["8", "--part", "overfit", "--seeds", "3", "--lstm-seeds", "2"])
-    assert (args.chapter, args.part, args.seeds, args.lstm_seeds) == ("shapes", "overfit", 3, 2)
-    assert parser.parse_args(["long", "--runs", "alibi/-", "rope/-"]).runs == ["alibi/-", "rope/-"]
-    assert parser.parse_args(["reverse"]).seeds is None  # main takes the chapter's number
-    assert [seeds for _, seeds, _ in margins.CHAPTERS.values()] == [5, 5, 5, 3, 3]
+    args = parser.parse_args(
+        ["8", "--part", "overfit", "--seeds", "3", "--lstm-seeds", "2"]
+    )
+    assert (args.chapter, args.part, args.seeds, args.lstm_seeds) == (
+        "shapes",
+        "overfit",
+        3,
+        2,
+    )
+    assert parser.parse_args(["long", "--runs", "alibi/-", "rope/-"]).runs == [
+        "alibi/-",
+        "rope/-",
+    ]
+    assert (
+        parser.parse_args(["reverse"]).seeds is None
+    )  # main takes the chapter's number
+    assert [seeds for _, seeds, _ in margins.CHAPTERS.values()] == [
+        5,
+        5,
+        5,
+        3,
+        3,
+    ]
 
 
 def test_the_parts_reproduce_every_measurement_of_the_old_scripts():
-    parts = {name: list(chapter[2]) for name, chapter in margins.CHAPTERS.items()}
+    parts = {
+        name: list(chapter[2]) for name, chapter in margins.CHAPTERS.items()
+    }
     assert parts == {
         "reverse": ["chapter", "schedules", "ablations"],
         "shapes": ["seeds", "overfit"],
@@ -61,7 +92,9 @@ def test_a_bad_chapter_or_part_is_refused_with_the_choices(args, names):
         assert name in result.stderr
 
 
-def test_the_label_names_the_numerics_the_machine_and_the_command(monkeypatch, tmp_path):
+def test_the_label_names_the_numerics_the_machine_and_the_command(
+    monkeypatch, tmp_path
+):
     table = pd.DataFrame({"seed": [0, 1], "loss": [0.5, 0.25]})
     monkeypatch.setenv("ATEN_CPU_CAPABILITY", "default")
     labelled = margins.labelled(table, ["lm", "--seeds", "2"], workers=2)
@@ -70,7 +103,9 @@ def test_the_label_names_the_numerics_the_machine_and_the_command(monkeypatch, t
     written = pd.read_csv(path)
     assert list(written) == ["seed", "loss", "numerics", "machine", "command"]
     assert (written["numerics"] == "scalar").all()
-    assert (written["command"] == "python scripts/margins.py lm --seeds 2").all()
+    assert (
+        written["command"] == "python scripts/margins.py lm --seeds 2"
+    ).all()
     assert written["machine"].str.endswith(f"torch {torch.__version__}").all()
     monkeypatch.delenv("ATEN_CPU_CAPABILITY")
     assert margins.numerics_label() == "machine default"
@@ -83,17 +118,22 @@ def shipped_commands(monkeypatch) -> list[str]:
     commands = []
     for module in (helpers.tasks.reverse, helpers.tasks.shapes, helpers.tasks.sorting,
                    helpers.tasks.retrieval):  # fmt: skip
-        monkeypatch.setattr(module, "shipped_table", lambda _, command: commands.append(command))
+        monkeypatch.setattr(
+            module, "shipped_table", lambda _, command: commands.append(command)
+        )
         for _, reader in inspect.getmembers(module, inspect.isfunction):
-            if reader.__module__ == module.__name__ and "shipped_table(" in inspect.getsource(
-                reader
+            if (
+                reader.__module__ == module.__name__
+                and "shipped_table(" in inspect.getsource(reader)
             ):
                 reader()
     return commands
 
 
 def test_every_shipped_files_command_parses(monkeypatch):
-    commands = [c for c in shipped_commands(monkeypatch) if "scripts/margins" in c]
+    commands = [
+        c for c in shipped_commands(monkeypatch) if "scripts/margins" in c
+    ]
     assert len(commands) == 6  # reverse 2, shapes 2, encoder-decoder 1, long 1
     parser = margins.build_parser()
     for command in commands:
@@ -104,7 +144,9 @@ def test_every_shipped_files_command_parses(monkeypatch):
 
 
 def test_the_shapes_sets_are_standardized_by_the_training_set():
-    train, val, test, raw_test, oracle, copy = margins.shapes_data(num_train=200)
+    train, val, test, raw_test, oracle, copy = margins.shapes_data(
+        num_train=200
+    )
     values = torch.cat(train.tensors)
     assert values.mean().item() == pytest.approx(0.0, abs=1e-5)
     assert values.std().item() == pytest.approx(1.0, abs=1e-5)
@@ -116,7 +158,9 @@ def test_attention_dropout_accuracy_puts_the_model_back_as_it_was():
     torch.manual_seed(0)
     model = ReversePredictor(10, 16, 2, 2, dropout=0.1).eval()
     inputs = torch.randint(10, (8, 16))
-    accuracy = margins.attention_dropout_accuracy(model, inputs, inputs.flip(-1), 0.1)
+    accuracy = margins.attention_dropout_accuracy(
+        model, inputs, inputs.flip(-1), 0.1
+    )
     assert 0 <= accuracy <= 1 and not model.training
     assert all(block.self_attn.dropout == 0.1 for block in model.encoder.blocks)
 
@@ -124,14 +168,25 @@ def test_attention_dropout_accuracy_puts_the_model_back_as_it_was():
 def test_a_run_writes_its_table_with_the_labels(tmp_path):
     """End to end, chapter 11's cost part (about 25 s): the ratios the chapter asserts."""
     out = tmp_path / "cost.csv"
-    result = run_script("margins.py", "11", "--part", "cost", "--out", str(out), timeout=300)
+    result = run_script(
+        "margins.py", "11", "--part", "cost", "--out", str(out), timeout=300
+    )
     assert result.returncode == 0, result.stderr
     assert "median" in result.stdout
     table = pd.read_csv(out)
     measured = ["tiled/naive memory", "naive/fused time", "cache speed-up"]
-    assert list(table) == ["repeat", *measured, "numerics", "machine", "command"]
+    assert list(table) == [
+        "repeat",
+        *measured,
+        "numerics",
+        "machine",
+        "command",
+    ]
     assert list(table["repeat"]) == [0, 1, 2]
-    assert (table["command"] == f"python scripts/margins.py 11 --part cost --out {out}").all()
+    assert (
+        table["command"]
+        == f"python scripts/margins.py 11 --part cost --out {out}"
+    ).all()
     # the chapter's claims: tiling keeps a small fraction of the naive peak; a cache is faster
     assert table["tiled/naive memory"].between(0, 0.1).all()
     assert (table["cache speed-up"] > 1).all()

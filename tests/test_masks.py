@@ -54,8 +54,12 @@ def test_every_mask_function_is_defined_in_masks():
             continue
         relative = path.relative_to(ROOT / "helpers").as_posix()
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.FunctionDef) and node.name.endswith("_mask"):
-                assert node.name.startswith("check_") or relative == "_validate.py", (
+            if isinstance(node, ast.FunctionDef) and node.name.endswith(
+                "_mask"
+            ):
+                assert (
+                    node.name.startswith("check_") or relative == "_validate.py"
+                ), (
                     f"helpers/{relative} defines {node.name}: masks live in helpers/masks.py"
                 )
             called = getattr(node, "func", None)
@@ -73,10 +77,13 @@ def test_every_public_mask_is_exported():
 
 def test_earlier_mask_is_the_causal_mask_without_its_diagonal():
     T = 5
-    assert torch.equal(earlier_mask(T), causal_mask(T) & ~torch.eye(T, dtype=torch.bool))
+    assert torch.equal(
+        earlier_mask(T), causal_mask(T) & ~torch.eye(T, dtype=torch.bool)
+    )
     positions = torch.arange(T)
     assert torch.equal(
-        earlier_mask(T), position_mask(positions, positions) & (positions[:, None] != positions)
+        earlier_mask(T),
+        position_mask(positions, positions) & (positions[:, None] != positions),
     )
     assert not earlier_mask(1).any()  # the first token has nothing before it
     with pytest.raises(ValueError, match="T"):
@@ -87,8 +94,12 @@ def test_token_padding_mask_marks_the_real_tokens():
     tokens = torch.tensor([[5, 6, 7, 0], [5, 0, 0, 0]])
     mask = token_padding_mask(tokens, pad_id=0)
     assert mask.shape == (2, 1, 1, 4) and mask.dtype == torch.bool
-    assert torch.equal(mask, padding_mask([3, 1], 4))  # padding at the end: the lengths' mask
-    assert token_padding_mask(tokens, pad_id=None) is None  # no padding token: every key is real
+    assert torch.equal(
+        mask, padding_mask([3, 1], 4)
+    )  # padding at the end: the lengths' mask
+    assert (
+        token_padding_mask(tokens, pad_id=None) is None
+    )  # no padding token: every key is real
 
 
 def test_causal_padding_mask_is_causal_and_never_a_padding_key():

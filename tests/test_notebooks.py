@@ -42,7 +42,9 @@ def regenerated_twin(path) -> str:
 
 
 def assert_twin_matches(path, twin) -> None:
-    assert twin.exists(), f"{path.name} has no .py twin; run `make execute NB={path}`"
+    assert twin.exists(), (
+        f"{path.name} has no .py twin; run `make execute NB={path}`"
+    )
     assert regenerated_twin(path) == twin.read_text(), (
         f"{twin.name} and {path.name} have drifted apart: edit one, then run "
         f"`make execute NB={path.relative_to(ROOT)}` to execute it and rewrite both"
@@ -61,7 +63,9 @@ def test_the_drift_check_catches_an_edited_twin(tmp_path):
     text = regenerated_twin(path)
     twin.write_text(text)
     assert_twin_matches(path, twin)
-    twin.write_text(text.replace("# %% [markdown]", "# %% [markdown]\n# an edit", 1))
+    twin.write_text(
+        text.replace("# %% [markdown]", "# %% [markdown]\n# an edit", 1)
+    )
     with pytest.raises(AssertionError, match="drifted apart"):
         assert_twin_matches(path, twin)
 
@@ -69,20 +73,32 @@ def test_the_drift_check_catches_an_edited_twin(tmp_path):
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=ids)
 def test_notebook_is_stored_executed_without_errors(path):
     cells = [c for c in code_cells(path) if "".join(c["source"]).strip()]
-    unexecuted = [i for i, c in enumerate(cells) if c["execution_count"] is None]
-    assert not unexecuted, f"{path.name}: code cells {unexecuted} are stored unexecuted"
+    unexecuted = [
+        i for i, c in enumerate(cells) if c["execution_count"] is None
+    ]
+    assert not unexecuted, (
+        f"{path.name}: code cells {unexecuted} are stored unexecuted"
+    )
     counts = [c["execution_count"] for c in cells]
-    assert counts == list(range(1, len(cells) + 1)), f"{path.name}: not executed top to bottom"
-    errors = [o for c in cells for o in c["outputs"] if o["output_type"] == "error"]
+    assert counts == list(range(1, len(cells) + 1)), (
+        f"{path.name}: not executed top to bottom"
+    )
+    errors = [
+        o for c in cells for o in c["outputs"] if o["output_type"] == "error"
+    ]
     assert not errors, f"{path.name}: stored with an error output"
-    assert any(c["outputs"] for c in cells), f"{path.name}: stored without outputs"
+    assert any(c["outputs"] for c in cells), (
+        f"{path.name}: stored without outputs"
+    )
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=ids)
 def test_first_code_cell_is_the_hidden_setup_cell(path):
     setup = code_cells(path)[0]
     source = "".join(setup["source"])
-    assert "hide-cell" in setup["metadata"].get("tags", []), "setup cell must be tagged hide-cell"
+    assert "hide-cell" in setup["metadata"].get("tags", []), (
+        "setup cell must be tagged hide-cell"
+    )
     assert f"git+{REPOSITORY}" in source, (
         f"the Colab install line must use the repository URL of _config.yml ({REPOSITORY})"
     )
@@ -94,9 +110,13 @@ def test_first_code_cell_is_the_hidden_setup_cell(path):
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=ids)
 def test_every_glue_role_has_a_glued_value(path):
     notebook = read_notebook(path)
-    used = set(re.findall(r"\{glue(?::\w+)?\}`([A-Za-z_][\w]*)", markdown_of(notebook)))
+    used = set(
+        re.findall(r"\{glue(?::\w+)?\}`([A-Za-z_][\w]*)", markdown_of(notebook))
+    )
     glued = {name for name, _ in glue_records(notebook)}
-    assert used <= glued, f"{path.name}: glue keys used but never glued: {sorted(used - glued)}"
+    assert used <= glued, (
+        f"{path.name}: glue keys used but never glued: {sorted(used - glued)}"
+    )
 
 
 def test_toc_lists_exactly_the_notebooks():
@@ -118,7 +138,9 @@ def test_glue_names_are_unique_across_the_book():
     seen = {}
     for path in NOTEBOOKS:
         for name, _ in glue_records(read_notebook(path)):
-            assert seen.setdefault(name, path.name) == path.name, f"{name} glued twice"
+            assert seen.setdefault(name, path.name) == path.name, (
+                f"{name} glued twice"
+            )
 
 
 def test_make_test_verifies_the_notebooks_under_other_numerics():
@@ -129,22 +151,48 @@ def test_make_test_verifies_the_notebooks_under_other_numerics():
     developer's machine (CONTRIBUTING.md, "Numerics").
     """
     makefile = (ROOT / "Makefile").read_text()
-    variables = dict(re.findall(r"^(NUMERICS\w*)\s*[:?]?=\s*(.*)$", makefile, flags=re.M))
+    variables = dict(
+        re.findall(r"^(NUMERICS\w*)\s*[:?]?=\s*(.*)$", makefile, flags=re.M)
+    )
 
-    def expand(name):  # a configuration may combine others: $(NUMERICS_scalar) ...
-        return re.sub(r"\$\((NUMERICS_\w+)\)", lambda m: expand(m.group(1)), variables[name])
+    def expand(
+        name,
+    ):  # a configuration may combine others: $(NUMERICS_scalar) ...
+        return re.sub(
+            r"\$\((NUMERICS_\w+)\)",
+            lambda m: expand(m.group(1)),
+            variables[name],
+        )
 
     default = variables["NUMERICS"].strip()
     settings = expand(f"NUMERICS_{default}")
     assert "ATEN_CPU_CAPABILITY=default" in settings, settings
-    assert "ONEDNN_MAX_CPU_ISA=" in settings and "MKL_ENABLE_INSTRUCTIONS=" in settings
-    notebooks_recipe = re.search(r"^notebooks:.*\n((?:\t.*\n)+)", makefile, flags=re.M).group(1)
+    assert (
+        "ONEDNN_MAX_CPU_ISA=" in settings
+        and "MKL_ENABLE_INSTRUCTIONS=" in settings
+    )
+    notebooks_recipe = re.search(
+        r"^notebooks:.*\n((?:\t.*\n)+)", makefile, flags=re.M
+    ).group(1)
     assert "$(NUMERICS_$(NUMERICS))" in notebooks_recipe
-    test_target = re.search(r"^test:(.*)$", makefile, flags=re.M).group(1).split()
+    test_target = (
+        re.search(r"^test:(.*)$", makefile, flags=re.M).group(1).split()
+    )
     assert "notebooks" in test_target
-    portability = re.search(r"^test-portability:.*\n((?:\t.*\n)+)", makefile, flags=re.M)
-    configs = re.search(r"for config in ([\w ]+);", portability.group(1)).group(1).split()
-    assert len(configs) >= 3 and all(f"NUMERICS_{c}" in variables for c in configs)
+    portability = re.search(
+        r"^test-portability:.*\n((?:\t.*\n)+)", makefile, flags=re.M
+    )
+    configs = (
+        re.search(r"for config in ([\w ]+);", portability.group(1))
+        .group(1)
+        .split()
+    )
+    assert len(configs) >= 3 and all(
+        f"NUMERICS_{c}" in variables for c in configs
+    )
     # Scalar numerics on one thread at once (issue 32: a value passed each alone, not both).
     combined = [expand(f"NUMERICS_{c}") for c in configs]
-    assert any("ATEN_CPU_CAPABILITY=default" in c and "OMP_NUM_THREADS=1" in c for c in combined)
+    assert any(
+        "ATEN_CPU_CAPABILITY=default" in c and "OMP_NUM_THREADS=1" in c
+        for c in combined
+    )

@@ -16,14 +16,20 @@ def seeded_output(seed: int, scale: float) -> tuple[int, int, torch.Tensor]:
     torch.manual_seed(seed)
     model = make_shapes_cnn(channels=4)
     with torch.no_grad():
-        return os.getpid(), torch.get_num_threads(), scale * model(torch.ones(1, 1, 50))
+        return (
+            os.getpid(),
+            torch.get_num_threads(),
+            scale * model(torch.ones(1, 1, 50)),
+        )
 
 
 def test_processes_give_the_loop_results_in_job_order():
     jobs = [{"seed": seed} for seed in (3, 1, 2)]
     in_processes = run_in_processes(seeded_output, jobs, workers=2, scale=2.0)
     in_a_loop = run_in_processes(seeded_output, jobs, workers=1, scale=2.0)
-    for (pid, threads, result), (_, _, expected) in zip(in_processes, in_a_loop, strict=True):
+    for (pid, threads, result), (_, _, expected) in zip(
+        in_processes, in_a_loop, strict=True
+    ):
         assert pid != os.getpid() and threads == 1  # a worker, on one thread
         torch.testing.assert_close(result, expected, rtol=0, atol=0)
     assert not torch.equal(in_a_loop[0][2], in_a_loop[1][2])  # the seeds differ
@@ -33,7 +39,9 @@ def test_errors_say_what_to_do():
     def local(seed):
         return seed
 
-    with pytest.raises(ValueError, match="cannot import it; move it into a module"):
+    with pytest.raises(
+        ValueError, match="cannot import it; move it into a module"
+    ):
         run_in_processes(local, [{"seed": 0}], workers=2)
     assert run_in_processes(local, [{"seed": 5}], workers=1) == [5]
     with pytest.raises(TypeError, match="each job must be a dict"):

@@ -17,7 +17,9 @@ from helpers.plotting import heatmap, to_numpy, use_book_style
 
 @pytest.fixture(autouse=True)
 def _close_figures_and_restore_style():
-    with mpl.rc_context():  # use_book_style changes rcParams for the whole process
+    with (
+        mpl.rc_context()
+    ):  # use_book_style changes rcParams for the whole process
         yield
     plt.close("all")
 
@@ -26,7 +28,10 @@ def test_use_book_style_sets_the_books_look():
     use_book_style()
     assert tuple(mpl.rcParams["figure.figsize"]) == (7.0, 3.6)
     assert mpl.rcParams["axes.grid"] is True
-    assert mpl.rcParams["axes.spines.top"] is False and mpl.rcParams["axes.spines.right"] is False
+    assert (
+        mpl.rcParams["axes.spines.top"] is False
+        and mpl.rcParams["axes.spines.right"] is False
+    )
     assert mpl.rcParams["image.cmap"] == "viridis"
     assert mpl.rcParams["savefig.bbox"] == "tight"
     use_book_style()  # idempotent: a notebook may call it twice
@@ -34,7 +39,9 @@ def test_use_book_style_sets_the_books_look():
 
 
 def test_to_numpy_detaches_tensors_and_passes_arrays_through():
-    weights = torch.ones(2, 3, requires_grad=True) * 2  # part of a graph: .numpy() would raise
+    weights = (
+        torch.ones(2, 3, requires_grad=True) * 2
+    )  # part of a graph: .numpy() would raise
     array = to_numpy(weights)
     assert isinstance(array, np.ndarray) and array.shape == (2, 3)
     assert (array == 2).all()
@@ -48,7 +55,10 @@ def test_heatmap_draws_a_labelled_matrix_with_a_colorbar():
     ax = heatmap(matrix, title="weights")
     image = ax.get_images()[0]
     np.testing.assert_array_equal(image.get_array(), matrix.numpy())
-    assert ax.get_xlabel() == "key position" and ax.get_ylabel() == "query position"
+    assert (
+        ax.get_xlabel() == "key position"
+        and ax.get_ylabel() == "query position"
+    )
     assert ax.get_title() == "weights"
     assert len(ax.figure.axes) == 2  # the heatmap and its colorbar
     assert all(spine.get_visible() for spine in ax.spines.values())
@@ -58,7 +68,9 @@ def test_heatmap_draws_a_labelled_matrix_with_a_colorbar():
 
 def test_heatmap_draws_into_a_given_axes_without_a_colorbar():
     figure, (left, right) = plt.subplots(1, 2)
-    returned = heatmap(torch.eye(3), ax=right, xlabel="j", ylabel="i", colorbar=False, vmin=0)
+    returned = heatmap(
+        torch.eye(3), ax=right, xlabel="j", ylabel="i", colorbar=False, vmin=0
+    )
     assert returned is right
     assert right.get_xlabel() == "j" and right.get_ylabel() == "i"
     assert not left.get_images() and len(figure.axes) == 2
@@ -71,7 +83,12 @@ def test_heatmap_accepts_tensors_that_require_grad_and_boolean_masks():
     ax = heatmap(torch.ones(3, 4, requires_grad=True) * 0.5)
     (image,) = ax.get_images()
     np.testing.assert_array_equal(image.get_array(), np.full((3, 4), 0.5))
-    assert image.get_extent() == [-0.5, 3.5, 2.5, -0.5]  # 4 key columns, 3 query rows, row 0 on top
+    assert image.get_extent() == [
+        -0.5,
+        3.5,
+        2.5,
+        -0.5,
+    ]  # 4 key columns, 3 query rows, row 0 on top
     assert not ax.get_lines() and ax.get_xlabel() == "key position"
 
     mask = torch.ones(3, 3, dtype=torch.bool).tril()
@@ -87,6 +104,8 @@ def test_heatmap_accepts_tensors_that_require_grad_and_boolean_masks():
 
 @pytest.mark.parametrize("shape", [(5,), (2, 3, 3), (1, 2, 4, 4)])
 def test_heatmap_refuses_anything_but_a_matrix(shape):
-    with pytest.raises(ValueError, match=r"heatmap needs a 2-D matrix.*weights\[0, 0\]"):
+    with pytest.raises(
+        ValueError, match=r"heatmap needs a 2-D matrix.*weights\[0, 0\]"
+    ):
         heatmap(torch.zeros(shape))
     assert not plt.get_fignums()  # refused before a figure was made

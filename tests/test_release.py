@@ -26,20 +26,27 @@ def package_version():
     tree = ast.parse((ROOT / "helpers" / "__init__.py").read_text())
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(
-            isinstance(t, ast.Name) and t.id == "__version__" for t in node.targets
+            isinstance(t, ast.Name) and t.id == "__version__"
+            for t in node.targets
         ):
             return ast.literal_eval(node.value)
     raise AssertionError("helpers/__init__.py defines no __version__")
 
 
 def setup_source(path):
-    cells = [c for c in read_notebook(path)["cells"] if c["cell_type"] == "code"]
+    cells = [
+        c for c in read_notebook(path)["cells"] if c["cell_type"] == "code"
+    ]
     return "".join(cells[0]["source"])
 
 
 def test_package_version_is_pyprojects():
-    assert re.fullmatch(r"\d+\.\d+\.\d+", VERSION), f"pyproject version {VERSION!r}"
-    assert package_version() == VERSION, "helpers.__version__ differs from pyproject.toml"
+    assert re.fullmatch(r"\d+\.\d+\.\d+", VERSION), (
+        f"pyproject version {VERSION!r}"
+    )
+    assert package_version() == VERSION, (
+        "helpers.__version__ differs from pyproject.toml"
+    )
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -51,14 +58,18 @@ def test_setup_cell_installs_helpers_at_the_release_tag(path):
         f"{TAG} of pyproject's version), found {pinned}; see CHANGELOG.md for how to release"
     )
     twin = path.with_suffix(".py").read_text()
-    assert f'HELPERS = "{INSTALL}"' in twin, f"{path.with_suffix('.py').name}: twin not updated"
+    assert f'HELPERS = "{INSTALL}"' in twin, (
+        f"{path.with_suffix('.py').name}: twin not updated"
+    )
 
 
 def test_changelog_newest_entry_is_this_version():
     text = (ROOT / "CHANGELOG.md").read_text()
     entries = re.findall(r"^## \[?v?(\d+\.\d+\.\d+)\]?", text, flags=re.M)
     assert entries, "CHANGELOG.md has no '## <version>' entry"
-    assert entries[0] == VERSION, f"CHANGELOG.md's newest entry is {entries[0]}, not {VERSION}"
+    assert entries[0] == VERSION, (
+        f"CHANGELOG.md's newest entry is {entries[0]}, not {VERSION}"
+    )
     assert "v<version>" in text, "CHANGELOG.md must say how releases are tagged"
 
 
@@ -79,13 +90,17 @@ def test_site_footer_shows_this_version():
 @pytest.mark.parametrize("page", ["README.md", "book/intro.md"])
 def test_local_install_lines_are_this_release(page):
     text = (ROOT / page).read_text()
-    assert f"pip install '{INSTALL}'" in text, f"{page}'s local install line is not this release's"
+    assert f"pip install '{INSTALL}'" in text, (
+        f"{page}'s local install line is not this release's"
+    )
     assert "--index-url https://download.pytorch.org/whl/cpu" in text
 
 
 def test_licence_files_match_the_package_metadata():
     assert re.search(r'^license = "MIT"$', PYPROJECT, flags=re.M)
-    assert re.search(r'^license-files = \["LICENSE"\]', PYPROJECT, flags=re.M), "ship LICENSE"
+    assert re.search(
+        r'^license-files = \["LICENSE"\]', PYPROJECT, flags=re.M
+    ), "ship LICENSE"
     text = (ROOT / "LICENSE").read_text()
     assert "MIT License" in text and "CC BY 4.0" in text
 
@@ -99,7 +114,11 @@ def test_the_repository_url_has_one_home():
     clone command, citation and setup cell uses exactly that value, so that moving the
     repository is one edit there (and the failures here list every copy to update)."""
     tracked = subprocess.run(
-        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
+        ["git", "ls-files"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.split()
     texts = [ROOT / name for name in tracked if name.endswith((".py", ".md", ".ipynb", ".cff",
              ".yml", ".yaml", ".toml", ".cfg", ".txt", ".bib", "Makefile"))]  # fmt: skip
@@ -108,10 +127,14 @@ def test_the_repository_url_has_one_home():
     for path in texts:
         if not path.is_file():
             continue
-        for found in re.findall(r"github\.com/([\w.-]+/[\w-]+(?:\.[\w-]+)*)", path.read_text()):
+        for found in re.findall(
+            r"github\.com/([\w.-]+/[\w-]+(?:\.[\w-]+)*)", path.read_text()
+        ):
             if found.removesuffix(".git") not in (own, *THIRD_PARTY):
                 stray.setdefault(found, []).append(str(path.relative_to(ROOT)))
-    assert REPOSITORY.startswith("https://github.com/") and own.count("/") == 1, REPOSITORY
+    assert (
+        REPOSITORY.startswith("https://github.com/") and own.count("/") == 1
+    ), REPOSITORY
     assert not stray, (
         f"repositories other than _config.yml's {REPOSITORY}: {stray}; use that URL (or, for "
         "another project's repository, add it to THIRD_PARTY)"

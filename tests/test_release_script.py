@@ -20,7 +20,10 @@ release = load_script("release.py")
 @pytest.fixture
 def copy(tmp_path):
     """The files that name the version, and CHANGELOG.md, at their places under tmp_path."""
-    for path in [*release.files_naming_the_version(ROOT), ROOT / "CHANGELOG.md"]:
+    for path in [
+        *release.files_naming_the_version(ROOT),
+        ROOT / "CHANGELOG.md",
+    ]:
         target = tmp_path / path.relative_to(ROOT)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(path, target)
@@ -36,7 +39,9 @@ def _add_changelog_entry(root, version):
     path = root / "CHANGELOG.md"
     text = path.read_text()
     first = re.search(r"^## ", text, re.M).start()
-    path.write_text(text[:first] + f"## {version}: a test release\n\n" + text[first:])
+    path.write_text(
+        text[:first] + f"## {version}: a test release\n\n" + text[first:]
+    )
 
 
 def test_the_bump_reaches_every_place_that_names_the_release(copy):
@@ -48,13 +53,23 @@ def test_the_bump_reaches_every_place_that_names_the_release(copy):
     assert notebooks and set(notebooks) <= set(changed)
     for path in release.files_naming_the_version(copy):
         text = path.read_text()
-        assert f"@v{old}" not in text and f'version = "{old}"' not in text, path.name
+        assert f"@v{old}" not in text and f'version = "{old}"' not in text, (
+            path.name
+        )
     for path in notebooks + sorted((copy / "notebooks").glob("*.py")):
         # the setup cell's install line (in the .ipynb's JSON, its quote is escaped)
-        assert re.search(rf'@v{re.escape(new)}\\?"', path.read_text()), path.name
-    assert f'__version__ = "{new}"' in (copy / "helpers" / "__init__.py").read_text()
+        assert re.search(rf'@v{re.escape(new)}\\?"', path.read_text()), (
+            path.name
+        )
+    assert (
+        f'__version__ = "{new}"'
+        in (copy / "helpers" / "__init__.py").read_text()
+    )
     assert f"version: {new}" in (copy / "CITATION.cff").read_text()
-    assert f"Version {new} (release tag v{new})" in (copy / "_config.yml").read_text()
+    assert (
+        f"Version {new} (release tag v{new})"
+        in (copy / "_config.yml").read_text()
+    )
 
 
 def test_the_bump_refuses_without_a_changelog_entry_or_going_back(copy):
@@ -71,7 +86,9 @@ def test_the_tag_names_only_a_committed_bump(copy):
         pytest.skip("git is not installed")
 
     def git(*args):
-        subprocess.run(["git", *args], cwd=copy, check=True, capture_output=True)
+        subprocess.run(
+            ["git", *args], cwd=copy, check=True, capture_output=True
+        )
 
     git("init", "-q")
     git("-c", "user.name=t", "-c", "user.email=t@t", "add", ".")

@@ -28,7 +28,16 @@ from helpers.tasks.shapes import (
 
 SCRIPT = ROOT / "scripts" / "reproduce_shapes.py"
 PROTOCOL = "--protocol source --epochs 50 --seeds 3 --num-train 25000 --batch-size 128 --lr 0.001"
-COLUMNS = ["model", "seed", "epoch", "valid_mse", "test_mse", "seconds", "machine", "command"]
+COLUMNS = [
+    "model",
+    "seed",
+    "epoch",
+    "valid_mse",
+    "test_mse",
+    "seconds",
+    "machine",
+    "command",
+]
 MODELS = ["CNN", "CNN + attention", "bidirectional LSTM"]
 
 
@@ -38,34 +47,68 @@ def run_script(*args):
 
 def test_a_tiny_run_writes_every_epoch_and_collect_rebuilds_it(tmp_path):
     out = tmp_path / "tiny.csv"
-    tiny = ["--epochs", "2", "--seeds", "1", "--num-train", "64", "--workers", "1"]
+    tiny = [
+        "--epochs",
+        "2",
+        "--seeds",
+        "1",
+        "--num-train",
+        "64",
+        "--workers",
+        "1",
+    ]
     models = ["--models", "CNN", "CNN + attention"]
     done = run_script(*tiny, *models, "--protocol", "book", "--out", str(out))
     assert done.returncode == 0, done.stderr
     table = pd.read_csv(out)
     assert list(table.columns) == COLUMNS
-    assert table["valid_mse"].isna().all()  # the book's protocol has no validation split
+    assert (
+        table["valid_mse"].isna().all()
+    )  # the book's protocol has no validation split
     assert sorted(set(zip(table["model"], table["epoch"], strict=True))) == [
         ("CNN", 1), ("CNN", 2), ("CNN + attention", 1), ("CNN + attention", 2)
     ]  # fmt: skip
-    assert (table["test_mse"] > 0).all() and table["command"].str.contains("--epochs 2").all()
+    assert (table["test_mse"] > 0).all() and table["command"].str.contains(
+        "--epochs 2"
+    ).all()
     assert (table.groupby("model")["seconds"].diff().dropna() > 0).all()
     # every run was saved on its own as it went, and --collect merges those files again
     assert len(list((tmp_path / "tiny.partial").glob("*.csv"))) == 2
     out.unlink()
-    collected = run_script(*tiny, *models, "--protocol", "book", "--out", str(out), "--collect")
+    collected = run_script(
+        *tiny, *models, "--protocol", "book", "--out", str(out), "--collect"
+    )
     assert collected.returncode == 0, collected.stderr
     pd.testing.assert_frame_equal(pd.read_csv(out), table)
 
 
-def test_the_source_protocol_validates_on_a_fifth_and_runs_the_batch_axis_lstm(tmp_path):
+def test_the_source_protocol_validates_on_a_fifth_and_runs_the_batch_axis_lstm(
+    tmp_path,
+):
     out = tmp_path / "source.csv"
-    tiny = ["--epochs", "1", "--seeds", "1", "--num-train", "300", "--workers", "1"]
-    done = run_script(*tiny, "--models", "batch-axis LSTM", "CNN", "--out", str(out))
+    tiny = [
+        "--epochs",
+        "1",
+        "--seeds",
+        "1",
+        "--num-train",
+        "300",
+        "--workers",
+        "1",
+    ]
+    done = run_script(
+        *tiny, "--models", "batch-axis LSTM", "CNN", "--out", str(out)
+    )
     assert done.returncode == 0, done.stderr
     table = pd.read_csv(out)
-    assert list(table.columns) == COLUMNS and set(table["model"]) == {"CNN", "batch-axis LSTM"}
-    assert table["valid_mse"].between(0, 10).all() and table["test_mse"].between(0, 10).all()
+    assert list(table.columns) == COLUMNS and set(table["model"]) == {
+        "CNN",
+        "batch-axis LSTM",
+    }
+    assert (
+        table["valid_mse"].between(0, 10).all()
+        and table["test_mse"].between(0, 10).all()
+    )
     assert "--protocol source" in table["command"].iloc[0]
 
 
@@ -80,8 +123,15 @@ def test_the_source_protocol_is_fastais_defaults():
     optimizer = script.make_optimizer("source", [parameter], 1e-3)
     assert isinstance(optimizer, torch.optim.AdamW)
     group = optimizer.param_groups[0]
-    assert (group["betas"], group["eps"], group["weight_decay"]) == ((0.9, 0.99), 1e-5, 0.01)
-    assert type(script.make_optimizer("book", [parameter], 1e-3)) is torch.optim.Adam
+    assert (group["betas"], group["eps"], group["weight_decay"]) == (
+        (0.9, 0.99),
+        1e-5,
+        0.01,
+    )
+    assert (
+        type(script.make_optimizer("book", [parameter], 1e-3))
+        is torch.optim.Adam
+    )
     train, valid = source_split(25_000)
     assert (len(train), len(valid)) == (20_000, 5_000)
     assert sorted(torch.cat([train, valid]).tolist()) == list(range(25_000))
@@ -92,8 +142,12 @@ def test_the_source_protocol_is_fastais_defaults():
 
 
 def test_an_unknown_model_is_refused_by_name(tmp_path):
-    done = run_script("--models", "Transformer", "--out", str(tmp_path / "x.csv"))
-    assert done.returncode != 0 and "unknown models ['Transformer']" in done.stderr
+    done = run_script(
+        "--models", "Transformer", "--out", str(tmp_path / "x.csv")
+    )
+    assert (
+        done.returncode != 0 and "unknown models ['Transformer']" in done.stderr
+    )
 
 
 def test_collect_without_a_run_says_what_to_do(tmp_path):
@@ -105,7 +159,9 @@ def test_collect_without_a_run_says_what_to_do(tmp_path):
 def test_the_package_ships_the_results_file():
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())
     patterns = config["tool"]["setuptools"]["package-data"]["helpers.tasks"]
-    assert any(fnmatch.fnmatch(FULL_SCALE_FILE, pattern) for pattern in patterns)
+    assert any(
+        fnmatch.fnmatch(FULL_SCALE_FILE, pattern) for pattern in patterns
+    )
     assert (ROOT / "helpers" / "tasks" / FULL_SCALE_FILE).is_file()
 
 
@@ -117,14 +173,23 @@ def results():
 def test_the_shipped_results_are_one_whole_run_at_the_blog_posts_scale(results):
     """The source's protocol: all four models (the post's batch-axis LSTM too), three seeds
     each, 50 epochs each, validated on the post's split, from one command and one machine."""
-    assert results["command"].nunique() == 1 and results["machine"].nunique() == 1
+    assert (
+        results["command"].nunique() == 1 and results["machine"].nunique() == 1
+    )
     assert PROTOCOL in results["command"].iloc[0]
     assert list(results.columns) == COLUMNS
     runs = results.groupby(["model", "seed"])["epoch"].apply(list)
-    assert sorted(runs.index) == sorted((m, s) for m in SHAPES_MODELS for s in range(3))
+    assert sorted(runs.index) == sorted(
+        (m, s) for m in SHAPES_MODELS for s in range(3)
+    )
     assert all(epochs == list(range(1, 51)) for epochs in runs)
-    assert results["test_mse"].between(0, 2).all() and results["valid_mse"].between(0, 2).all()
-    assert (results.groupby(["model", "seed"])["seconds"].diff().dropna() > 0).all()
+    assert (
+        results["test_mse"].between(0, 2).all()
+        and results["valid_mse"].between(0, 2).all()
+    )
+    assert (
+        results.groupby(["model", "seed"])["seconds"].diff().dropna() > 0
+    ).all()
 
 
 def test_a_missing_results_file_says_how_to_make_it(monkeypatch):
@@ -142,29 +207,50 @@ def test_the_shipped_seed_results_cover_every_model_on_five_seeds():
     assert list(table["seed"]) == list(range(5))
     assert table["command"].nunique() == 1 and table["machine"].nunique() == 1
     assert "--epochs 3" in table["command"].iloc[0]
-    for name in ("CNN", "CNN + attention", "bidirectional LSTM", "batch-axis LSTM"):
+    for name in (
+        "CNN",
+        "CNN + attention",
+        "bidirectional LSTM",
+        "batch-axis LSTM",
+    ):
         assert table[f"mse {name}"].between(0, 2).all(), name
     ratio = table["mse CNN"] / table["mse CNN + attention"]
-    assert ratio.round(6).tolist() == table["ratio CNN / attention"].round(6).tolist()
+    assert (
+        ratio.round(6).tolist()
+        == table["ratio CNN / attention"].round(6).tolist()
+    )
 
 
 def test_the_overfit_check_logs_the_sources_steps_and_the_loss_falls():
     """--part overfit: the loss before step 0, every log_every steps and after the last step."""
     margins = load_script("margins.py")
-    assert margins.SOURCE_OVERFIT == {"steps": 5000, "lr": 1e-3, "log_every": 1000}
+    assert margins.SOURCE_OVERFIT == {
+        "steps": 5000,
+        "lr": 1e-3,
+        "log_every": 1000,
+    }
     train = make_shapes_dataset(20, seed=1)
     data = torch.utils.data.TensorDataset(train.inputs, train.targets)
-    curve = margins.overfit_curve("CNN", 0, data, steps=60, lr=3e-3, log_every=20)
+    curve = margins.overfit_curve(
+        "CNN", 0, data, steps=60, lr=3e-3, log_every=20
+    )
     assert list(curve) == [0, 20, 40, 60]
     assert curve[60] < curve[0] / 2
-    assert margins.overfit_ratio("CNN", 0, data, steps=60) == pytest.approx(curve[60] / curve[0])
+    assert margins.overfit_ratio("CNN", 0, data, steps=60) == pytest.approx(
+        curve[60] / curve[0]
+    )
 
 
 def test_the_shipped_overfit_results_are_the_sources_check_on_three_seeds():
     table = overfit_results()
-    assert table["command"].nunique() == 1 and "--part overfit" in table["command"].iloc[0]
+    assert (
+        table["command"].nunique() == 1
+        and "--part overfit" in table["command"].iloc[0]
+    )
     runs = table.groupby(["model", "seed"])["step"].apply(list)
-    assert sorted(runs.index) == [(model, seed) for model in MODELS for seed in range(3)]
+    assert sorted(runs.index) == [
+        (model, seed) for model in MODELS for seed in range(3)
+    ]
     assert all(steps == list(range(0, 5001, 1000)) for steps in runs)
     assert (table["loss"] > 0).all()
 
@@ -172,8 +258,19 @@ def test_the_shipped_overfit_results_are_the_sources_check_on_three_seeds():
 def test_the_same_command_again_skips_the_runs_it_finished(tmp_path):
     """The CPU protocol runs in parts: finished runs are kept, not trained again."""
     out = tmp_path / "parts.csv"
-    tiny = ["--epochs", "1", "--seeds", "1", "--num-train", "64", "--workers", "1"]
-    first = run_script(*tiny, "--models", "CNN", "--protocol", "book", "--out", str(out))
+    tiny = [
+        "--epochs",
+        "1",
+        "--seeds",
+        "1",
+        "--num-train",
+        "64",
+        "--workers",
+        "1",
+    ]
+    first = run_script(
+        *tiny, "--models", "CNN", "--protocol", "book", "--out", str(out)
+    )
     assert first.returncode == 0, first.stderr
     saved = (tmp_path / "parts.partial" / "CNN-seed0.csv").read_text()
     again = run_script(*tiny, "--models", "CNN", "CNN + attention", "--protocol", "book",
@@ -187,5 +284,6 @@ def test_the_same_command_again_skips_the_runs_it_finished(tmp_path):
     longer = run_script(*tiny[:1], "2", *tiny[2:], "--models", "CNN", "--protocol", "book",
                         "--out", str(out))  # fmt: skip
     assert (
-        "complete" not in longer.stdout and "CNN                  seed 0 epoch   2" in longer.stdout
+        "complete" not in longer.stdout
+        and "CNN                  seed 0 epoch   2" in longer.stdout
     )

@@ -22,21 +22,30 @@ bench_reverse = load_script("bench_reverse.py")
 
 
 def test_oldest_constraints_pin_every_dependency_at_its_floor():
-    dependencies = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    dependencies = tomllib.loads((ROOT / "pyproject.toml").read_text())[
+        "project"
+    ]["dependencies"]
     printed = run_script("oldest_constraints.py")
     assert printed.returncode == 0, printed.stderr
     pins = dict(line.split("==") for line in printed.stdout.splitlines())
     assert len(pins) == len(dependencies)
     for requirement in dependencies:
-        name, floor = re.match(r"([\w.-]+)\s*>=\s*([\w.]+)", requirement).groups()
+        name, floor = re.match(
+            r"([\w.-]+)\s*>=\s*([\w.]+)", requirement
+        ).groups()
         assert pins[name] == floor, requirement
-    assert tuple(map(int, pins["torch"].split(".")[:2])) >= (2, 5)  # enable_gqa (chapter 11)
+    assert tuple(map(int, pins["torch"].split(".")[:2])) >= (
+        2,
+        5,
+    )  # enable_gqa (chapter 11)
 
 
 def test_a_dependency_without_a_floor_is_refused(tmp_path):
     pyproject = tmp_path / "pyproject.toml"
     pyproject.write_text('[project]\ndependencies = ["torch>=2.5", "pandas"]\n')
-    with pytest.raises(SystemExit, match="'pandas' in pyproject.toml has no lower bound"):
+    with pytest.raises(
+        SystemExit, match="'pandas' in pyproject.toml has no lower bound"
+    ):
         oldest.lower_bounds(pyproject)
 
 
@@ -47,7 +56,12 @@ def test_nbval_cells_counts_compared_and_ignored_cells(tmp_path):
     ignored = nbformat.v4.new_code_cell("print(1)", outputs=[output])
     ignored.metadata["tags"] = ["nbval-ignore-output"]
     silent = nbformat.v4.new_code_cell("x = 1")
-    notebook.cells = [compared, ignored, silent, nbformat.v4.new_markdown_cell("text")]
+    notebook.cells = [
+        compared,
+        ignored,
+        silent,
+        nbformat.v4.new_markdown_cell("text"),
+    ]
     path = tmp_path / "n.ipynb"
     nbformat.write(notebook, path)
     assert nbval_cells.counts(path) == (1, 1)
@@ -67,7 +81,9 @@ def test_nbval_cells_totals_the_books_notebooks():
 
 
 def test_chunks_continue_the_same_stream_across_epochs():
-    loader = DataLoader(TensorDataset(torch.arange(5)), batch_size=2)  # 3 batches per epoch
+    loader = DataLoader(
+        TensorDataset(torch.arange(5)), batch_size=2
+    )  # 3 batches per epoch
     chunks = bench_reverse.Chunks(loader)
     taken = [batch[0].tolist() for batch in chunks.take(4) + chunks.take(3)]
     assert taken == [[0, 1], [2, 3], [4]] * 2 + [[0, 1]]
@@ -77,13 +93,26 @@ def test_the_books_recipe_reaches_the_threshold_and_stops_there():
     """The benchmark's measurement on the book's configuration, stopped at 99.9%."""
     torch.set_num_threads(1)
     config = BOOK_CONFIG
-    train = make_reverse_dataset(config.num_train, 16, 10, torch.Generator().manual_seed(0))
+    train = make_reverse_dataset(
+        config.num_train, 16, 10, torch.Generator().manual_seed(0)
+    )
     test = make_reverse_dataset(2000, 16, 10, torch.Generator().manual_seed(2))
     result = bench_reverse.time_to_threshold(
-        "book", config, train, DataLoader(test, batch_size=2000), 10, stop_at_threshold=True
+        "book",
+        config,
+        train,
+        DataLoader(test, batch_size=2000),
+        10,
+        stop_at_threshold=True,
     )
-    assert result["steps_to_threshold"] > 0, "the book's recipe never reached 99.9%"
-    assert result["steps"] == result["steps_to_threshold"] < config.total_steps()
-    assert result["steps_to_threshold"] % 10 == 0  # measured every eval_every steps
+    assert result["steps_to_threshold"] > 0, (
+        "the book's recipe never reached 99.9%"
+    )
+    assert (
+        result["steps"] == result["steps_to_threshold"] < config.total_steps()
+    )
+    assert (
+        result["steps_to_threshold"] % 10 == 0
+    )  # measured every eval_every steps
     assert result["final_accuracy"] >= bench_reverse.THRESHOLD
     assert 0 < result["time_to_threshold_s"] == result["train_s"]

@@ -9,7 +9,15 @@ import json
 import re
 
 import pytest
-from conftest import BRANCH, CHAPTERS, OWNER_REPO, ROOT, glued_values, markdown_of, read_notebook
+from conftest import (
+    BRANCH,
+    CHAPTERS,
+    OWNER_REPO,
+    ROOT,
+    glued_values,
+    markdown_of,
+    read_notebook,
+)
 
 pytestmark = pytest.mark.site
 
@@ -19,7 +27,9 @@ SITE = ROOT / "_build" / "html"
 @pytest.fixture(scope="module", autouse=True)
 def site_is_built():
     if not (SITE / "index.html").exists():
-        pytest.fail("no _build/html: run `make book` (or `make site`, which builds it first)")
+        pytest.fail(
+            "no _build/html: run `make book` (or `make site`, which builds it first)"
+        )
 
 
 def page(stem):
@@ -50,7 +60,9 @@ def test_launch_buttons_point_at_the_chapter_notebook(stem):
     binder = f"https://mybinder.org/v2/gh/{OWNER_REPO}/{BRANCH}?urlpath=lab/tree/{path}"
     assert f'href="{colab}"' in text
     assert f'href="{html.escape(binder)}"' in text or f'href="{binder}"' in text
-    assert f'href="https://github.com/{OWNER_REPO}"' in text  # repository button
+    assert (
+        f'href="https://github.com/{OWNER_REPO}"' in text
+    )  # repository button
     assert f"github.com/{OWNER_REPO}/issues/new" in text  # issues button
 
 
@@ -71,8 +83,14 @@ def test_glued_numbers_appear_in_the_prose(stem):
     roles = re.findall(r"\{glue:text\}`(\w+)(?::([^`]+))?`", markdown)
     for name, spec in roles:
         stored = values[name]
-        shown = format(ast.literal_eval(stored), spec) if spec else stored.strip("'\"")
-        assert shown in text, f"{stem}: glued {name} = {shown} not found on the page"
+        shown = (
+            format(ast.literal_eval(stored), spec)
+            if spec
+            else stored.strip("'\"")
+        )
+        assert shown in text, (
+            f"{stem}: glued {name} = {shown} not found on the page"
+        )
 
 
 @pytest.mark.parametrize("stem", CHAPTERS)
@@ -85,15 +103,29 @@ def test_pages_load_mathjax_and_hide_the_setup_cell(stem):
 def test_performance_page_shows_the_benchmark_tables():
     text = (SITE / "book" / "performance.html").read_text()
     tables = re.findall(r"<table.*?</table>", text, flags=re.S)
-    assert any("08_cnn_attention_lstm" in table for table in tables), "benchmarks.csv not a table"
-    assert any("source 000" in table for table in tables), "bench_reverse.csv not a table"
+    assert any("08_cnn_attention_lstm" in table for table in tables), (
+        "benchmarks.csv not a table"
+    )
+    assert any("source 000" in table for table in tables), (
+        "bench_reverse.csv not a table"
+    )
 
 
 @pytest.mark.parametrize("page", ["intro", "performance"])
 def test_pages_quote_the_measured_book_time(page):
     """The substitution of book/_ext/book_time.py: the total of book/benchmarks.csv, rendered."""
     with open(ROOT / "book" / "benchmarks.csv") as file:
-        total = float(next(line for line in file if line.startswith("total,")).split(",")[1])
-    text = re.sub(r"<[^>]+>|\s+", " ", (SITE / "book" / f"{page}.html").read_text())
-    assert f"{total:.0f} s ({total / 60:.1f} minutes)" in text, f"{page}: the total is not shown"
-    assert "book_seconds" not in text, f"{page}: a substitution was left unrendered"
+        total = float(
+            next(line for line in file if line.startswith("total,")).split(",")[
+                1
+            ]
+        )
+    text = re.sub(
+        r"<[^>]+>|\s+", " ", (SITE / "book" / f"{page}.html").read_text()
+    )
+    assert f"{total:.0f} s ({total / 60:.1f} minutes)" in text, (
+        f"{page}: the total is not shown"
+    )
+    assert "book_seconds" not in text, (
+        f"{page}: a substitution was left unrendered"
+    )

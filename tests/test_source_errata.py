@@ -37,14 +37,24 @@ def _source_000_attention_weight(q, k, mask=None):
 def test_source_000_attention_maps_contain_no_dropout():
     """Its maps call SDPA without ``dropout_p``: the drawn weights are never dropped."""
     g = _gen(0)
-    q, k = torch.randn(2, 2, 16, 8, generator=g), torch.randn(2, 2, 16, 8, generator=g)
-    first, second = _source_000_attention_weight(q, k), _source_000_attention_weight(q, k)
+    q, k = (
+        torch.randn(2, 2, 16, 8, generator=g),
+        torch.randn(2, 2, 16, 8, generator=g),
+    )
+    first, second = (
+        _source_000_attention_weight(q, k),
+        _source_000_attention_weight(q, k),
+    )
     assert torch.equal(first, second)  # deterministic: no random dropping
     torch.testing.assert_close(first.sum(-1), torch.ones(2, 2, 16))
-    torch.testing.assert_close(first, (q @ k.transpose(-2, -1) / math.sqrt(8)).softmax(-1))
+    torch.testing.assert_close(
+        first, (q @ k.transpose(-2, -1) / math.sqrt(8)).softmax(-1)
+    )
     # with dropout, the same weights would show zeros and rows that do not sum to one
     dropped = F.scaled_dot_product_attention(q, k, torch.eye(16), dropout_p=0.5)
-    assert (dropped == 0).any() and not torch.allclose(dropped.sum(-1), torch.ones(2, 2, 16))
+    assert (dropped == 0).any() and not torch.allclose(
+        dropped.sum(-1), torch.ones(2, 2, 16)
+    )
 
 
 def test_layer_norm_never_mixes_the_elements_of_a_batch():
@@ -52,11 +62,17 @@ def test_layer_norm_never_mixes_the_elements_of_a_batch():
     g = _gen(1)
     batch = torch.randn(8, 5, 16, generator=g)
     other = batch.clone()
-    other[1:] = 100 * torch.randn(7, 5, 16, generator=g)  # change every other sample
+    other[1:] = 100 * torch.randn(
+        7, 5, 16, generator=g
+    )  # change every other sample
     ln = nn.LayerNorm(16)
     assert torch.equal(ln(batch)[0], ln(other)[0])
-    bn = nn.BatchNorm1d(16)  # normalizes each feature over the batch (and positions)
-    assert not torch.allclose(bn(batch.transpose(1, 2))[0], bn(other.transpose(1, 2))[0])
+    bn = nn.BatchNorm1d(
+        16
+    )  # normalizes each feature over the batch (and positions)
+    assert not torch.allclose(
+        bn(batch.transpose(1, 2))[0], bn(other.transpose(1, 2))[0]
+    )
 
 
 def test_layer_norm_over_the_logits_caps_the_confidence_at_its_initial_gain():
@@ -72,7 +88,9 @@ def test_layer_norm_over_the_logits_caps_the_confidence_at_its_initial_gain():
     ln = nn.LayerNorm(classes)
     logits = 1000 * torch.randn(4096, classes, generator=_gen(2))
     assert ln(logits).softmax(-1).max() <= bound + 1e-6
-    extreme = torch.tensor([[9.0] + [-1.0] * (classes - 1)])  # one high, the others equal
+    extreme = torch.tensor(
+        [[9.0] + [-1.0] * (classes - 1)]
+    )  # one high, the others equal
     torch.testing.assert_close(
         ln(extreme).softmax(-1).max(), torch.tensor(bound), atol=1e-4, rtol=0
     )
@@ -84,14 +102,18 @@ def test_pytorch_attention_projections_have_biases_by_default():
     assert mha.in_proj_bias is not None and mha.out_proj.bias is not None
     layer = nn.TransformerEncoderLayer(8, 2)
     assert layer.self_attn.in_proj_bias is not None
-    assert MultiHeadAttention(8, 2).qkv_proj.bias is None  # the book's: a choice, default off
+    assert (
+        MultiHeadAttention(8, 2).qkv_proj.bias is None
+    )  # the book's: a choice, default off
 
 
 def _source_000_table(max_len: int, d_model: int) -> torch.Tensor:
     """Source 000's PositionalEncoding table (its code, not its formula)."""
     pe = torch.zeros(max_len, d_model)
     t = torch.arange(0, max_len, dtype=torch.float).unsqueeze(1)
-    w = torch.exp(-(torch.arange(0, d_model, 2).float() / d_model * math.log(10000)))
+    w = torch.exp(
+        -(torch.arange(0, d_model, 2).float() / d_model * math.log(10000))
+    )
     pe[:, 0::2] = torch.sin(t * w)
     pe[:, 1::2] = torch.cos(t * w)
     return pe
@@ -100,24 +122,36 @@ def _source_000_table(max_len: int, d_model: int) -> torch.Tensor:
 def test_source_000_code_counts_positions_from_zero_where_its_formula_counts_from_one():
     table = _source_000_table(16, 8)
     first = table[0]
-    assert torch.equal(first[0::2], torch.zeros(4)) and torch.equal(first[1::2], torch.ones(4))
+    assert torch.equal(first[0::2], torch.zeros(4)) and torch.equal(
+        first[1::2], torch.ones(4)
+    )
     w = 10000.0 ** (-torch.arange(0, 8, 2) / 8)
-    formula_t1 = torch.stack([torch.sin(w), torch.cos(w)], -1).flatten()  # t = 1 of the text
+    formula_t1 = torch.stack(
+        [torch.sin(w), torch.cos(w)], -1
+    ).flatten()  # t = 1 of the text
     assert not torch.allclose(first, formula_t1)
-    torch.testing.assert_close(table[1], formula_t1)  # row t of the code is position t
-    torch.testing.assert_close(sinusoidal_encoding(16, 8), table)  # the book counts from 0
+    torch.testing.assert_close(
+        table[1], formula_t1
+    )  # row t of the code is position t
+    torch.testing.assert_close(
+        sinusoidal_encoding(16, 8), table
+    )  # the book counts from 0
 
 
 def test_the_reversal_model_is_not_a_next_token_predictor():
     """Output 0 depends on the last input token: the model reads the whole sequence."""
     torch.manual_seed(0)
-    model = ReversePredictor(num_classes=10, d_model=16, num_heads=2, num_blocks=1)
+    model = ReversePredictor(
+        num_classes=10, d_model=16, num_heads=2, num_blocks=1
+    )
     x = torch.randint(10, (1, 8), generator=_gen(3))
     changed = x.clone()
     changed[0, -1] = (x[0, -1] + 1) % 10
     assert not torch.allclose(model(x)[0, 0], model(changed)[0, 0])
     targets = x.flip(-1)
-    assert not torch.equal(targets[:, :-1], x[:, 1:])  # the targets are not the next tokens
+    assert not torch.equal(
+        targets[:, :-1], x[:, 1:]
+    )  # the targets are not the next tokens
 
 
 def _source_000_sdpa(q, k, v, mask=None):
@@ -160,7 +194,9 @@ def test_attention_plot_labels_need_the_test_directions():
     assert torch.equal(_clockwise_from_points(test), test_clockwise)
     assert torch.equal(_clockwise_from_points(train), train_clockwise)
     wrong = (_clockwise_from_points(test) != train_clockwise).float().mean()
-    assert 0.3 < wrong < 0.7  # the training labels are right on test points only by chance
+    assert (
+        0.3 < wrong < 0.7
+    )  # the training labels are right on test points only by chance
 
 
 def test_layer_norm_does_not_undo_the_input_scaling_once_the_encoding_is_added():
@@ -174,11 +210,21 @@ def test_layer_norm_does_not_undo_the_input_scaling_once_the_encoding_is_added()
         return F.cosine_similarity(out, x, dim=-1).mean()
 
     scaled = math.sqrt(d) * x
-    assert share_of_input(ln(scaled + pe)) > 0.99 > 0.9 > share_of_input(ln(x + pe))
-    torch.testing.assert_close(
-        share_of_input(ln(scaled + pe)), share_of_input(scaled + pe), atol=0.01, rtol=0
+    assert (
+        share_of_input(ln(scaled + pe))
+        > 0.99
+        > 0.9
+        > share_of_input(ln(x + pe))
     )
-    torch.testing.assert_close(ln(scaled), ln(x), atol=1e-4, rtol=0)  # it undoes it only alone
+    torch.testing.assert_close(
+        share_of_input(ln(scaled + pe)),
+        share_of_input(scaled + pe),
+        atol=0.01,
+        rtol=0,
+    )
+    torch.testing.assert_close(
+        ln(scaled), ln(x), atol=1e-4, rtol=0
+    )  # it undoes it only alone
 
 
 # ------------------------------------------------------------------------------ source 002
@@ -188,14 +234,20 @@ def test_a_learned_position_table_is_context_by_width_not_vocabulary_sized():
     """Source 002's model: 8 positions of width 32, a table of 256 numbers."""
     learned = LearnedPositionalEmbedding(32, 8)
     assert sum(p.numel() for p in learned.parameters()) == 8 * 32 == 256
-    assert sinusoidal_encoding(8, 32).numel() == 256  # the stored fixed table is as large
-    assert 50304 * 4096 // (8 * 4096) == 6288  # at its 4096 width: 1/6288 of the embedding
+    assert (
+        sinusoidal_encoding(8, 32).numel() == 256
+    )  # the stored fixed table is as large
+    assert (
+        50304 * 4096 // (8 * 4096) == 6288
+    )  # at its 4096 width: 1/6288 of the embedding
 
 
 def test_a_multiple_of_32_heads_does_not_guarantee_an_even_split():
     assert 4096 % 96 != 0 and 64 % 96 != 0  # 96 = 3 x 32 heads
     with pytest.raises(ValueError, match="divisible|divide"):
-        MultiHeadAttention(192, 128)  # a multiple of 64 wide, a multiple of 32 heads
+        MultiHeadAttention(
+            192, 128
+        )  # a multiple of 64 wide, a multiple of 32 heads
 
 
 # ------------------------------------------------------------------------------ source 003
@@ -225,7 +277,9 @@ def test_attention_computed_one_query_at_a_time_still_ignores_order():
     x = torch.randn(6, 4, generator=g)
 
     def sequential_self_attention(x):  # a Python loop, one query after another
-        return torch.stack([(x @ x[t] / 2).softmax(0) @ x for t in range(len(x))])
+        return torch.stack(
+            [(x @ x[t] / 2).softmax(0) @ x for t in range(len(x))]
+        )
 
     perm = torch.randperm(6, generator=g)
     torch.testing.assert_close(
@@ -237,8 +291,12 @@ def test_sine_and_cosine_alternate_along_the_embedding_not_the_sequence():
     table = sinusoidal_encoding(50, 8).double()
     w = 10000.0 ** (-torch.arange(0, 8, 2, dtype=torch.float64) / 8)
     t = torch.arange(50, dtype=torch.float64)[:, None]
-    torch.testing.assert_close(table[:, 0::2], torch.sin(t * w), atol=1e-6, rtol=0)
-    torch.testing.assert_close(table[:, 1::2], torch.cos(t * w), atol=1e-6, rtol=0)
+    torch.testing.assert_close(
+        table[:, 0::2], torch.sin(t * w), atol=1e-6, rtol=0
+    )
+    torch.testing.assert_close(
+        table[:, 1::2], torch.cos(t * w), atol=1e-6, rtol=0
+    )
 
 
 def test_layer_norm_eps_1e_10_only_changes_nearly_constant_vectors():
@@ -247,9 +305,13 @@ def test_layer_norm_eps_1e_10_only_changes_nearly_constant_vectors():
     assert torch.equal(tiny(torch.full((1, 4), 3.0)), torch.zeros(1, 4))
     x = torch.randn(32, 4, generator=_gen(7))
     torch.testing.assert_close(tiny(x), default(x), atol=1e-3, rtol=0)
-    nearly = 3.0 + 1e-4 * torch.tensor([[1.0, -1.0, 1.0, -1.0]])  # variance 1e-8
+    nearly = 3.0 + 1e-4 * torch.tensor(
+        [[1.0, -1.0, 1.0, -1.0]]
+    )  # variance 1e-8
     assert tiny(nearly).abs().max() > 0.99  # amplified to unit variance
-    assert default(nearly).abs().max() < 0.04  # the default eps damps it to ~0.03
+    assert (
+        default(nearly).abs().max() < 0.04
+    )  # the default eps damps it to ~0.03
 
 
 def test_masking_the_weights_instead_of_the_scores_is_wrong():
@@ -259,7 +321,9 @@ def test_masking_the_weights_instead_of_the_scores_is_wrong():
     hide = torch.triu(torch.ones(4, 4, dtype=torch.bool), 1)
     weights = scores.masked_fill(hide, -1e9).softmax(-1)
     assert torch.equal(weights[hide], torch.zeros(int(hide.sum())))
-    as_written = scores.softmax(-1).masked_fill(hide, -1e9)  # "values in softmax_weights"
+    as_written = scores.softmax(-1).masked_fill(
+        hide, -1e9
+    )  # "values in softmax_weights"
     assert (as_written @ v).abs().max() > 1e6
 
 
@@ -269,17 +333,27 @@ def test_masking_the_weights_instead_of_the_scores_is_wrong():
 def test_source_004_frame_calls_the_query_index_input():
     """Its long-format frame: ``product(range(n), range(n))`` against ``A.reshape(-1)``."""
     n = 5
-    attention = torch.randn(n, n, generator=_gen(9)).softmax(-1)  # rows: queries
+    attention = torch.randn(n, n, generator=_gen(9)).softmax(
+        -1
+    )  # rows: queries
     rows = [
         (i, o, a)
         for (i, o), a in zip(
-            itertools.product(range(n), range(n)), attention.reshape(-1).tolist(), strict=True
+            itertools.product(range(n), range(n)),
+            attention.reshape(-1).tolist(),
+            strict=True,
         )
     ]
     per_input = [sum(a for i, _, a in rows if i == value) for value in range(n)]
-    per_output = [sum(a for _, o, a in rows if o == value) for value in range(n)]
-    assert all(abs(s - 1) < 1e-6 for s in per_input)  # "input" indexes the queries ...
-    assert not all(abs(s - 1) < 1e-6 for s in per_output)  # ... and "output" the keys
+    per_output = [
+        sum(a for _, o, a in rows if o == value) for value in range(n)
+    ]
+    assert all(
+        abs(s - 1) < 1e-6 for s in per_input
+    )  # "input" indexes the queries ...
+    assert not all(
+        abs(s - 1) < 1e-6 for s in per_output
+    )  # ... and "output" the keys
 
 
 @pytest.mark.parametrize("length", [16, 1024])
@@ -287,7 +361,10 @@ def test_score_spread_grows_with_the_width_not_the_sequence_length(length):
     """Why 1/sqrt(d): q . k has variance d for unit-variance entries, whatever T is."""
     g = _gen(10)
     for d in (4, 256):
-        q, k = torch.randn(length, d, generator=g), torch.randn(length, d, generator=g)
+        q, k = (
+            torch.randn(length, d, generator=g),
+            torch.randn(length, d, generator=g),
+        )
         std = (q @ k.T).std().item()
         assert 0.85 * math.sqrt(d) < std < 1.15 * math.sqrt(d)
         assert 0.85 < (q @ k.T / math.sqrt(d)).std().item() < 1.15
@@ -300,7 +377,9 @@ def test_self_attention_is_permutation_equivariant_not_invariant():
     perm = torch.randperm(6, generator=_gen(12))
     out, out_perm = mha(x, x, x), mha(x[:, perm], x[:, perm], x[:, perm])
     torch.testing.assert_close(out_perm, out[:, perm], atol=1e-6, rtol=1e-5)
-    assert not torch.allclose(out_perm, out, atol=1e-3)  # the outputs move with the inputs
+    assert not torch.allclose(
+        out_perm, out, atol=1e-3
+    )  # the outputs move with the inputs
 
 
 def test_gpt2_style_conv1d_is_a_linear_layer_on_channels_last():
@@ -310,8 +389,12 @@ def test_gpt2_style_conv1d_is_a_linear_layer_on_channels_last():
     weight, bias = torch.randn(8, 12, generator=g), torch.randn(12, generator=g)
     conv1d_gpt2 = torch.addmm(bias, x.view(-1, 8), weight).view(2, 5, 12)
     torch.testing.assert_close(conv1d_gpt2, F.linear(x, weight.T, bias))
-    conv = F.conv1d(x.transpose(1, 2), weight.T[:, :, None], bias)  # a real convolution, k = 1
-    torch.testing.assert_close(conv.transpose(1, 2), conv1d_gpt2, atol=1e-5, rtol=1e-5)
+    conv = F.conv1d(
+        x.transpose(1, 2), weight.T[:, :, None], bias
+    )  # a real convolution, k = 1
+    torch.testing.assert_close(
+        conv.transpose(1, 2), conv1d_gpt2, atol=1e-5, rtol=1e-5
+    )
 
 
 # François Fleuret's generator as source 004 prints it, trimmed to what the test needs.
@@ -322,22 +405,33 @@ def _source_004_sequences(tr, bx, noise_level=0.3):
     st = torch.arange(_LENGTH).float()[None, :, None]
     tr, bx = tr[:, None, :, :], bx[:, None, :, :]
     xtr = torch.relu(
-        tr[..., 1] - torch.relu(torch.abs(st - tr[..., 0]) - 0.5) * 2 * tr[..., 1] / tr[..., 2]
+        tr[..., 1]
+        - torch.relu(torch.abs(st - tr[..., 0]) - 0.5)
+        * 2
+        * tr[..., 1]
+        / tr[..., 2]
     )
     xbx = (
         torch.sign(
-            torch.relu(bx[..., 1] - torch.abs((st - bx[..., 0]) * 2 * bx[..., 1] / bx[..., 2]))
+            torch.relu(
+                bx[..., 1]
+                - torch.abs((st - bx[..., 0]) * 2 * bx[..., 1] / bx[..., 2])
+            )
         )
         * bx[..., 1]
     )
     x = torch.cat((xtr, xbx), 2)
-    u = F.max_pool1d(x.sign().permute(0, 2, 1), kernel_size=2, stride=1).permute(0, 2, 1)
+    u = F.max_pool1d(
+        x.sign().permute(0, 2, 1), kernel_size=2, stride=1
+    ).permute(0, 2, 1)
     collisions = (u.sum(2) > 1).max(1).values
     y = x.max(2).values
     return y + torch.rand_like(y) * noise_level - noise_level / 2, collisions
 
 
-def _source_004_generate(nb, group_by_locations=False, *, pass_the_flag_on=False):
+def _source_004_generate(
+    nb, group_by_locations=False, *, pass_the_flag_on=False
+):
     """Its ``generate_sequences``: returns the shapes with the heights their targets use."""
     tr, bx = torch.empty(nb, 2, 3), torch.empty(nb, 2, 3)
     for shapes in (tr, bx):
@@ -372,7 +466,9 @@ def _source_004_generate(nb, group_by_locations=False, *, pass_the_flag_on=False
     if tr.size(0) < nb:
         # the text calls generate_sequences(nb - input.size(0)): group_by_locations is dropped
         flag = group_by_locations and pass_the_flag_on
-        tr2, bx2 = _source_004_generate(nb - tr.size(0), flag, pass_the_flag_on=pass_the_flag_on)
+        tr2, bx2 = _source_004_generate(
+            nb - tr.size(0), flag, pass_the_flag_on=pass_the_flag_on
+        )
         tr, bx = torch.cat((tr, tr2), 0), torch.cat((bx, bx2), 0)
     return tr, bx
 
@@ -382,13 +478,21 @@ def test_source_004_refill_forgets_group_by_locations():
 
     def grouped(tr, bx):
         a = torch.cat((tr, bx), 1)
-        heights = a[:, :, 1].gather(1, a[:, :, 0].argsort(1))  # ordered left to right
-        return (heights[:, 0] == heights[:, 1]) & (heights[:, 2] == heights[:, 3])
+        heights = a[:, :, 1].gather(
+            1, a[:, :, 0].argsort(1)
+        )  # ordered left to right
+        return (heights[:, 0] == heights[:, 1]) & (
+            heights[:, 2] == heights[:, 3]
+        )
 
     torch.manual_seed(0)
     as_written = grouped(*_source_004_generate(500, group_by_locations=True))
     torch.manual_seed(0)
     fixed = grouped(*_source_004_generate(500, True, pass_the_flag_on=True))
     assert len(as_written) == len(fixed) == 500
-    assert fixed.all()  # passing the flag on, every sample follows the rule asked for
-    assert as_written.float().mean() < 0.5  # as written, most come from the refill's other rule
+    assert (
+        fixed.all()
+    )  # passing the flag on, every sample follows the rule asked for
+    assert (
+        as_written.float().mean() < 0.5
+    )  # as written, most come from the refill's other rule

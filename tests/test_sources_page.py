@@ -15,7 +15,9 @@ SOURCES = ROOT / "book" / "sources.md"
 def defined_tests() -> dict[str, set[str]]:
     """Every ``def test_...`` in tests/, by file name."""
     return {
-        path.name: set(re.findall(r"^def (test_\w+)\(", path.read_text(), flags=re.M))
+        path.name: set(
+            re.findall(r"^def (test_\w+)\(", path.read_text(), flags=re.M)
+        )
         for path in (ROOT / "tests").glob("test_*.py")
     }
 
@@ -32,7 +34,9 @@ def test_every_test_the_sources_page_names_exists():
     bare = set(re.findall(r"`(test_\w+)`", text))
     assert qualified and bare, "the page names no tests: has its table moved?"
     for file, name in qualified:
-        assert name in tests.get(file, set()), f"sources.md names {file}::{name}, which is gone"
+        assert name in tests.get(file, set()), (
+            f"sources.md names {file}::{name}, which is gone"
+        )
     missing = sorted(name for name in bare if name not in everywhere)
     assert not missing, f"sources.md names tests that do not exist: {missing}"
 
@@ -52,6 +56,10 @@ NOT_YET_RELINKED: set[str] = set()
 def test_chapters_name_a_source_by_a_linked_description(request, path):
     """Prose says "a JAX blog post" linked to the page, not an unexplained "source 002"."""
     if path.stem in NOT_YET_RELINKED:
-        request.applymarker(pytest.mark.xfail(strict=True, reason="not relinked yet"))
+        request.applymarker(
+            pytest.mark.xfail(strict=True, reason="not relinked yet")
+        )
     bare = re.findall(r"\b[Ss]ource 00\d\b", markdown_of(read_notebook(path)))
-    assert not bare, f"{path.name}: {len(bare)} bare mentions such as {bare[0]!r}"
+    assert not bare, (
+        f"{path.name}: {len(bare)} bare mentions such as {bare[0]!r}"
+    )

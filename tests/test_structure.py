@@ -31,10 +31,16 @@ EVERY_CHAPTER = {
     "helpers.diagrams": 99,
     "helpers.checks": 99,
 }
-INFRASTRUCTURE = {"helpers", "helpers._validate", "helpers.tasks"}  # chapter 0, not in the map
+INFRASTRUCTURE = {
+    "helpers",
+    "helpers._validate",
+    "helpers.tasks",
+}  # chapter 0, not in the map
 KNOWN_LATER_CHAPTER_IMPORTS: dict[tuple[str, str], str] = {}
 MAX_SHOWN_LINES = 60
-KNOWN_LONG_SHOWN: set[str] = set()  # qualified names of shown objects allowed to be longer
+KNOWN_LONG_SHOWN: set[str] = (
+    set()
+)  # qualified names of shown objects allowed to be longer
 
 
 # --------------------------------------------------------------------------- the import graph
@@ -52,24 +58,32 @@ def import_graph(root=None) -> dict[str, set[str]]:
     modules = {module_name(path, root): path for path in root.rglob("*.py")}
     graph = {name: set() for name in modules}
     for name, path in modules.items():
-        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        package = (
+            name if path.name == "__init__.py" else name.rpartition(".")[0]
+        )
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom):
                 base = node.module or ""
                 if node.level:  # relative: from . import x, from .x import y
-                    anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    anchor = package.split(".")[
+                        : len(package.split(".")) - node.level + 1
+                    ]
                     base = ".".join(anchor + ([base] if base else []))
                 # "from helpers import _validate": the submodule if there is one
                 targets = [
-                    f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
+                    f"{base}.{alias.name}"
+                    if f"{base}.{alias.name}" in modules
+                    else base
                     for alias in node.names
                 ]
             else:
                 continue
             for target in targets:
-                while target and target not in modules:  # helpers.x.y -> helpers.x
+                while (
+                    target and target not in modules
+                ):  # helpers.x.y -> helpers.x
                     target = target.rpartition(".")[0]
                 if target.split(".")[0] == top and target != name:
                     graph[name].add(target)
@@ -85,7 +99,9 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         for following in sorted(graph.get(node, ())):
             if state.get(following) == "open":
                 return [*path[path.index(following) :], following]
-            if following not in state and (cycle := visit(following, [*path, following])):
+            if following not in state and (
+                cycle := visit(following, [*path, following])
+            ):
                 return cycle
         state[node] = "done"
         return None
@@ -99,19 +115,28 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 def chapters_from_map(doc: str = helpers.__doc__) -> dict[str, int]:
     """``{module: its first chapter}`` from the table of ``helpers/__init__.py``."""
     chapters = dict(EVERY_CHAPTER)
-    for chapter_cell, module_cell in re.findall(r"^\| ([^|]+) \| ([^|]+) \|$", doc, re.M):
+    for chapter_cell, module_cell in re.findall(
+        r"^\| ([^|]+) \| ([^|]+) \|$", doc, re.M
+    ):
         number = re.match(r"\d+", chapter_cell)
         for name in re.findall(r"``([\w.]+)``", module_cell):
             module = f"helpers.{name}"
             is_module = (PACKAGE / f"{name.replace('.', '/')}.py").exists()
             if is_module and number:
-                chapters[module] = min(chapters.get(module, 99), int(number.group()))
+                chapters[module] = min(
+                    chapters.get(module, 99), int(number.group())
+                )
     return chapters
 
 
 def later_chapter_imports(graph, chapters) -> set[tuple[str, str]]:
     chapter = {**dict.fromkeys(INFRASTRUCTURE, 0), **chapters}
-    return {(a, b) for a, targets in graph.items() for b in targets if chapter[b] > chapter[a]}
+    return {
+        (a, b)
+        for a, targets in graph.items()
+        for b in targets
+        if chapter[b] > chapter[a]
+    }
 
 
 def test_the_package_has_no_import_cycle():
@@ -134,8 +159,14 @@ def test_the_cycle_check_sees_imports_inside_functions(tmp_path):
     (package / "interop.py").write_text("from pkg import attention\n")
     (package / "other.py").write_text("from . import interop\n")
     graph = import_graph(package)
-    assert graph["pkg.other"] == {"pkg.interop"}  # a relative import is an edge too
-    assert find_cycle(graph) == ["pkg.attention", "pkg.interop", "pkg.attention"]
+    assert graph["pkg.other"] == {
+        "pkg.interop"
+    }  # a relative import is an edge too
+    assert find_cycle(graph) == [
+        "pkg.attention",
+        "pkg.interop",
+        "pkg.attention",
+    ]
     (package / "attention.py").write_text("class MHA:\n    pass\n")
     assert find_cycle(import_graph(package)) is None
 
@@ -143,9 +174,14 @@ def test_the_cycle_check_sees_imports_inside_functions(tmp_path):
 def test_every_module_has_a_chapter_in_the_map():
     chapters = chapters_from_map()
     missing = sorted(set(import_graph()) - set(chapters) - INFRASTRUCTURE)
-    assert not missing, f"add a row for {missing} to the table in helpers/__init__.py"
+    assert not missing, (
+        f"add a row for {missing} to the table in helpers/__init__.py"
+    )
     assert chapters["helpers.masks"] == 2 and chapters["helpers.interop"] == 4
-    assert chapters["helpers.tasks.shapes"] == 8 and chapters["helpers.efficient"] == 11
+    assert (
+        chapters["helpers.tasks.shapes"] == 8
+        and chapters["helpers.efficient"] == 11
+    )
 
 
 def test_no_module_imports_a_later_chapters_module():
@@ -160,8 +196,14 @@ def test_no_module_imports_a_later_chapters_module():
 def test_the_chapter_order_check_fails_on_a_later_import():
     """The check itself: chapter 8's shapes importing chapter 11's efficient is refused."""
     graph = {"helpers.tasks.shapes": {"helpers.efficient", "helpers.masks"}}
-    chapters = {"helpers.tasks.shapes": 8, "helpers.efficient": 11, "helpers.masks": 2}
-    assert later_chapter_imports(graph, chapters) == {("helpers.tasks.shapes", "helpers.efficient")}
+    chapters = {
+        "helpers.tasks.shapes": 8,
+        "helpers.efficient": 11,
+        "helpers.masks": 2,
+    }
+    assert later_chapter_imports(graph, chapters) == {
+        ("helpers.tasks.shapes", "helpers.efficient")
+    }
 
 
 def test_known_later_chapter_imports_are_still_there():
@@ -173,8 +215,12 @@ def test_known_later_chapter_imports_are_still_there():
 
 def test_only_interop_converts_weights_from_torch():
     graph = import_graph()
-    importers = sorted(name for name, targets in graph.items() if "helpers.interop" in targets)
-    assert not importers, f"{importers} import helpers.interop; call it from the caller instead"
+    importers = sorted(
+        name for name, targets in graph.items() if "helpers.interop" in targets
+    )
+    assert not importers, (
+        f"{importers} import helpers.interop; call it from the caller instead"
+    )
     for module in ("attention", "transformer"):
         source = (PACKAGE / f"{module}.py").read_text()
         assert "def load_from_torch" not in source and "def fused" not in source
@@ -191,9 +237,14 @@ def shown_objects() -> list[tuple[str, str, object]]:
         tree = ast.parse(twin.read_text())
         imported = {}
         for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("helpers"):
+            if isinstance(node, ast.ImportFrom) and (
+                node.module or ""
+            ).startswith("helpers"):
                 for alias in node.names:
-                    imported[alias.asname or alias.name] = (node.module, alias.name)
+                    imported[alias.asname or alias.name] = (
+                        node.module,
+                        alias.name,
+                    )
         for node in ast.walk(tree):
             called = getattr(node, "func", None)
             name = getattr(called, "attr", None) or getattr(called, "id", None)
@@ -201,7 +252,9 @@ def shown_objects() -> list[tuple[str, str, object]]:
                 continue
             expression = ast.unparse(node.args[0])
             head, *attributes = expression.split(".")
-            assert head in imported, f"{twin.name}: show_source({expression}) is not from helpers"
+            assert head in imported, (
+                f"{twin.name}: show_source({expression}) is not from helpers"
+            )
             module, attribute = imported[head]
             obj = getattr(importlib.import_module(module), attribute)
             for attribute in attributes:
@@ -232,15 +285,23 @@ def test_every_shown_object_is_at_most_60_lines():
     ]
     assert not too_long, (
         f"a chapter shows more than {MAX_SHOWN_LINES} lines: move checks to helpers/_validate.py "
-        "and bookkeeping out of the shown object, so that the math fills it: " + "; ".join(too_long)
+        "and bookkeeping out of the shown object, so that the math fills it: "
+        + "; ".join(too_long)
     )
 
 
 def test_known_long_shown_objects_are_still_long():
     """Delete an entry of KNOWN_LONG_SHOWN once it is short enough."""
     shown = [obj for _, _, obj in shown_objects()]
-    lengths = {qualified_name(obj): len(inspect.getsource(obj).splitlines()) for obj in shown}
-    short = sorted(name for name in KNOWN_LONG_SHOWN if lengths.get(name, 0) <= MAX_SHOWN_LINES)
+    lengths = {
+        qualified_name(obj): len(inspect.getsource(obj).splitlines())
+        for obj in shown
+    }
+    short = sorted(
+        name
+        for name in KNOWN_LONG_SHOWN
+        if lengths.get(name, 0) <= MAX_SHOWN_LINES
+    )
     assert not short, (
         f"short enough now (or no longer shown), remove from KNOWN_LONG_SHOWN: {short}"
     )
@@ -260,7 +321,11 @@ GENERIC_MESSAGES = {
 def raised_messages(tree: ast.AST):
     """(line, text) of every ``raise X("...")`` in ``tree``, f-strings' literal parts joined."""
     for node in ast.walk(tree):
-        if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call) and node.exc.args:
+        if (
+            isinstance(node, ast.Raise)
+            and isinstance(node.exc, ast.Call)
+            and node.exc.args
+        ):
             parts = [
                 n.value
                 for n in ast.walk(node.exc.args[0])
@@ -280,9 +345,15 @@ def generic_checks_outside_validate(files) -> list[str]:
 
 
 def test_generic_checks_are_written_once_in_validate():
-    files = [p for p in PACKAGE.rglob("*.py") if p.name not in ("_validate.py", "checks.py")]
+    files = [
+        p
+        for p in PACKAGE.rglob("*.py")
+        if p.name not in ("_validate.py", "checks.py")
+    ]
     found = generic_checks_outside_validate(files)
-    assert not found, f"generic checks written outside helpers._validate: {found}; call check.*"
+    assert not found, (
+        f"generic checks written outside helpers._validate: {found}; call check.*"
+    )
 
 
 def test_the_generic_check_rule_sees_a_copy(tmp_path):
@@ -297,4 +368,8 @@ def test_the_generic_check_rule_sees_a_copy(tmp_path):
         "        raise TypeError('fn must be callable')\n"
     )
     found = generic_checks_outside_validate([copy])
-    assert found == ["module.py:3 (one_of)", "module.py:5 (instance)", "module.py:7 (function)"]
+    assert found == [
+        "module.py:3 (one_of)",
+        "module.py:5 (instance)",
+        "module.py:7 (function)",
+    ]

@@ -47,11 +47,15 @@ def _depth(text: str) -> int:
 
 def test_generated_strings_are_balanced_seeded_and_bounded():
     strings = make_strings(500, _generator(1), max_pairs=12, max_depth=5)
-    assert strings == make_strings(500, _generator(1), max_pairs=12, max_depth=5)
+    assert strings == make_strings(
+        500, _generator(1), max_pairs=12, max_depth=5
+    )
     assert all(is_balanced(s) for s in strings)
     assert all(2 <= len(s) <= 24 for s in strings)
     assert max(map(_depth, strings)) == 5
-    assert {len(s) for s in strings} == set(range(2, 25, 2))  # every length occurs
+    assert {len(s) for s in strings} == set(
+        range(2, 25, 2)
+    )  # every length occurs
     assert set("".join(strings)) == set("()[]{}")
 
 
@@ -88,9 +92,13 @@ def test_rows_pack_whole_strings_and_shift_targets():
     assert decode(targets[0][:11]) == "()\n[[]]\n{}\n"
     assert (targets[0][11:] == IGNORE).all()
     row = decode(inputs[1][:15])
-    assert row == "\n" + strings[3]  # a string that does not fit starts a new row
+    assert (
+        row == "\n" + strings[3]
+    )  # a string that does not fit starts a new row
     counted = (targets != IGNORE).sum().item()
-    assert counted == sum(len(s) + 1 for s in strings)  # every character and every end
+    assert counted == sum(
+        len(s) + 1 for s in strings
+    )  # every character and every end
     with pytest.raises(ValueError, match="context_length >= 15"):
         make_rows(strings, 14)
 
@@ -100,10 +108,18 @@ def test_ngram_model_counts_and_normalizes():
     after_newline = model.probabilities("")
     assert math.isclose(after_newline.sum().item(), 1.0)
     # after a newline: "(" twice, "[" once (the newline that ends a row starts no new one)
-    assert math.isclose(after_newline[ALPHABET.index("(")].item(), 2 / 3, rel_tol=1e-6)
-    assert math.isclose(model.probabilities("(")[ALPHABET.index(")")].item(), 1.0, rel_tol=1e-6)
+    assert math.isclose(
+        after_newline[ALPHABET.index("(")].item(), 2 / 3, rel_tol=1e-6
+    )
+    assert math.isclose(
+        model.probabilities("(")[ALPHABET.index(")")].item(), 1.0, rel_tol=1e-6
+    )
     assert model.loss(["()"]) < 0.5
-    samples = NGramModel(3).fit(make_strings(200, _generator(2))).sample(50, _generator(3), 40)
+    samples = (
+        NGramModel(3)
+        .fit(make_strings(200, _generator(2)))
+        .sample(50, _generator(3), 40)
+    )
     assert len(samples) == 50 and 0 < validity_rate(samples) < 1
 
 
@@ -130,27 +146,39 @@ def test_closing_accuracy_scores_the_forced_closing_bracket():
 
     assert closing_accuracy(oracle, strings) == 1.0
     closers = [c for s in strings for c in s if c in CLOSERS]
-    assert closing_accuracy(always_round, strings) == closers.count(")") / len(closers)
+    assert closing_accuracy(always_round, strings) == closers.count(")") / len(
+        closers
+    )
 
 
 def test_model_measures_run_on_an_untrained_model():
     torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=len(ALPHABET), context_length=20, d_model=16, num_heads=2))
+    model = GPT(
+        GPTConfig(
+            vocab_size=len(ALPHABET), context_length=20, d_model=16, num_heads=2
+        )
+    )
     model.eval()
     strings = make_strings(20, _generator(4), max_pairs=8)
     loss = per_token_loss(model, make_rows(strings, 20))
     assert abs(loss - math.log(len(ALPHABET))) < 0.1
     table = gpt_probabilities(model, strings[:3])
-    assert all(math.isclose(p.sum().item(), 1.0, rel_tol=1e-9) for p in table.values())
+    assert all(
+        math.isclose(p.sum().item(), 1.0, rel_tol=1e-9) for p in table.values()
+    )
     samples = sample_strings(model, 10, _generator(5))
-    assert len(samples) == 10 and all(s is None or "\n" not in s for s in samples)
+    assert len(samples) == 10 and all(
+        s is None or "\n" not in s for s in samples
+    )
     assert len(set(sample_strings(model, 5, _generator(5), greedy=True))) == 1
 
 
 def test_a_short_training_run_learns_something():
     strings = make_strings(400, _generator(6), max_pairs=6)
     rows = make_rows(strings, 32)
-    config = BracketConfig(context_length=32, d_model=32, batch_size=16, epochs=6, warmup_steps=5)
+    config = BracketConfig(
+        context_length=32, d_model=32, batch_size=16, epochs=6, warmup_steps=5
+    )
     model, history = train_brackets(config, rows, rows)
     assert history["val_loss"].notna().sum() == 6
     assert per_token_loss(model, rows) < math.log(len(ALPHABET)) - 0.3
@@ -164,7 +192,9 @@ def test_closing_accuracy_by_distance_to_the_opening_bracket():
     def wrong_for_far(prefix: str) -> torch.Tensor:
         probabilities = torch.zeros(len(ALPHABET))
         closer = expected_closer(prefix)
-        probabilities[ALPHABET.index(closer if prefix[-1] in "([{" else "]")] = 1.0
+        probabilities[
+            ALPHABET.index(closer if prefix[-1] in "([{" else "]")
+        ] = 1.0
         return probabilities
 
     assert closing_accuracy(wrong_for_far, strings, (1, 1)) == 1.0
@@ -181,23 +211,38 @@ def test_entropy_rate_of_tiny_grammars_computed_by_hand():
     # one pair: "()", "[]" or "{}", each 1/3, and 3 tokens with the end: log 3 / 3
     assert math.isclose(entropy_rate(1), math.log(3) / 3)
     # up to two pairs, depth 1: n (1 bit), then one kind per pair; E[tokens] = (3 + 5) / 2
-    assert math.isclose(entropy_rate(2, 1), (math.log(2) + 1.5 * math.log(3)) / 4)
+    assert math.isclose(
+        entropy_rate(2, 1), (math.log(2) + 1.5 * math.log(3)) / 4
+    )
     # depth 2 adds, for n = 2, the choice "()()" or "(())" (one more bit, half the time)
-    assert math.isclose(entropy_rate(2, 2), (1.5 * math.log(2) + 1.5 * math.log(3)) / 4)
+    assert math.isclose(
+        entropy_rate(2, 2), (1.5 * math.log(2) + 1.5 * math.log(3)) / 4
+    )
 
 
 def test_string_probabilities_sum_to_one_and_match_frequencies():
     texts = [""]
     for _ in range(6):  # every string of up to 6 brackets
-        texts += [t + c for t in texts if len(t) == len(texts[-1]) for c in "()[]{}"]
-    total = sum(math.exp(string_log_probability(t, max_pairs=3, max_depth=2)) for t in texts)
+        texts += [
+            t + c for t in texts if len(t) == len(texts[-1]) for c in "()[]{}"
+        ]
+    total = sum(
+        math.exp(string_log_probability(t, max_pairs=3, max_depth=2))
+        for t in texts
+    )
     assert math.isclose(total, 1.0, rel_tol=1e-12)
-    assert string_log_probability("((()))", max_pairs=3, max_depth=2) == -math.inf  # too deep
+    assert (
+        string_log_probability("((()))", max_pairs=3, max_depth=2) == -math.inf
+    )  # too deep
     assert string_log_probability("(()", max_pairs=3) == -math.inf
-    assert string_log_probability("()" * 4, max_pairs=3) == -math.inf  # too many pairs
+    assert (
+        string_log_probability("()" * 4, max_pairs=3) == -math.inf
+    )  # too many pairs
     drawn = make_strings(20_000, _generator(8), max_pairs=3, max_depth=2)
     frequency = drawn.count("(())") / len(drawn)
-    expected = math.exp(string_log_probability("(())", max_pairs=3, max_depth=2))
+    expected = math.exp(
+        string_log_probability("(())", max_pairs=3, max_depth=2)
+    )
     assert abs(frequency - expected) < 4 * math.sqrt(expected / len(drawn))
 
 
@@ -225,16 +270,28 @@ def test_packed_generator_loss_conditions_on_the_packing():
     strings = ["()", "()", "(())", "[]", "{}"]  # rows: "()()", "(())", "[]{}"
     assert len(make_rows(strings, 6)) == 3
     base = -sum(string_log_probability(s, max_pairs=2) for s in strings)
-    first = {2: 2 / 3, 4: 1 / 3}  # lengths of the first strings of the three rows
+    first = {
+        2: 2 / 3,
+        4: 1 / 3,
+    }  # lengths of the first strings of the three rows
     gain = math.log(first[2] * 2) * 2 + math.log(first[4] * 2) + 2 * math.log(2)
     expected = (base - gain) / sum(len(s) + 1 for s in strings)
     got = packed_generator_loss(strings, strings, 6, max_pairs=2)
     assert math.isclose(got, expected)
     # one pair only: nothing to learn from the packing
     ones = make_strings(200, _generator(12), max_pairs=1)
-    assert math.isclose(packed_generator_loss(ones, ones, 16, 1), generator_loss(ones, 1))
+    assert math.isclose(
+        packed_generator_loss(ones, ones, 16, 1), generator_loss(ones, 1)
+    )
     # the chapter's setting: the packing is worth about 0.01 nats per token
-    train, val = make_strings(5_000, _generator(13)), make_strings(1_000, _generator(14))
-    assert 0.005 < generator_loss(val) - packed_generator_loss(val, train, 64) < 0.02
+    train, val = (
+        make_strings(5_000, _generator(13)),
+        make_strings(1_000, _generator(14)),
+    )
+    assert (
+        0.005
+        < generator_loss(val) - packed_generator_loss(val, train, 64)
+        < 0.02
+    )
     with pytest.raises(ValueError, match="starts with a string of length"):
         packed_generator_loss(["()" * 3], ["()"], 64, max_pairs=3)

@@ -25,9 +25,13 @@ def _generator(seed: int = 0) -> torch.Generator:
 
 def test_noise_free_sequences_walk_around_the_square():
     points, clockwise = make_corner_sequences(200, _generator(), noise=0.0)
-    corner_index = (points[:, :, None] == CORNERS).all(-1).float().argmax(-1)  # (N, 4)
+    corner_index = (
+        (points[:, :, None] == CORNERS).all(-1).float().argmax(-1)
+    )  # (N, 4)
     steps = (corner_index[:, 1:] - corner_index[:, :-1]) % 4
-    assert torch.all(steps[clockwise] == 1) and torch.all(steps[~clockwise] == 3)
+    assert torch.all(steps[clockwise] == 1) and torch.all(
+        steps[~clockwise] == 3
+    )
     assert 0.3 < clockwise.float().mean() < 0.7
     assert set(corner_index[:, 0].tolist()) == {0, 1, 2, 3}
 
@@ -35,7 +39,9 @@ def test_noise_free_sequences_walk_around_the_square():
 def test_clockwise_means_clockwise_on_the_plane():
     points, clockwise = make_corner_sequences(50, _generator(), noise=0.0)
     a, b = points[:, 1] - points[:, 0], points[:, 2] - points[:, 1]
-    cross = a[:, 0] * b[:, 1] - a[:, 1] * b[:, 0]  # negative for a clockwise turn
+    cross = (
+        a[:, 0] * b[:, 1] - a[:, 1] * b[:, 0]
+    )  # negative for a clockwise turn
     assert torch.all((cross < 0) == clockwise)
 
 
@@ -51,7 +57,9 @@ def test_splits_are_seeded_and_held_out():
 def test_teacher_forcing_split_shifts_the_target_by_one():
     points, _ = make_corner_sequences(8, _generator())
     source, decoder_input, target = teacher_forcing_split(points).tensors
-    assert torch.equal(source, points[:, :2]) and torch.equal(target, points[:, 2:])
+    assert torch.equal(source, points[:, :2]) and torch.equal(
+        target, points[:, 2:]
+    )
     assert torch.equal(decoder_input[:, 0], source[:, -1])
     assert torch.equal(decoder_input[:, 1:], target[:, :-1])
 
@@ -63,13 +71,17 @@ def test_generation_equals_teacher_forcing_on_its_own_outputs():
     source = points[:, :2]
     generated = model.generate(source, 2)
     decoder_input = torch.cat([source[:, -1:], generated[:, :1]], dim=1)
-    torch.testing.assert_close(model(source, decoder_input), generated, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(
+        model(source, decoder_input), generated, atol=1e-6, rtol=1e-5
+    )
 
 
 def test_source_001_layers_have_no_residual_and_no_normalization():
     plain = CornerTransformer(residual=False)
     assert not any(isinstance(m, nn.LayerNorm) for m in plain.modules())
-    assert any(isinstance(m, nn.LayerNorm) for m in CornerTransformer().modules())
+    assert any(
+        isinstance(m, nn.LayerNorm) for m in CornerTransformer().modules()
+    )
     # no residual: zeroing the FFN's last layer zeroes the encoder's output
     with torch.no_grad():
         plain.encoder.ffn.linear2.weight.zero_()
@@ -89,7 +101,9 @@ def test_attention_maps_have_the_documented_shapes():
 
 def test_a_short_run_learns_and_free_running_is_reported():
     train, _ = make_corner_sequences(64, _generator(1))
-    model, history = train_corners(CornerConfig(epochs=15, seed=0), train, train)
+    model, history = train_corners(
+        CornerConfig(epochs=15, seed=0), train, train
+    )
     assert history["train_loss"].iloc[-1] < 0.5 * history["train_loss"].iloc[0]
     teacher_forced, free_running = free_running_mse(model, train)
     assert 0 < teacher_forced < 1 and 0 < free_running < 1
@@ -103,7 +117,9 @@ def test_the_reflection_rule_reaches_the_noise_floor():
     source, _, target = teacher_forcing_split(noisy).tensors
     mse = nn.functional.mse_loss(reflection_rule(source), target).item()
     assert mse == pytest.approx(0.01, rel=0.1)
-    assert nn.functional.mse_loss(-source, target).item() == pytest.approx(0.02, rel=0.1)
+    assert nn.functional.mse_loss(-source, target).item() == pytest.approx(
+        0.02, rel=0.1
+    )
 
 
 class _RuleModel:
@@ -124,16 +140,34 @@ def test_follows_the_rule_tells_the_rule_from_a_guess():
 @pytest.mark.parametrize(
     ("call", "error", "message"),
     [
-        (lambda: make_corner_sequences(0, _generator()), ValueError, "num_sequences"),
-        (lambda: make_corner_sequences(4, 0), TypeError, "generator"),
-        (lambda: make_corner_sequences(4, _generator(), noise=-1.0), ValueError, "noise"),
-        (lambda: teacher_forcing_split(torch.randn(4, 3, 2)), ValueError, r"\(N, 4, 2\)"),
         (
-            lambda: CornerTransformer()(torch.randn(2, 2, 3), torch.randn(2, 2, 2)),
+            lambda: make_corner_sequences(0, _generator()),
+            ValueError,
+            "num_sequences",
+        ),
+        (lambda: make_corner_sequences(4, 0), TypeError, "generator"),
+        (
+            lambda: make_corner_sequences(4, _generator(), noise=-1.0),
+            ValueError,
+            "noise",
+        ),
+        (
+            lambda: teacher_forcing_split(torch.randn(4, 3, 2)),
+            ValueError,
+            r"\(N, 4, 2\)",
+        ),
+        (
+            lambda: CornerTransformer()(
+                torch.randn(2, 2, 3), torch.randn(2, 2, 2)
+            ),
             ValueError,
             "T, 2",
         ),
-        (lambda: train_corners({}, torch.randn(4, 4, 2)), TypeError, "CornerConfig"),
+        (
+            lambda: train_corners({}, torch.randn(4, 4, 2)),
+            TypeError,
+            "CornerConfig",
+        ),
     ],
 )
 def test_bad_arguments_are_refused(call, error, message):

@@ -13,8 +13,12 @@ def test_true_function_is_2_sin_x_plus_x():
 
 
 def test_data_are_seeded_and_sorted():
-    x1, y1 = make_regression_data(20, generator=torch.Generator().manual_seed(5))
-    x2, y2 = make_regression_data(20, generator=torch.Generator().manual_seed(5))
+    x1, y1 = make_regression_data(
+        20, generator=torch.Generator().manual_seed(5)
+    )
+    x2, y2 = make_regression_data(
+        20, generator=torch.Generator().manual_seed(5)
+    )
     torch.testing.assert_close(x1, x2)
     torch.testing.assert_close(y1, y2)
     assert (x1.diff() >= 0).all()
@@ -32,9 +36,13 @@ def test_data_lie_in_range_and_noise_zero_gives_the_curve():
 def test_data_are_drawn_in_float64_and_rounded_once_so_every_cpu_gets_the_same_bits():
     # An independent float64 reference (NumPy's sin, not torch's), rounded to float32: equal
     # bits. Float32 sin and randn differ in their last bit between instruction sets.
-    x, y = make_regression_data(200, noise=0.5, generator=torch.Generator().manual_seed(5))
+    x, y = make_regression_data(
+        200, noise=0.5, generator=torch.Generator().manual_seed(5)
+    )
     generator = torch.Generator().manual_seed(5)
-    x64 = torch.rand(200, generator=generator, dtype=torch.float64).numpy() * 10.0
+    x64 = (
+        torch.rand(200, generator=generator, dtype=torch.float64).numpy() * 10.0
+    )
     eps = torch.randn(200, generator=generator, dtype=torch.float64).numpy()
     x64 = np.sort(x64)  # sorted before the noise is drawn, as the function does
     expected = 2 * np.sin(x64) + x64 + 0.5 * eps
@@ -46,8 +54,16 @@ def test_data_are_drawn_in_float64_and_rounded_once_so_every_cpu_gets_the_same_b
 @pytest.mark.parametrize(
     ("kwargs", "error", "message"),
     [
-        ({"num_points": 0}, ValueError, "num_points must be a positive int, got 0"),
-        ({"num_points": 3.0}, TypeError, "num_points must be a positive int, got float"),
+        (
+            {"num_points": 0},
+            ValueError,
+            "num_points must be a positive int, got 0",
+        ),
+        (
+            {"num_points": 3.0},
+            TypeError,
+            "num_points must be a positive int, got float",
+        ),
         ({"noise": float("nan")}, ValueError, "noise must be finite"),
         ({"noise": -1.0}, ValueError, "noise must be >= 0.*standard deviation"),
         ({"noise": "1"}, TypeError, "noise must be a number, got str"),

@@ -42,8 +42,12 @@ def test_the_rule_does_not_depend_on_the_length():
 def test_repeated_sequences_have_one_answer_at_varying_distances():
     tokens, targets = make_retrieval_data(200, 16, 20, seed=5, repeated=True)
     first, second = tokens[:, :8], tokens[:, 8:]
-    assert all(len(set(row)) == 8 for row in first.tolist())  # distinct in each half
-    assert torch.equal(first.sort(dim=1).values, second.sort(dim=1).values)  # same tokens
+    assert all(
+        len(set(row)) == 8 for row in first.tolist()
+    )  # distinct in each half
+    assert torch.equal(
+        first.sort(dim=1).values, second.sort(dim=1).values
+    )  # same tokens
     assert (targets[:, :8] == IGNORE).all() and (targets[:, 8:] != IGNORE).all()
     # where each second-half token occurred first: the distance varies across sequences
     where = (second[:, :1] == first).float().argmax(dim=1)
@@ -58,7 +62,10 @@ def test_repeated_sequences_need_an_even_length_and_enough_tokens():
 
 
 def test_data_are_seeded():
-    first, second = make_retrieval_data(3, 10, 6, seed=2), make_retrieval_data(3, 10, 6, seed=2)
+    first, second = (
+        make_retrieval_data(3, 10, 6, seed=2),
+        make_retrieval_data(3, 10, 6, seed=2),
+    )
     assert all(torch.equal(a, b) for a, b in zip(first, second, strict=True))
     assert not torch.equal(first[0], make_retrieval_data(3, 10, 6, seed=3)[0])
 
@@ -75,20 +82,30 @@ def test_a_model_that_knows_the_rule_scores_one():
 
 
 def test_training_returns_a_model_and_an_accuracy_per_length():
-    config = RetrievalConfig(steps=3, batch_size=4, train_len=8, test_lengths=(8, 16), num_test=5)
+    config = RetrievalConfig(
+        steps=3, batch_size=4, train_len=8, test_lengths=(8, 16), num_test=5
+    )
     model, accuracy = train_retrieval("alibi", 0, config)
-    assert set(accuracy) == {8, 16} and all(0 <= a <= 1 for a in accuracy.values())
+    assert set(accuracy) == {8, 16} and all(
+        0 <= a <= 1 for a in accuracy.values()
+    )
     assert model.context_length == 16 and not model.training
 
 
 def test_scale_brings_the_embeddings_to_one_size():
-    config = RetrievalConfig(steps=1, batch_size=2, train_len=8, test_lengths=(8,), num_test=2)
+    config = RetrievalConfig(
+        steps=1, batch_size=2, train_len=8, test_lengths=(8,), num_test=2
+    )
     tokens = torch.arange(8)[None]
 
-    def sizes(scale):  # root-mean-square of the tokens and of the positions, as the model adds them
+    def sizes(
+        scale,
+    ):  # root-mean-square of the tokens and of the positions, as the model adds them
         model, _ = train_retrieval("sinusoidal", 0, config, scale=scale)
         token_rms = model.token_embedding(tokens).pow(2).mean().sqrt().item()
-        return token_rms, model.position_embedding.pe.pow(2).mean().sqrt().item()
+        return token_rms, model.position_embedding.pe.pow(
+            2
+        ).mean().sqrt().item()
 
     token_rms, position_rms = sizes(None)
     assert position_rms / token_rms > 20  # the mismatch chapter 11 shows
@@ -104,9 +121,21 @@ def test_scale_brings_the_embeddings_to_one_size():
 
 def test_shipped_seed_results_cover_every_run_on_five_seeds():
     table = seed_results()
-    assert {"positions", "scale", "seed", "32", "64", "128", "machine", "command"} <= set(table)
+    assert {
+        "positions",
+        "scale",
+        "seed",
+        "32",
+        "64",
+        "128",
+        "machine",
+        "command",
+    } <= set(table)
     runs = table.groupby(["numerics", "positions", "scale"])["seed"].nunique()
-    assert runs.loc["machine default"].min() >= 5 and len(runs.loc["machine default"]) == 7
+    assert (
+        runs.loc["machine default"].min() >= 5
+        and len(runs.loc["machine default"]) == 7
+    )
     assert table[["32", "64", "128"]].stack().between(0, 1).all()
 
 

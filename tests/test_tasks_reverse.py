@@ -61,8 +61,12 @@ def generator(seed: int = 0) -> torch.Generator:
     num_classes=st.integers(2, 30),
     seed=st.integers(0, 2**16),
 )
-def test_targets_are_the_reversed_inputs(num_sequences, seq_len, num_classes, seed):
-    data = make_reverse_dataset(num_sequences, seq_len, num_classes, generator(seed))
+def test_targets_are_the_reversed_inputs(
+    num_sequences, seq_len, num_classes, seed
+):
+    data = make_reverse_dataset(
+        num_sequences, seq_len, num_classes, generator(seed)
+    )
     inputs, targets = data.tensors
     assert isinstance(data, TensorDataset)
     assert inputs.shape == targets.shape == (num_sequences, seq_len)
@@ -82,7 +86,9 @@ def test_same_seed_same_data_and_splits_differ():
 
 def test_tokens_are_roughly_uniform():
     inputs = make_reverse_dataset(20_000, 16, 10, generator(0)).tensors[0]
-    frequencies = torch.bincount(inputs.flatten(), minlength=10) / inputs.numel()
+    frequencies = (
+        torch.bincount(inputs.flatten(), minlength=10) / inputs.numel()
+    )
     assert (frequencies - 0.1).abs().max() < 0.005
 
 
@@ -92,9 +98,17 @@ def test_tokens_are_roughly_uniform():
         ((0, 16, 10), ValueError, "num_sequences must be a positive"),
         ((10, 0, 10), ValueError, "seq_len must be a positive"),
         ((10, 16, 1), ValueError, "at least 2"),
-        ((10.0, 16, 10), TypeError, "num_sequences must be a positive int, got float"),
+        (
+            (10.0, 16, 10),
+            TypeError,
+            "num_sequences must be a positive int, got float",
+        ),
         ((10, True, 10), TypeError, "seq_len must be a positive int, got bool"),
-        ((10, 16, 10.0), TypeError, "num_classes must be a positive int, got float"),
+        (
+            (10, 16, 10.0),
+            TypeError,
+            "num_classes must be a positive int, got float",
+        ),
     ],
 )
 def test_make_reverse_dataset_rejects_bad_sizes(args, error, message):
@@ -130,7 +144,9 @@ def test_without_positions_the_model_is_permutation_equivariant(seed):
     tokens = make_reverse_dataset(2, 10, 10, generator(seed)).tensors[0]
     permutation = torch.randperm(10, generator=generator(seed))
     blind = small_model(positional=False)
-    torch.testing.assert_close(blind(tokens[:, permutation]), blind(tokens)[:, permutation])
+    torch.testing.assert_close(
+        blind(tokens[:, permutation]), blind(tokens)[:, permutation]
+    )
 
 
 def test_with_positions_the_model_is_not_permutation_equivariant():
@@ -166,9 +182,14 @@ def test_model_rejects_bad_num_classes():
 
 def test_token_accuracy_and_cross_entropy():
     targets = torch.tensor([[0, 1], [2, 2]])
-    logits = torch.nn.functional.one_hot(torch.tensor([[0, 1], [2, 0]]), 3).float() * 5
+    logits = (
+        torch.nn.functional.one_hot(torch.tensor([[0, 1], [2, 0]]), 3).float()
+        * 5
+    )
     assert token_accuracy(logits, targets).item() == pytest.approx(0.75)
-    expected = torch.nn.functional.cross_entropy(logits.reshape(4, 3), targets.reshape(4))
+    expected = torch.nn.functional.cross_entropy(
+        logits.reshape(4, 3), targets.reshape(4)
+    )
     torch.testing.assert_close(token_cross_entropy(logits, targets), expected)
     with pytest.raises(ValueError, match=r"\(B, T, C\)"):
         token_accuracy(logits[0], targets)
@@ -186,10 +207,18 @@ def brute_force_oracle(inputs: torch.Tensor) -> float:
 
 
 @settings(max_examples=25, deadline=None)
-@given(seq_len=st.integers(2, 8), num_classes=st.integers(2, 5), seed=st.integers(0, 2**16))
+@given(
+    seq_len=st.integers(2, 8),
+    num_classes=st.integers(2, 5),
+    seed=st.integers(0, 2**16),
+)
 def test_bag_oracle_matches_brute_force(seq_len, num_classes, seed):
-    inputs = make_reverse_dataset(6, seq_len, num_classes, generator(seed)).tensors[0]
-    assert bag_oracle_accuracy(inputs, num_classes) == pytest.approx(brute_force_oracle(inputs))
+    inputs = make_reverse_dataset(
+        6, seq_len, num_classes, generator(seed)
+    ).tensors[0]
+    assert bag_oracle_accuracy(inputs, num_classes) == pytest.approx(
+        brute_force_oracle(inputs)
+    )
 
 
 def test_bag_oracle_bounds_every_position_blind_rule():
@@ -202,7 +231,9 @@ def test_bag_oracle_bounds_every_position_blind_rule():
     inputs = torch.tensor(list(itertools.product(range(2), repeat=4)))
     targets = inputs.flip(-1)
     oracle = bag_oracle_accuracy(inputs, 2)
-    cell = inputs * 5 + inputs.sum(dim=1, keepdim=True)  # (own, count) as one index 0..9
+    cell = inputs * 5 + inputs.sum(
+        dim=1, keepdim=True
+    )  # (own, count) as one index 0..9
     scores = []
     for rule in itertools.product(range(2), repeat=10):
         predictions = torch.tensor(rule)[cell]
@@ -220,7 +251,12 @@ def test_bag_oracle_bounds_every_position_blind_rule():
 def test_source_configuration_is_source_000s():
     config = SOURCE_000_CONFIG
     assert (config.d_model, config.num_heads, config.num_blocks) == (32, 2, 2)
-    assert (config.batch_size, config.lr, config.warmup_steps, config.epochs) == (32, 1e-3, 100, 3)
+    assert (
+        config.batch_size,
+        config.lr,
+        config.warmup_steps,
+        config.epochs,
+    ) == (32, 1e-3, 100, 3)
     assert config.dropout == 0.1
     assert config.total_steps() == 4686  # "about 4,700 optimizer steps"
 
@@ -243,7 +279,9 @@ def test_build_reverse_training_rejects_bad_arguments():
 
 
 def test_a_few_steps_reduce_the_loss():
-    config = ReverseConfig(num_train=1024, batch_size=128, lr=1e-2, warmup_steps=2, epochs=3)
+    config = ReverseConfig(
+        num_train=1024, batch_size=128, lr=1e-2, warmup_steps=2, epochs=3
+    )
     data = make_reverse_dataset(1024, 16, 10, generator())
     model, optimizer, scheduler, loader = build_reverse_training(config, data)
     history = fit(
@@ -261,7 +299,9 @@ def test_a_few_steps_reduce_the_loss():
 
 
 def test_train_reverse_is_build_then_fit():
-    config = ReverseConfig(num_train=512, batch_size=128, lr=1e-2, warmup_steps=2, epochs=1)
+    config = ReverseConfig(
+        num_train=512, batch_size=128, lr=1e-2, warmup_steps=2, epochs=1
+    )
     data = make_reverse_dataset(512, 16, 10, generator())
     model, history = train_reverse(config, data)
     assert isinstance(model, ReversePredictor)
@@ -273,14 +313,18 @@ def test_train_reverse_is_build_then_fit():
 
 def test_schedule_experiment_changes_only_known_fields():
     fields = set(vars(BOOK_CONFIG))
-    assert SCHEDULE_EXPERIMENT[next(iter(SCHEDULE_EXPERIMENT))] == {}  # the book's run first
+    assert (
+        SCHEDULE_EXPERIMENT[next(iter(SCHEDULE_EXPERIMENT))] == {}
+    )  # the book's run first
     for changes in SCHEDULE_EXPERIMENT.values():
         assert set(changes) <= fields - {"seed", "epochs", "num_train"}
         BOOK_CONFIG.replace(**changes)  # a valid configuration
 
 
 def test_constant_schedule_and_warmup():
-    config = BOOK_CONFIG.replace(num_train=1024, warmup_steps=4, cosine_decay=False)
+    config = BOOK_CONFIG.replace(
+        num_train=1024, warmup_steps=4, cosine_decay=False
+    )
     data = make_reverse_dataset(1024, 16, 10, generator())
     _, optimizer, scheduler, _ = build_reverse_training(config, data)
     rates = []
@@ -291,12 +335,18 @@ def test_constant_schedule_and_warmup():
     peak = config.lr
     assert rates[:4] == pytest.approx([peak / 4, peak / 2, 3 * peak / 4, peak])
     assert rates[4:] == pytest.approx([peak] * (len(rates) - 4))  # no decay
-    _, optimizer, scheduler, _ = build_reverse_training(config.replace(warmup_steps=0), data)
-    assert optimizer.param_groups[0]["lr"] == pytest.approx(peak)  # no warm-up: full rate
+    _, optimizer, scheduler, _ = build_reverse_training(
+        config.replace(warmup_steps=0), data
+    )
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(
+        peak
+    )  # no warm-up: full rate
 
 
 def test_post_ln_config_builds_a_post_ln_model():
-    config = BOOK_CONFIG.replace(num_train=256, warmup_steps=1, norm_first=False)
+    config = BOOK_CONFIG.replace(
+        num_train=256, warmup_steps=1, norm_first=False
+    )
     data = make_reverse_dataset(256, 16, 10, generator())
     model, *_ = build_reverse_training(config, data)
     assert all(not block.norm_first for block in model.encoder.blocks)
@@ -306,12 +356,16 @@ def test_post_ln_config_builds_a_post_ln_model():
 
 
 def test_max_steps_cuts_the_run_without_changing_its_start():
-    config = ReverseConfig(num_train=1024, batch_size=64, lr=1e-2, warmup_steps=2, epochs=1)
+    config = ReverseConfig(
+        num_train=1024, batch_size=64, lr=1e-2, warmup_steps=2, epochs=1
+    )
     data = make_reverse_dataset(1024, 16, 10, generator())
     _, full = train_reverse(config, data)
     _, cut = train_reverse(config, data, max_steps=10)
     assert list(cut["step"]) == [10] and list(full["step"]) == [10, 16]
-    assert cut["train_loss"].iloc[0] == pytest.approx(full["train_loss"].iloc[0], rel=1e-5)
+    assert cut["train_loss"].iloc[0] == pytest.approx(
+        full["train_loss"].iloc[0], rel=1e-5
+    )
     assert cut["lr"].iloc[0] == full["lr"].iloc[0]  # the full run's schedule
 
 
@@ -325,7 +379,9 @@ def test_max_steps_cuts_the_run_without_changing_its_start():
     ],
 )
 def test_max_steps_rejects_bad_values(max_steps, changes, error, message):
-    config = ReverseConfig(num_train=256, batch_size=16, warmup_steps=2, epochs=1)
+    config = ReverseConfig(
+        num_train=256, batch_size=16, warmup_steps=2, epochs=1
+    )
     config = config.replace(**changes)
     data = make_reverse_dataset(256, 16, 10, generator())
     with pytest.raises(error, match=message):
@@ -333,7 +389,9 @@ def test_max_steps_rejects_bad_values(max_steps, changes, error, message):
 
 
 def test_steps_to_accuracy():
-    history = pd.DataFrame({"step": [10, 20, 30, 40], "train_accuracy": [0.1, 0.98, 0.99, 1.0]})
+    history = pd.DataFrame(
+        {"step": [10, 20, 30, 40], "train_accuracy": [0.1, 0.98, 0.99, 1.0]}
+    )
     assert steps_to_accuracy(history) == 30
     assert steps_to_accuracy(history, target=0.5) == 20
     assert steps_to_accuracy(history.iloc[:2]) is None
@@ -348,8 +406,16 @@ def test_the_shipped_ablation_results_cover_every_ablation_on_three_seeds_or_mor
     assert table["command"].str.startswith(MARGINS_COMMANDS).all()
     assert table["machine"].nunique() == 1 and table["machine"].iloc[0]
     measured = ["train accuracy", "test accuracy", "test sequence accuracy"]
-    measured += ["bag oracle", "best other-length accuracy", "max anti-diagonal mass"]
-    measured += ["mirror reads at 20", "mirror reads at 24", "attention-dropout 0.3 accuracy"]
+    measured += [
+        "bag oracle",
+        "best other-length accuracy",
+        "max anti-diagonal mass",
+    ]
+    measured += [
+        "mirror reads at 20",
+        "mirror reads at 24",
+        "attention-dropout 0.3 accuracy",
+    ]
     assert not table[measured].isna().any().any()
 
 
@@ -373,8 +439,12 @@ def test_mirror_routing_finds_a_planted_mirror_head_and_counts_its_reads():
     seq_len = 16
     mirror = torch.arange(seq_len - 1, -1, -1)
 
-    def planted(x):  # block 0, head 1 reads the mirror key of the training length
-        maps = torch.full((x.shape[0], 2, x.shape[1], x.shape[1]), 1.0 / x.shape[1])
+    def planted(
+        x,
+    ):  # block 0, head 1 reads the mirror key of the training length
+        maps = torch.full(
+            (x.shape[0], 2, x.shape[1], x.shape[1]), 1.0 / x.shape[1]
+        )
         maps[:, 1, :seq_len] = 0.0
         maps[:, 1, torch.arange(seq_len), mirror] = 1.0
         return [maps]
@@ -385,8 +455,12 @@ def test_mirror_routing_finds_a_planted_mirror_head_and_counts_its_reads():
     assert (block, head) == (0, 1) and mass == pytest.approx(1.0)
     longer = make_reverse_dataset(8, 24, 10, generator()).tensors[0]
     assert reads(longer) == seq_len
-    model.get_attention_maps = lambda x: [torch.full((len(x), 2, x.shape[1], x.shape[1]), 0.5)]
-    assert mirror_routing(model, inputs, seq_len)[3](longer) <= 1  # uniform: argmax is key 0
+    model.get_attention_maps = lambda x: [
+        torch.full((len(x), 2, x.shape[1], x.shape[1]), 0.5)
+    ]
+    assert (
+        mirror_routing(model, inputs, seq_len)[3](longer) <= 1
+    )  # uniform: argmax is key 0
     with pytest.raises(ValueError, match="training length"):
         mirror_routing(model, longer, seq_len)
 
@@ -397,18 +471,32 @@ def test_bare_loop_is_the_chapters_loop():
     train_set = make_reverse_dataset(
         config.num_train, config.seq_len, config.num_classes, generator(0)
     )
-    val_set = make_reverse_dataset(1_000, config.seq_len, config.num_classes, generator(1))
+    val_set = make_reverse_dataset(
+        1_000, config.seq_len, config.num_classes, generator(1)
+    )
     losses, accuracy = bare_loop(config, train_set, val_set)
-    notebook = json.loads((ROOT / "notebooks/07_reverse_prediction.ipynb").read_text())
+    notebook = json.loads(
+        (ROOT / "notebooks/07_reverse_prediction.ipynb").read_text()
+    )
     glued = dict(glue_records(notebook))
     assert len(losses) == 100
-    assert losses[0] == pytest.approx(float(glued["ch7_bare_first_loss"]), abs=0.01)
-    assert accuracy == pytest.approx(float(glued["ch7_bare_accuracy"]), abs=0.01)
+    assert losses[0] == pytest.approx(
+        float(glued["ch7_bare_first_loss"]), abs=0.01
+    )
+    assert accuracy == pytest.approx(
+        float(glued["ch7_bare_accuracy"]), abs=0.01
+    )
 
 
 def test_train_and_test_scores_the_trained_model_in_eval_mode():
     config = ReverseConfig(
-        num_train=64, batch_size=32, seq_len=6, num_classes=5, d_model=16, warmup_steps=1, epochs=1
+        num_train=64,
+        batch_size=32,
+        seq_len=6,
+        num_classes=5,
+        d_model=16,
+        warmup_steps=1,
+        epochs=1,
     )
     train_set = make_reverse_dataset(64, 6, 5, generator(0))
     test_set = make_reverse_dataset(40, 6, 5, generator(1))
@@ -416,6 +504,8 @@ def test_train_and_test_scores_the_trained_model_in_eval_mode():
     model, history, scores = train_and_test(config, train_set, loader)
     assert not model.training and len(history) >= 1
     with torch.no_grad():
-        expected = token_accuracy(model(test_set.tensors[0]), test_set.tensors[1]).item()
+        expected = token_accuracy(
+            model(test_set.tensors[0]), test_set.tensors[1]
+        ).item()
     assert scores["accuracy"] == pytest.approx(expected)
     assert set(scores) == {"loss", "accuracy"}

@@ -48,21 +48,34 @@ def test_shapes_and_dtypes(shapes):
     assert shapes.shape_ids.shape == (500, 100)
     assert shapes.shape_ids.dtype == torch.long
     x, y = shapes.tensor_dataset()[7]
-    assert torch.equal(x, shapes.inputs[7]) and torch.equal(y, shapes.targets[7])
+    assert torch.equal(x, shapes.inputs[7]) and torch.equal(
+        y, shapes.targets[7]
+    )
 
 
 def test_same_seed_same_data_and_other_seed_other_data():
-    first, again = make_shapes_dataset(50, seed=11), make_shapes_dataset(50, seed=11)
+    first, again = (
+        make_shapes_dataset(50, seed=11),
+        make_shapes_dataset(50, seed=11),
+    )
     other = make_shapes_dataset(50, seed=12)
-    assert torch.equal(first.inputs, again.inputs) and torch.equal(first.targets, again.targets)
+    assert torch.equal(first.inputs, again.inputs) and torch.equal(
+        first.targets, again.targets
+    )
     assert not torch.equal(first.inputs, other.inputs)
 
 
 def test_parameters_stay_in_their_ranges(shapes):
     for kind in (shapes.triangles, shapes.boxes):
         centers, heights, widths = kind.unbind(dim=2)
-        assert heights.min() >= SHAPES_HEIGHT_RANGE[0] and heights.max() <= SHAPES_HEIGHT_RANGE[1]
-        assert widths.min() >= SHAPES_WIDTH_RANGE[0] and widths.max() <= SHAPES_WIDTH_RANGE[1]
+        assert (
+            heights.min() >= SHAPES_HEIGHT_RANGE[0]
+            and heights.max() <= SHAPES_HEIGHT_RANGE[1]
+        )
+        assert (
+            widths.min() >= SHAPES_WIDTH_RANGE[0]
+            and widths.max() <= SHAPES_WIDTH_RANGE[1]
+        )
         margin = SHAPES_WIDTH_RANGE[1] / 2
         assert centers.min() >= margin and centers.max() <= 100 - margin
 
@@ -78,7 +91,9 @@ def test_target_rule_each_shape_at_its_kinds_mean_height(shapes):
             torch.testing.assert_close(peak, kind_mean)
         for shape_id in (2, 3):
             values = target[ids == shape_id]  # a box is flat at its kind's mean
-            torch.testing.assert_close(values, torch.full_like(values, mean_box.item()))
+            torch.testing.assert_close(
+                values, torch.full_like(values, mean_box.item())
+            )
         assert (target[ids == -1] == 0).all()
 
 
@@ -121,7 +136,9 @@ def test_shape_ids_cover_exactly_the_nonzero_clean_signal(shapes):
 
 
 def test_render_one_triangle_and_one_box_by_hand():
-    triangles = torch.tensor([[[10.0, 4.0, 4.0]]])  # center 10, height 4, width 4
+    triangles = torch.tensor(
+        [[[10.0, 4.0, 4.0]]]
+    )  # center 10, height 4, width 4
     boxes = torch.tensor([[[30.0, 2.0, 5.0]]])  # center 30, height 2, width 5
     signal = render_shapes(triangles, boxes, seq_len=40)[0, 0]
     expected = torch.zeros(40)
@@ -133,9 +150,13 @@ def test_render_one_triangle_and_one_box_by_hand():
 def test_collisions_include_touching_shapes():
     box = torch.tensor([[[30.0, 2.0, 5.0]]])  # covers 28..32
     far = torch.tensor([[[10.0, 4.0, 4.0]]])  # covers 8..12
-    touching = torch.tensor([[[35.0, 4.0, 4.0]]])  # covers 33..37, next to the box
+    touching = torch.tensor(
+        [[[35.0, 4.0, 4.0]]]
+    )  # covers 33..37, next to the box
     overlapping = torch.tensor([[[31.0, 4.0, 4.0]]])
-    gap_of_one = torch.tensor([[[36.0, 4.0, 4.0]]])  # covers 34..38, sample 33 empty
+    gap_of_one = torch.tensor(
+        [[[36.0, 4.0, 4.0]]]
+    )  # covers 34..38, sample 33 empty
     assert not shapes_collide(far, box, 40).item()
     assert shapes_collide(touching, box, 40).item()
     assert shapes_collide(overlapping, box, 40).item()
@@ -152,7 +173,10 @@ def test_generator_invariants_for_any_size_and_seed(num_samples, seq_len, seed):
     data = make_shapes_dataset(num_samples, seq_len=seq_len, seed=seed)
     assert data.inputs.shape == (num_samples, 1, seq_len)
     assert not shapes_collide(data.triangles, data.boxes, seq_len).any()
-    assert ((data.inputs - render_shapes(data.triangles, data.boxes, seq_len)).abs() <= 0.15).all()
+    assert (
+        (data.inputs - render_shapes(data.triangles, data.boxes, seq_len)).abs()
+        <= 0.15
+    ).all()
     kinds_equal = data.targets[:, 0].gather(
         1, data.triangles[:, :, 0].round().long()
     )  # both triangle peaks at the same height
@@ -163,19 +187,47 @@ def test_generator_invariants_for_any_size_and_seed(num_samples, seq_len, seed):
     ("kwargs", "error", "match"),
     [
         ({"num_samples": 0}, ValueError, "num_samples must be a positive int"),
-        ({"num_samples": 2.5}, TypeError, "num_samples must be a positive int, got float"),
-        ({"num_samples": 5, "seq_len": 40}, ValueError, "seq_len=40 is too short"),
+        (
+            {"num_samples": 2.5},
+            TypeError,
+            "num_samples must be a positive int, got float",
+        ),
+        (
+            {"num_samples": 5, "seq_len": 40},
+            ValueError,
+            "seq_len=40 is too short",
+        ),
         (
             {"num_samples": 5, "seq_len": 100.0},
             TypeError,
             "seq_len must be a positive int, got float",
         ),
-        ({"num_samples": 5, "noise_level": -0.1}, ValueError, "noise_level must be in"),
-        ({"num_samples": 5, "noise_level": 3.0}, ValueError, "noise_level must be in"),
-        ({"num_samples": 5, "min_height_gap": 30.0}, ValueError, "min_height_gap must be in"),
-        ({"num_samples": 5, "seed": "zero"}, TypeError, "seed must be a non-negative int, got str"),
+        (
+            {"num_samples": 5, "noise_level": -0.1},
+            ValueError,
+            "noise_level must be in",
+        ),
+        (
+            {"num_samples": 5, "noise_level": 3.0},
+            ValueError,
+            "noise_level must be in",
+        ),
+        (
+            {"num_samples": 5, "min_height_gap": 30.0},
+            ValueError,
+            "min_height_gap must be in",
+        ),
+        (
+            {"num_samples": 5, "seed": "zero"},
+            TypeError,
+            "seed must be a non-negative int, got str",
+        ),
         ({"num_samples": 5, "seed": -1}, ValueError, "seed must be >= 0"),
-        ({"num_samples": 5, "noise_level": "0.3"}, TypeError, "noise_level must be a number"),
+        (
+            {"num_samples": 5, "noise_level": "0.3"},
+            TypeError,
+            "noise_level must be a number",
+        ),
     ],
 )
 def test_make_shapes_dataset_errors(kwargs, error, match):
@@ -186,11 +238,41 @@ def test_make_shapes_dataset_errors(kwargs, error, match):
 @pytest.mark.parametrize(
     ("triangles", "boxes", "seq_len", "error", "match"),
     [
-        ([[[1.0, 2.0, 3.0]]], torch.ones(1, 1, 3), 10, TypeError, "triangles must be a tensor"),
-        (torch.ones(1, 3), torch.ones(1, 1, 3), 10, ValueError, r"triangles must have shape"),
-        (torch.ones(1, 1, 3), torch.ones(1, 1, 2), 10, ValueError, r"boxes must have shape"),
-        (torch.ones(2, 1, 3), torch.ones(1, 1, 3), 10, ValueError, "same N sequences"),
-        (torch.ones(1, 1, 3), torch.ones(1, 1, 3), 0, ValueError, "seq_len must be a positive"),
+        (
+            [[[1.0, 2.0, 3.0]]],
+            torch.ones(1, 1, 3),
+            10,
+            TypeError,
+            "triangles must be a tensor",
+        ),
+        (
+            torch.ones(1, 3),
+            torch.ones(1, 1, 3),
+            10,
+            ValueError,
+            r"triangles must have shape",
+        ),
+        (
+            torch.ones(1, 1, 3),
+            torch.ones(1, 1, 2),
+            10,
+            ValueError,
+            r"boxes must have shape",
+        ),
+        (
+            torch.ones(2, 1, 3),
+            torch.ones(1, 1, 3),
+            10,
+            ValueError,
+            "same N sequences",
+        ),
+        (
+            torch.ones(1, 1, 3),
+            torch.ones(1, 1, 3),
+            0,
+            ValueError,
+            "seq_len must be a positive",
+        ),
     ],
 )
 def test_render_and_collide_errors(triangles, boxes, seq_len, error, match):
@@ -206,26 +288,37 @@ def test_render_and_collide_errors(triangles, boxes, seq_len, error, match):
 def test_partner_mean_height_matches_the_generator():
     """The analytic conditional mean agrees with the partners the generator actually draws."""
     data = make_shapes_dataset(20_000, seed=7)
-    own = torch.cat([data.triangles[:, :, 1].flatten(), data.boxes[:, :, 1].flatten()])
+    own = torch.cat(
+        [data.triangles[:, :, 1].flatten(), data.boxes[:, :, 1].flatten()]
+    )
     partner = torch.cat(
-        [data.triangles[:, [1, 0], 1].flatten(), data.boxes[:, [1, 0], 1].flatten()]
+        [
+            data.triangles[:, [1, 0], 1].flatten(),
+            data.boxes[:, [1, 0], 1].flatten(),
+        ]
     )
     low, high = SHAPES_HEIGHT_RANGE
     for start in torch.arange(low, high, 3.0):
         in_bin = (own >= start) & (own < start + 3)
         predicted = partner_mean_height(own[in_bin]).mean().item()
         # The standard error of a bin's mean is about 7 / sqrt(5000) = 0.1.
-        assert partner[in_bin].mean().item() == pytest.approx(predicted, abs=0.4)
+        assert partner[in_bin].mean().item() == pytest.approx(
+            predicted, abs=0.4
+        )
 
 
 def test_partner_mean_height_by_hand_and_symmetry():
     low, high = SHAPES_HEIGHT_RANGE
     # h = 1: the partner is uniform on [5, 25], mean 15; h = 13: on [1, 9] U [17, 25], mean 13.
     values = partner_mean_height(torch.tensor([1.0, 13.0]))
-    torch.testing.assert_close(values, torch.tensor([15.0, 13.0], dtype=torch.float64))
+    torch.testing.assert_close(
+        values, torch.tensor([15.0, 13.0], dtype=torch.float64)
+    )
     heights = torch.linspace(low, high, 97)
     mirrored = partner_mean_height(low + high - heights)
-    torch.testing.assert_close(partner_mean_height(heights), low + high - mirrored)
+    torch.testing.assert_close(
+        partner_mean_height(heights), low + high - mirrored
+    )
     with pytest.raises(ValueError, match="min_height_gap must be in"):
         partner_mean_height(heights, min_height_gap=24.0)
     with pytest.raises(TypeError, match="floating-point"):
@@ -235,8 +328,13 @@ def test_partner_mean_height_by_hand_and_symmetry():
 def test_local_oracle_beats_every_other_guess_of_the_partner(shapes):
     """Drawing each shape at the conditional mean beats the own height and a constant guess."""
     oracle = local_oracle(shapes)
-    assert oracle.shape == shapes.targets.shape and oracle.dtype == shapes.targets.dtype
-    assert torch.equal(oracle > 0, shapes.targets > 0)  # same shapes, only heights differ
+    assert (
+        oracle.shape == shapes.targets.shape
+        and oracle.dtype == shapes.targets.dtype
+    )
+    assert torch.equal(
+        oracle > 0, shapes.targets > 0
+    )  # same shapes, only heights differ
 
     def mse_with_partner_guess(guess):
         guessed = []
@@ -247,9 +345,15 @@ def test_local_oracle_beats_every_other_guess_of_the_partner(shapes):
         return ((render_shapes(*guessed) - shapes.targets) ** 2).mean().item()
 
     oracle_mse = ((oracle - shapes.targets) ** 2).mean().item()
-    assert oracle_mse == pytest.approx(mse_with_partner_guess(partner_mean_height), rel=1e-5)
-    assert oracle_mse < mse_with_partner_guess(lambda h: h)  # "the partner is as tall as me"
-    assert oracle_mse < mse_with_partner_guess(lambda h: torch.full_like(h, 13.0))
+    assert oracle_mse == pytest.approx(
+        mse_with_partner_guess(partner_mean_height), rel=1e-5
+    )
+    assert oracle_mse < mse_with_partner_guess(
+        lambda h: h
+    )  # "the partner is as tall as me"
+    assert oracle_mse < mse_with_partner_guess(
+        lambda h: torch.full_like(h, 13.0)
+    )
     assert oracle_mse > 0
     with pytest.raises(TypeError, match="ShapesData"):
         local_oracle(shapes.inputs)
@@ -260,11 +364,20 @@ def test_enrichment_is_one_for_uniform_attention_and_finds_the_partner(shapes):
     uniform = torch.full((50, 100, 100), 0.01)
     table = attention_enrichment(uniform, ids)
     assert list(table.index) == ["triangle", "box"]
-    assert list(table.columns) == ["own shape", "partner", "other kind", "background"]
+    assert list(table.columns) == [
+        "own shape",
+        "partner",
+        "other kind",
+        "background",
+    ]
     assert table.to_numpy() == pytest.approx(1.0, rel=1e-5)
     # Every query puts all its weight, spread evenly, on its partner shape.
-    partner = (ids[:, None, :] == (ids[:, :, None] ^ 1)) & (ids[:, :, None] >= 0)
-    weights = partner.float() / partner.float().sum(-1, keepdim=True).clamp(min=1)
+    partner = (ids[:, None, :] == (ids[:, :, None] ^ 1)) & (
+        ids[:, :, None] >= 0
+    )
+    weights = partner.float() / partner.float().sum(-1, keepdim=True).clamp(
+        min=1
+    )
     table = attention_enrichment(weights, ids)
     assert (table["partner"] > 5).all()
     assert (table[["own shape", "other kind", "background"]] == 0).all().all()
@@ -294,7 +407,12 @@ def test_output_shape_equals_input_shape(name, seq_len):
 
 @pytest.mark.parametrize(
     ("name", "expected"),
-    [("cnn", 62_337), ("attention", 58_177), ("attention_unscaled", 58_177), ("lstm", 63_801)],
+    [
+        ("cnn", 62_337),
+        ("attention", 58_177),
+        ("attention_unscaled", 58_177),
+        ("lstm", 63_801),
+    ],
 )
 def test_parameter_counts(name, expected):
     assert count_parameters(FACTORIES[name]()) == expected
@@ -313,14 +431,22 @@ def test_conv_attention_matches_pytorch_sdpa(
     batch, seq_len, in_channels, key_channels, out_channels, scaled
 ):
     torch.manual_seed(0)
-    layer = ConvSelfAttention(in_channels, out_channels, key_channels, scaled=scaled)
+    layer = ConvSelfAttention(
+        in_channels, out_channels, key_channels, scaled=scaled
+    )
     x = torch.randn(batch, in_channels, seq_len)
     queries = layer.query(x).transpose(1, 2)  # [B, T, key_channels]
     keys = layer.key(x).transpose(1, 2)
     values = layer.value(x).transpose(1, 2)
-    scale = None if scaled else 1.0  # sdpa's default scale is 1/sqrt(key_channels)
-    expected = F.scaled_dot_product_attention(queries, keys, values, scale=scale)
-    torch.testing.assert_close(layer(x), expected.transpose(1, 2), rtol=1e-5, atol=1e-5)
+    scale = (
+        None if scaled else 1.0
+    )  # sdpa's default scale is 1/sqrt(key_channels)
+    expected = F.scaled_dot_product_attention(
+        queries, keys, values, scale=scale
+    )
+    torch.testing.assert_close(
+        layer(x), expected.transpose(1, 2), rtol=1e-5, atol=1e-5
+    )
 
 
 def test_attention_weights_are_a_distribution_over_keys():
@@ -342,7 +468,9 @@ def test_scaling_divides_the_scores_by_sqrt_of_key_channels():
     log_unscaled = unscaled.attention(x).log()
     # log-softmax differs from the scores by a per-row constant, so compare centred rows
     centred = lambda logits: logits - logits.mean(dim=-1, keepdim=True)  # noqa: E731
-    torch.testing.assert_close(centred(log_unscaled), math.sqrt(16) * centred(log_scaled))
+    torch.testing.assert_close(
+        centred(log_unscaled), math.sqrt(16) * centred(log_scaled)
+    )
 
 
 def test_attention_model_exposes_its_attention_layer():
@@ -372,7 +500,10 @@ def test_samples_do_not_influence_each_other(name):
 def test_convolution_only_sees_21_neighbours_but_attention_sees_everything():
     torch.manual_seed(0)
     x = torch.randn(1, 1, 100, requires_grad=True)
-    for model, expected in ((make_shapes_cnn(), 21), (make_shapes_attention_model(), 100)):
+    for model, expected in (
+        (make_shapes_cnn(), 21),
+        (make_shapes_attention_model(), 100),
+    ):
         x.grad = None
         model(x)[0, 0, 50].backward()
         assert (x.grad[0, 0] != 0).sum().item() == expected
@@ -394,7 +525,9 @@ def test_batch_axis_lstm_reproduces_the_source_mistake():
     x = torch.randn(6, 1, 100)
     with torch.no_grad():
         first = model(x)
-        second = model(x)  # same input, but the state left by the first call differs
+        second = model(
+            x
+        )  # same input, but the state left by the first call differs
         model.reset()
         fresh = model(x)
         model.reset()
@@ -422,10 +555,26 @@ def test_batch_axis_lstm_treats_the_batch_as_time():
 @pytest.mark.parametrize(
     ("build", "error", "match"),
     [
-        (lambda: make_shapes_cnn(channels=0), ValueError, "channels must be a positive int"),
-        (lambda: make_shapes_cnn(kernel_size=4), ValueError, "kernel_size must be odd"),
-        (lambda: make_shapes_attention_model(key_channels=0), ValueError, "key_channels"),
-        (lambda: make_shapes_attention_model(kernel_size=2), ValueError, "kernel_size must be odd"),
+        (
+            lambda: make_shapes_cnn(channels=0),
+            ValueError,
+            "channels must be a positive int",
+        ),
+        (
+            lambda: make_shapes_cnn(kernel_size=4),
+            ValueError,
+            "kernel_size must be odd",
+        ),
+        (
+            lambda: make_shapes_attention_model(key_channels=0),
+            ValueError,
+            "key_channels",
+        ),
+        (
+            lambda: make_shapes_attention_model(kernel_size=2),
+            ValueError,
+            "kernel_size must be odd",
+        ),
         (
             lambda: ConvSelfAttention(4, 4, 4, scaled="yes"),
             TypeError,
@@ -441,8 +590,16 @@ def test_batch_axis_lstm_treats_the_batch_as_time():
             TypeError,
             "channels must be a positive int, got float",
         ),
-        (lambda: ShapesLSTM(hidden_size=0), ValueError, "hidden_size must be a positive int"),
-        (lambda: BatchAxisLSTM(seq_len=-1), ValueError, "seq_len must be a positive int"),
+        (
+            lambda: ShapesLSTM(hidden_size=0),
+            ValueError,
+            "hidden_size must be a positive int",
+        ),
+        (
+            lambda: BatchAxisLSTM(seq_len=-1),
+            ValueError,
+            "seq_len must be a positive int",
+        ),
     ],
 )
 def test_constructor_errors(build, error, match):
@@ -453,10 +610,25 @@ def test_constructor_errors(build, error, match):
 @pytest.mark.parametrize(
     ("model", "bad_input", "error", "match"),
     [
-        (ShapesLSTM(), torch.randn(2, 100), ValueError, r"expects input of shape \[B, 1, T\]"),
-        (ShapesLSTM(), torch.randn(2, 3, 100), ValueError, r"got \(2, 3, 100\)"),
+        (
+            ShapesLSTM(),
+            torch.randn(2, 100),
+            ValueError,
+            r"expects input of shape \[B, 1, T\]",
+        ),
+        (
+            ShapesLSTM(),
+            torch.randn(2, 3, 100),
+            ValueError,
+            r"got \(2, 3, 100\)",
+        ),
         (BatchAxisLSTM(), torch.randn(2, 100), ValueError, r"\[B, 1, T\]"),
-        (ConvSelfAttention(4, 4, 4), torch.randn(2, 3, 10), ValueError, r"\[B, 4, T\]"),
+        (
+            ConvSelfAttention(4, 4, 4),
+            torch.randn(2, 3, 10),
+            ValueError,
+            r"\[B, 4, T\]",
+        ),
         (ConvSelfAttention(4, 4, 4), [[1.0]], TypeError, "expects a tensor"),
     ],
 )
@@ -481,17 +653,31 @@ def test_conv_self_attention_is_attention_on_linear_projections(
     is single-head attention (unscaled, as in source 004, when scaled=False) on the tokens
     x^T projected by the squeezed convolution weights."""
     torch.manual_seed(seed)
-    layer = ConvSelfAttention(in_channels, out_channels, key_channels, scaled=scaled)
+    layer = ConvSelfAttention(
+        in_channels, out_channels, key_channels, scaled=scaled
+    )
     x = torch.randn(3, in_channels, seq_len)  # (B, C, T)
     tokens = x.transpose(1, 2)  # (B, T, C)
-    q, k, v = (tokens @ conv.weight.squeeze(-1).T for conv in (layer.query, layer.key, layer.value))
-    output, weights = scaled_dot_product_attention(q, k, v, scale=None if scaled else 1.0)
-    torch.testing.assert_close(layer(x), output.transpose(1, 2), rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(layer.attention(x), weights, rtol=1e-5, atol=1e-5)
+    q, k, v = (
+        tokens @ conv.weight.squeeze(-1).T
+        for conv in (layer.query, layer.key, layer.value)
+    )
+    output, weights = scaled_dot_product_attention(
+        q, k, v, scale=None if scaled else 1.0
+    )
+    torch.testing.assert_close(
+        layer(x), output.transpose(1, 2), rtol=1e-5, atol=1e-5
+    )
+    torch.testing.assert_close(
+        layer.attention(x), weights, rtol=1e-5, atol=1e-5
+    )
 
 
 def test_standardize_puts_every_set_on_the_reference_scale():
-    reference, other = make_shapes_dataset(300, seed=1), make_shapes_dataset(200, seed=2)
+    reference, other = (
+        make_shapes_dataset(300, seed=1),
+        make_shapes_dataset(200, seed=2),
+    )
     (ref_set, other_set), std = standardize(reference, reference, other)
     values = torch.cat(ref_set.tensors)
     assert values.mean().item() == pytest.approx(0.0, abs=1e-5)
@@ -501,6 +687,8 @@ def test_standardize_puts_every_set_on_the_reference_scale():
     mean = raw.mean().item()
     # the other set is on the reference's scale, not on its own
     assert torch.allclose(other_set.tensors[1], (other.targets - mean) / std)
-    assert torch.cat(other_set.tensors).mean().item() != pytest.approx(0.0, abs=1e-5)
+    assert torch.cat(other_set.tensors).mean().item() != pytest.approx(
+        0.0, abs=1e-5
+    )
     with pytest.raises(TypeError, match="data must be a ShapesData"):
         standardize(reference, other.tensor_dataset())

@@ -28,11 +28,20 @@ def _generator(seed: int = 0) -> torch.Generator:
 
 
 def test_targets_are_the_sorted_digits_then_eos():
-    source, decoder_input, target = make_sorting_dataset(300, 6, _generator()).tensors
-    assert source.shape == (300, 6) and target.shape == decoder_input.shape == (300, 7)
-    for src, inp, tgt in zip(source.tolist(), decoder_input.tolist(), target.tolist(), strict=True):
+    source, decoder_input, target = make_sorting_dataset(
+        300, 6, _generator()
+    ).tensors
+    assert source.shape == (300, 6) and target.shape == decoder_input.shape == (
+        300,
+        7,
+    )
+    for src, inp, tgt in zip(
+        source.tolist(), decoder_input.tolist(), target.tolist(), strict=True
+    ):
         digits = [t for t in src if t != PAD]
-        assert src == digits + [PAD] * (6 - len(digits))  # padding only at the end
+        assert src == digits + [PAD] * (
+            6 - len(digits)
+        )  # padding only at the end
         assert tgt == sorted(digits) + [EOS] + [PAD] * (6 - len(digits))
         assert inp == [BOS] + tgt[:-1]  # the target shifted right by one
     lengths = (source != PAD).sum(-1)
@@ -41,14 +50,20 @@ def test_targets_are_the_sorted_digits_then_eos():
 
 
 def test_distinct_digits_and_fixed_lengths():
-    source, _, _ = make_sorting_dataset(50, 8, _generator(), min_len=8, distinct=True).tensors
+    source, _, _ = make_sorting_dataset(
+        50, 8, _generator(), min_len=8, distinct=True
+    ).tensors
     assert all(len(set(row)) == 8 for row in source.tolist())
 
 
 def test_splits_are_seeded():
     first = make_sorting_dataset(20, 5, _generator(1)).tensors[0]
-    assert torch.equal(first, make_sorting_dataset(20, 5, _generator(1)).tensors[0])
-    assert not torch.equal(first, make_sorting_dataset(20, 5, _generator(2)).tensors[0])
+    assert torch.equal(
+        first, make_sorting_dataset(20, 5, _generator(1)).tensors[0]
+    )
+    assert not torch.equal(
+        first, make_sorting_dataset(20, 5, _generator(2)).tensors[0]
+    )
 
 
 def test_loss_and_accuracy_ignore_padding():
@@ -65,13 +80,20 @@ def test_loss_and_accuracy_ignore_padding():
 
 def test_generated_accuracy_of_an_untrained_model_is_low():
     torch.manual_seed(0)
-    model = EncoderDecoderTransformer(VOCAB_SIZE, VOCAB_SIZE, 16, 2, 1, 1, pad_id=PAD).eval()
-    assert generated_accuracy(model, make_sorting_dataset(50, 5, _generator())) < 0.2
+    model = EncoderDecoderTransformer(
+        VOCAB_SIZE, VOCAB_SIZE, 16, 2, 1, 1, pad_id=PAD
+    ).eval()
+    assert (
+        generated_accuracy(model, make_sorting_dataset(50, 5, _generator()))
+        < 0.2
+    )
 
 
 def _untrained(seed=0):
     torch.manual_seed(seed)
-    return EncoderDecoderTransformer(VOCAB_SIZE, VOCAB_SIZE, 16, 2, 1, 1, pad_id=PAD).eval()
+    return EncoderDecoderTransformer(
+        VOCAB_SIZE, VOCAB_SIZE, 16, 2, 1, 1, pad_id=PAD
+    ).eval()
 
 
 def test_label_smoothing_is_the_mixture_of_two_cross_entropies():
@@ -82,9 +104,9 @@ def test_label_smoothing_is_the_mixture_of_two_cross_entropies():
     hard = -log_probs.gather(-1, target[real][:, None]).mean()
     uniform = -log_probs.mean()
     expected = 0.9 * hard + 0.1 * uniform
-    assert sequence_loss(logits, target, label_smoothing=0.1).item() == pytest.approx(
-        expected.item(), rel=1e-5
-    )
+    assert sequence_loss(
+        logits, target, label_smoothing=0.1
+    ).item() == pytest.approx(expected.item(), rel=1e-5)
     with pytest.raises(ValueError, match="label_smoothing must be in"):
         sequence_loss(logits, target, label_smoothing=1.0)
 
@@ -106,9 +128,13 @@ def test_calibration_of_hand_built_predictions():
     logits = torch.full((*target.shape, VOCAB_SIZE), -10.0)
     logits.scatter_(-1, target[..., None], 0.0)
     logits[..., PAD] = 0.0  # pad ties at the padded positions, ignored
-    logits += torch.nn.functional.one_hot(target, VOCAB_SIZE) * torch.log(torch.tensor(9.0))
+    logits += torch.nn.functional.one_hot(target, VOCAB_SIZE) * torch.log(
+        torch.tensor(9.0)
+    )
     ece, table = calibration(logits, target)
-    confidence = (9 / (10 + (VOCAB_SIZE - 2) * torch.exp(torch.tensor(-10.0)))).item()
+    confidence = (
+        9 / (10 + (VOCAB_SIZE - 2) * torch.exp(torch.tensor(-10.0)))
+    ).item()
     assert ece == pytest.approx(1 - confidence, abs=1e-6)
     assert table[:, 2].sum() == (target != PAD).sum() and table[8, 1] == 1.0
     with pytest.raises(TypeError, match="num_bins"):
@@ -124,7 +150,9 @@ def test_sequence_log_probs_stop_at_the_end_token():
         log_probs = model(source, decoder_input).log_softmax(-1)
     per_token = log_probs.gather(-1, target[..., None])[..., 0]
     expected = per_token.masked_fill(target == PAD, 0.0).sum(-1)
-    torch.testing.assert_close(sequence_log_probs(model, source, written), expected)
+    torch.testing.assert_close(
+        sequence_log_probs(model, source, written), expected
+    )
 
 
 def test_beam_accuracy_of_an_untrained_model_is_low_too():
@@ -142,7 +170,11 @@ def test_beam_accuracy_of_an_untrained_model_is_low_too():
     ],
 )
 def test_make_sorting_dataset_rejects_bad_arguments(kwargs, error):
-    arguments = {"num_sequences": 5, "max_len": 5, "generator": _generator()} | kwargs
+    arguments = {
+        "num_sequences": 5,
+        "max_len": 5,
+        "generator": _generator(),
+    } | kwargs
     with pytest.raises(error):
         make_sorting_dataset(**arguments)
 
@@ -157,9 +189,13 @@ def test_check_decoder_input():
 
     assert checks.check_decoder_input(right).startswith("Correct")
     with pytest.raises(AssertionError, match="shifted left"):
-        checks.check_decoder_input(lambda t, s: torch.cat([t[:, 1:], t[:, :1]], dim=1))
+        checks.check_decoder_input(
+            lambda t, s: torch.cat([t[:, 1:], t[:, :1]], dim=1)
+        )
     with pytest.raises(AssertionError, match="drop the target's last token"):
-        checks.check_decoder_input(lambda t, s: torch.cat([torch.full((4, 1), s), t], dim=1))
+        checks.check_decoder_input(
+            lambda t, s: torch.cat([torch.full((4, 1), s), t], dim=1)
+        )
     with pytest.raises(AssertionError, match="target itself"):
         checks.check_decoder_input(lambda t, s: t)
     with pytest.raises(AssertionError, match="return a tensor"):
@@ -177,4 +213,7 @@ def test_the_shipped_seed_results_hold_what_chapter_9_reads():
         "full ls=0.1: confidence",
     ]:
         assert table[column].notna().all(), column
-    assert table["machine"].nunique() == 1 and table["command"].str.contains("margins").all()
+    assert (
+        table["machine"].nunique() == 1
+        and table["command"].str.contains("margins").all()
+    )

@@ -1,6 +1,7 @@
 """Tests of the helpers package's top level: seeding, devices, threads, showing source, glue,
 expecting an error."""
 
+import inspect
 import os
 import random
 
@@ -23,7 +24,9 @@ def test_seed_everything_makes_every_generator_repeat():
     )
 
 
-@pytest.mark.parametrize(("seed", "error"), [(-1, ValueError), (1.5, TypeError), (True, TypeError)])
+@pytest.mark.parametrize(
+    ("seed", "error"), [(-1, ValueError), (1.5, TypeError), (True, TypeError)]
+)
 def test_seed_everything_rejects_bad_seeds(seed, error):
     with pytest.raises(error, match="seed"):
         helpers.seed_everything(seed)
@@ -41,15 +44,29 @@ def test_get_device_falls_back_to_cpu_and_checks_its_argument():
 
 def test_show_source_renders_a_python_code_block():
     shown = helpers.show_source(helpers.seed_everything)
-    assert shown.data.startswith("```python\ndef seed_everything")
+    lines, first = inspect.getsourcelines(helpers.seed_everything)
+    last = first + len(lines) - 1
+    header = (
+        f"# helpers/__init__.py, lines {first}-{last} (v{helpers.__version__})"
+    )
+    assert shown.data.startswith(f"```python\n{header}\ndef seed_everything")
+    from helpers.attention import MultiHeadAttention
+
+    method = helpers.show_source(MultiHeadAttention.forward).data
+    assert method.splitlines()[1].startswith("# helpers/attention.py, lines ")
     with pytest.raises(TypeError, match="cannot show the source"):
         helpers.show_source(3)
 
 
 def test_glue_stores_plain_numbers_and_checks_its_arguments(monkeypatch):
-    pytest.importorskip("myst_nb")  # glue does nothing without it (on Colab, say)
+    pytest.importorskip(
+        "myst_nb"
+    )  # glue does nothing without it (on Colab, say)
     stored = {}
-    monkeypatch.setattr("myst_nb.glue", lambda name, value, display: stored.update({name: value}))
+    monkeypatch.setattr(
+        "myst_nb.glue",
+        lambda name, value, display: stored.update({name: value}),
+    )
     assert helpers.glue("numpy_scalar", np.float64(0.25)) is None
     helpers.glue("tensor_scalar", torch.tensor(3))
     helpers.glue("plain", "text")
@@ -74,7 +91,9 @@ def test_use_one_thread_on_the_cpu_only():
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(2)
-        helpers.use_one_thread(torch.device("cuda"))  # a GPU: nothing to change here
+        helpers.use_one_thread(
+            torch.device("cuda")
+        )  # a GPU: nothing to change here
         assert torch.get_num_threads() == 2
         helpers.use_one_thread(torch.device("cpu"))
         assert torch.get_num_threads() == 1
@@ -89,21 +108,29 @@ def test_expect_error_prints_the_expected_error(capsys):
     with helpers.expect_error(ValueError):
         raise ValueError("d_model must be even")
     assert capsys.readouterr().out == "ValueError: d_model must be even\n"
-    with helpers.expect_error(LookupError):  # a subclass is the expected kind too
+    with helpers.expect_error(
+        LookupError
+    ):  # a subclass is the expected kind too
         {}["missing"]
     assert capsys.readouterr().out.startswith("LookupError: ")
 
 
 def test_expect_error_fails_when_nothing_is_raised():
     with (
-        pytest.raises(AssertionError, match="expected a ValueError, but nothing was raised"),
+        pytest.raises(
+            AssertionError,
+            match="expected a ValueError, but nothing was raised",
+        ),
         helpers.expect_error(ValueError),
     ):
         pass
 
 
 def test_expect_error_lets_another_exception_through(capsys):
-    with pytest.raises(TypeError, match="not this one"), helpers.expect_error(ValueError):
+    with (
+        pytest.raises(TypeError, match="not this one"),
+        helpers.expect_error(ValueError),
+    ):
         raise TypeError("not this one")
     assert capsys.readouterr().out == ""
 

@@ -42,7 +42,12 @@ def test_loss_decreases_on_a_tiny_problem():
     before = evaluate(model, loader, nn.MSELoss())["loss"]
     optimizer = torch.optim.Adam(model.parameters(), lr=0.05)
     history = fit(
-        model, loader, loss_fn=nn.MSELoss(), optimizer=optimizer, epochs=30, progress=False
+        model,
+        loader,
+        loss_fn=nn.MSELoss(),
+        optimizer=optimizer,
+        epochs=30,
+        progress=False,
     )
     after = evaluate(model, loader, nn.MSELoss())["loss"]
     assert after < 0.01 * before
@@ -50,7 +55,9 @@ def test_loss_decreases_on_a_tiny_problem():
 
 
 def test_history_columns_and_rows():
-    model, loader = linear_problem(num_samples=70, batch_size=16)  # 5 batches, the last of 6
+    model, loader = linear_problem(
+        num_samples=70, batch_size=16
+    )  # 5 batches, the last of 6
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     history = fit(
         model,
@@ -90,10 +97,23 @@ def test_history_without_val_loader_has_no_val_columns():
     model, loader = linear_problem()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     history = fit(
-        model, loader, loss_fn=nn.MSELoss(), optimizer=optimizer, epochs=1, progress=False
+        model,
+        loader,
+        loss_fn=nn.MSELoss(),
+        optimizer=optimizer,
+        epochs=1,
+        progress=False,
     )
-    assert list(history.columns) == ["epoch", "step", "lr", "train_loss", "elapsed_s"]
-    assert len(history) == 1  # 4 steps < log_every=10: only the end of the epoch is logged
+    assert list(history.columns) == [
+        "epoch",
+        "step",
+        "lr",
+        "train_loss",
+        "elapsed_s",
+    ]
+    assert (
+        len(history) == 1
+    )  # 4 steps < log_every=10: only the end of the epoch is logged
 
 
 def test_train_loss_is_the_mean_over_the_logged_steps():
@@ -110,7 +130,9 @@ def test_train_loss_is_the_mean_over_the_logged_steps():
         log_every=2,
     )
     with torch.no_grad():
-        batch_losses = [nn.functional.mse_loss(model(x), y).item() for x, y in loader]
+        batch_losses = [
+            nn.functional.mse_loss(model(x), y).item() for x, y in loader
+        ]
     expected = [np.mean(batch_losses[:2]), np.mean(batch_losses[2:])]
     np.testing.assert_allclose(history["train_loss"], expected, rtol=1e-6)
 
@@ -136,9 +158,13 @@ def test_fit_is_reproducible_with_a_seed():
 
 
 def test_scheduler_is_stepped_once_per_optimizer_step():
-    model, loader = linear_problem(num_samples=64, batch_size=8)  # 8 steps per epoch
+    model, loader = linear_problem(
+        num_samples=64, batch_size=8
+    )  # 8 steps per epoch
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    scheduler = cosine_warmup_schedule(optimizer, warmup_steps=4, total_steps=16)
+    scheduler = cosine_warmup_schedule(
+        optimizer, warmup_steps=4, total_steps=16
+    )
     history = fit(
         model,
         loader,
@@ -157,7 +183,9 @@ def test_scheduler_is_stepped_once_per_optimizer_step():
 def test_gradient_clipping_bounds_the_update():
     # With SGD, lr=1 and clipping at 0.01, one step moves the parameters by at most 0.01.
     model, loader = linear_problem(num_samples=16, batch_size=16)
-    before = torch.cat([p.detach().flatten().clone() for p in model.parameters()])
+    before = torch.cat(
+        [p.detach().flatten().clone() for p in model.parameters()]
+    )
     optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
     fit(
         model,
@@ -186,26 +214,46 @@ def test_models_with_several_inputs_are_called_with_all_of_them():
     loader = DataLoader(TensorDataset(left, right, target), batch_size=8)
     model = AddThenLinear()
     optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
-    fit(model, loader, loss_fn=nn.MSELoss(), optimizer=optimizer, epochs=40, progress=False)
+    fit(
+        model,
+        loader,
+        loss_fn=nn.MSELoss(),
+        optimizer=optimizer,
+        epochs=40,
+        progress=False,
+    )
     assert evaluate(model, loader, nn.MSELoss())["loss"] < 1e-3
 
 
 def test_evaluate_weights_batches_by_their_size_and_restores_the_mode():
     model, _ = linear_problem()
     x, y = torch.randn(10, 3), torch.randn(10, 1)
-    uneven = DataLoader(TensorDataset(x, y), batch_size=4)  # batches of 4, 4 and 2
+    uneven = DataLoader(
+        TensorDataset(x, y), batch_size=4
+    )  # batches of 4, 4 and 2
     model.train()
     scores = evaluate(model, uneven, nn.MSELoss(), {"mae": mean_abs_error})
     with torch.no_grad():
-        assert scores["loss"] == pytest.approx(nn.functional.mse_loss(model(x), y).item())
-        assert scores["mae"] == pytest.approx(mean_abs_error(model(x), y).item())
+        assert scores["loss"] == pytest.approx(
+            nn.functional.mse_loss(model(x), y).item()
+        )
+        assert scores["mae"] == pytest.approx(
+            mean_abs_error(model(x), y).item()
+        )
     assert model.training
 
 
 def test_checkpoint_round_trip(tmp_path):
     model, loader = linear_problem()
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
-    fit(model, loader, loss_fn=nn.MSELoss(), optimizer=optimizer, epochs=2, progress=False)
+    fit(
+        model,
+        loader,
+        loss_fn=nn.MSELoss(),
+        optimizer=optimizer,
+        epochs=2,
+        progress=False,
+    )
     path = tmp_path / "model.pt"
     save_checkpoint(path, model, optimizer, epoch=2, note="after two epochs")
 
@@ -213,12 +261,16 @@ def test_checkpoint_round_trip(tmp_path):
     fresh_optimizer = torch.optim.Adam(fresh.parameters(), lr=0.01)
     extra = load_checkpoint(path, fresh, fresh_optimizer)
     assert extra == {"epoch": 2, "note": "after two epochs"}
-    for saved, loaded in zip(model.state_dict().values(), fresh.state_dict().values(), strict=True):
+    for saved, loaded in zip(
+        model.state_dict().values(), fresh.state_dict().values(), strict=True
+    ):
         assert torch.equal(saved, loaded)
     saved_state = optimizer.state_dict()["state"]
     loaded_state = fresh_optimizer.state_dict()["state"]
     for key in saved_state:
-        assert torch.equal(saved_state[key]["exp_avg"], loaded_state[key]["exp_avg"])
+        assert torch.equal(
+            saved_state[key]["exp_avg"], loaded_state[key]["exp_avg"]
+        )
 
 
 def test_checkpoint_errors(tmp_path):
@@ -253,7 +305,9 @@ def test_schedule_values_at_key_steps():
     assert cosine_warmup_factor(500, warmup, total) == 0.0
     assert cosine_warmup_factor(0, 0, 4) == pytest.approx(1.0)
     assert cosine_warmup_factor(2, 0, 4) == pytest.approx(0.5)
-    assert cosine_warmup_factor(4, 4, 4) == 0.0  # warm-up only: no division by zero
+    assert (
+        cosine_warmup_factor(4, 4, 4) == 0.0
+    )  # warm-up only: no division by zero
 
 
 @settings(max_examples=50, deadline=None)
@@ -262,7 +316,9 @@ def test_schedule_values_at_key_steps():
     warmup_fraction=st.floats(min_value=0.0, max_value=1.0),
     data=st.data(),
 )
-def test_schedule_is_in_unit_interval_and_decays_after_warmup(total, warmup_fraction, data):
+def test_schedule_is_in_unit_interval_and_decays_after_warmup(
+    total, warmup_fraction, data
+):
     warmup = int(warmup_fraction * total)
     step = data.draw(st.integers(min_value=0, max_value=2 * total))
     factor = cosine_warmup_factor(step, warmup, total)
@@ -270,7 +326,10 @@ def test_schedule_is_in_unit_interval_and_decays_after_warmup(total, warmup_frac
     if warmup <= step < total:
         assert factor >= cosine_warmup_factor(step + 1, warmup, total)
     if step < warmup:
-        assert factor < cosine_warmup_factor(step + 1, warmup, total) or step + 1 == warmup
+        assert (
+            factor < cosine_warmup_factor(step + 1, warmup, total)
+            or step + 1 == warmup
+        )
 
 
 def test_schedule_drives_the_optimizer():
@@ -290,11 +349,23 @@ def test_schedule_drives_the_optimizer():
 @pytest.mark.parametrize(
     ("args", "error", "match"),
     [
-        ((0, 2, 10.0), TypeError, "total_steps must be a positive int, got float"),
+        (
+            (0, 2, 10.0),
+            TypeError,
+            "total_steps must be a positive int, got float",
+        ),
         ((0, 2, 0), ValueError, "total_steps must be a positive int, got 0"),
-        ((0, 11, 10), ValueError, r"warmup_steps must be in \[0, total_steps=10\]"),
+        (
+            (0, 11, 10),
+            ValueError,
+            r"warmup_steps must be in \[0, total_steps=10\]",
+        ),
         ((0, -1, 10), ValueError, "warmup_steps must be >= 0, got -1"),
-        ((0, 2.0, 10), TypeError, "warmup_steps must be a non-negative int, got float"),
+        (
+            (0, 2.0, 10),
+            TypeError,
+            "warmup_steps must be a non-negative int, got float",
+        ),
         ((-1, 2, 10), ValueError, "step must be >= 0, got -1"),
         ((True, 2, 10), TypeError, "step must be a non-negative int, got bool"),
         ((1.0, 2, 10), TypeError, "step must be a non-negative int, got float"),
@@ -331,24 +402,64 @@ def fit_kwargs(**overrides):
     ("overrides", "error", "match"),
     [
         ({"model": "linear"}, TypeError, "model must be a torch.nn.Module"),
-        ({"train_loader": torch.zeros(4, 3)}, TypeError, "train_loader must be an iterable"),
+        (
+            {"train_loader": torch.zeros(4, 3)},
+            TypeError,
+            "train_loader must be an iterable",
+        ),
         ({"val_loader": 5}, TypeError, "val_loader must be an iterable"),
         ({"loss_fn": "mse"}, TypeError, "loss_fn must be callable"),
-        ({"optimizer": "adam"}, TypeError, "optimizer must be a torch.optim.Optimizer"),
+        (
+            {"optimizer": "adam"},
+            TypeError,
+            "optimizer must be a torch.optim.Optimizer",
+        ),
         ({"epochs": 0}, ValueError, "epochs must be a positive int"),
-        ({"epochs": 2.0}, TypeError, "epochs must be a positive int, got float"),
+        (
+            {"epochs": 2.0},
+            TypeError,
+            "epochs must be a positive int, got float",
+        ),
         ({"log_every": 0}, ValueError, "log_every must be a positive int"),
-        ({"clip_grad_norm": 0.0}, ValueError, "clip_grad_norm must be > 0.*1.0 is a common"),
-        ({"clip_grad_norm": "1"}, TypeError, "clip_grad_norm must be a number, got str"),
-        ({"log_every": 2.0}, TypeError, "log_every must be a positive int, got float"),
+        (
+            {"clip_grad_norm": 0.0},
+            ValueError,
+            "clip_grad_norm must be > 0.*1.0 is a common",
+        ),
+        (
+            {"clip_grad_norm": "1"},
+            TypeError,
+            "clip_grad_norm must be a number, got str",
+        ),
+        (
+            {"log_every": 2.0},
+            TypeError,
+            "log_every must be a positive int, got float",
+        ),
         ({"seed": -1}, ValueError, "seed must be >= 0"),
-        ({"seed": 1.5}, TypeError, "seed must be a non-negative int, got float"),
+        (
+            {"seed": 1.5},
+            TypeError,
+            "seed must be a non-negative int, got float",
+        ),
         ({"scheduler": "cosine"}, TypeError, "scheduler must have a step"),
         ({"metrics": [mean_abs_error]}, TypeError, "metrics must be a dict"),
-        ({"metrics": {"loss": mean_abs_error}}, ValueError, "other than 'loss'"),
+        (
+            {"metrics": {"loss": mean_abs_error}},
+            ValueError,
+            "other than 'loss'",
+        ),
         ({"metrics": {"mae": 3}}, TypeError, "metric 'mae' must be callable"),
-        ({"device": "gpu0"}, ValueError, "device must be a torch.device or a name"),
-        ({"train_loader": [torch.zeros(4, 3)]}, TypeError, "each batch must be a tuple"),
+        (
+            {"device": "gpu0"},
+            ValueError,
+            "device must be a torch.device or a name",
+        ),
+        (
+            {"train_loader": [torch.zeros(4, 3)]},
+            TypeError,
+            "each batch must be a tuple",
+        ),
         ({"train_loader": []}, ValueError, "train_loader yielded no batches"),
     ],
 )
@@ -362,7 +473,9 @@ def test_fit_stops_on_a_non_finite_loss():
     loader = DataLoader(TensorDataset(x, torch.zeros(2, 1)), batch_size=2)
     model = nn.Linear(1, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    with pytest.raises(FloatingPointError, match="the training loss is nan at epoch 1, step 1"):
+    with pytest.raises(
+        FloatingPointError, match="the training loss is nan at epoch 1, step 1"
+    ):
         fit(**fit_kwargs(train_loader=loader, model=model, optimizer=optimizer))
 
 
@@ -397,7 +510,9 @@ def test_fit_refuses_an_optimizer_of_another_model():
     model, loader = linear_problem()
     other = nn.Linear(3, 1)
     optimizer = torch.optim.SGD(other.parameters(), lr=0.1)
-    with pytest.raises(ValueError, match="holds none of this model's parameters") as info:
+    with pytest.raises(
+        ValueError, match="holds none of this model's parameters"
+    ) as info:
         fit(**fit_kwargs(model=model, train_loader=loader, optimizer=optimizer))
     assert "torch.optim.AdamW(model.parameters()" in str(info.value)
 
@@ -414,11 +529,17 @@ def test_fit_accepts_an_optimizer_over_part_of_the_model():
 
 def test_a_class_instead_of_an_instance_is_a_type_error():
     model, loader = linear_problem()
-    with pytest.raises(TypeError, match="model must be a torch.nn.Module, got type"):
+    with pytest.raises(
+        TypeError, match="model must be a torch.nn.Module, got type"
+    ):
         fit(**fit_kwargs(model=nn.Linear))
-    with pytest.raises(TypeError, match="optimizer must be a torch.optim.Optimizer, got type"):
+    with pytest.raises(
+        TypeError, match="optimizer must be a torch.optim.Optimizer, got type"
+    ):
         fit(**fit_kwargs(optimizer=torch.optim.SGD))
-    with pytest.raises(TypeError, match="model must be a torch.nn.Module, got type"):
+    with pytest.raises(
+        TypeError, match="model must be a torch.nn.Module, got type"
+    ):
         evaluate(nn.Linear, loader, nn.MSELoss())
 
 
@@ -445,13 +566,17 @@ class _ReturnsWeightsToo(nn.Module):
 def test_fit_refuses_a_model_that_returns_a_tuple():
     model = _ReturnsWeightsToo()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    with pytest.raises(TypeError, match=r"returned a tuple of 2 items.*return_attention"):
+    with pytest.raises(
+        TypeError, match=r"returned a tuple of 2 items.*return_attention"
+    ):
         fit(**fit_kwargs(model=model, optimizer=optimizer))
 
 
 def test_evaluate_refuses_a_model_that_returns_a_tuple():
     _, loader = linear_problem()
-    with pytest.raises(TypeError, match=r"returned a tuple of 2 items.*returns one tensor"):
+    with pytest.raises(
+        TypeError, match=r"returned a tuple of 2 items.*returns one tensor"
+    ):
         evaluate(_ReturnsWeightsToo(), loader, nn.MSELoss())
 
 

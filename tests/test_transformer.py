@@ -33,16 +33,22 @@ from helpers.transformer import (
     num_blocks=st.integers(1, 3),
     norm_first=st.booleans(),
 )
-def test_encoder_shapes_and_attention_maps(batch, seq_len, num_heads, num_blocks, norm_first):
+def test_encoder_shapes_and_attention_maps(
+    batch, seq_len, num_heads, num_blocks, norm_first
+):
     d_model = 8
-    encoder = TransformerEncoder(num_blocks, d_model, num_heads, 16, norm_first=norm_first)
+    encoder = TransformerEncoder(
+        num_blocks, d_model, num_heads, 16, norm_first=norm_first
+    )
     x = torch.randn(batch, seq_len, d_model)
     assert encoder(x).shape == (batch, seq_len, d_model)
     maps = encoder.get_attention_maps(x)
     assert len(maps) == num_blocks
     for weights in maps:
         assert weights.shape == (batch, num_heads, seq_len, seq_len)
-        torch.testing.assert_close(weights.sum(-1), torch.ones(batch, num_heads, seq_len))
+        torch.testing.assert_close(
+            weights.sum(-1), torch.ones(batch, num_heads, seq_len)
+        )
 
 
 def test_block_returns_attention_on_request():
@@ -54,8 +60,14 @@ def test_block_returns_attention_on_request():
 
 
 def test_final_norm_default_follows_norm_first():
-    assert isinstance(TransformerEncoder(1, 8, 2, 16, norm_first=True).final_norm, nn.LayerNorm)
-    assert isinstance(TransformerEncoder(1, 8, 2, 16, norm_first=False).final_norm, nn.Identity)
+    assert isinstance(
+        TransformerEncoder(1, 8, 2, 16, norm_first=True).final_norm,
+        nn.LayerNorm,
+    )
+    assert isinstance(
+        TransformerEncoder(1, 8, 2, 16, norm_first=False).final_norm,
+        nn.Identity,
+    )
     encoder = TransformerEncoder(1, 8, 2, 16, norm_first=True, final_norm=False)
     assert isinstance(encoder.final_norm, nn.Identity)
 
@@ -70,12 +82,20 @@ def test_causal_mask_blocks_the_future_through_the_stack(norm_first):
     seq_len = 6
     x = torch.randn(1, seq_len, 8, requires_grad=True)
     output = encoder(x, mask=causal_mask(seq_len))
-    probe = torch.randn(8)  # not .sum(): a LayerNorm's outputs sum to a constant
+    probe = torch.randn(
+        8
+    )  # not .sum(): a LayerNorm's outputs sum to a constant
     for t in range(seq_len):
-        (grad,) = torch.autograd.grad(output[0, t] @ probe, x, retain_graph=True)
+        (grad,) = torch.autograd.grad(
+            output[0, t] @ probe, x, retain_graph=True
+        )
         influence = grad[0].abs().sum(-1)
-        assert torch.all(influence[t + 1 :] == 0), f"position {t} sees the future"
-        assert torch.all(influence[: t + 1] > 0), f"position {t} ignores its past"
+        assert torch.all(influence[t + 1 :] == 0), (
+            f"position {t} sees the future"
+        )
+        assert torch.all(influence[: t + 1] > 0), (
+            f"position {t} ignores its past"
+        )
 
 
 def test_padding_does_not_change_real_tokens():
@@ -84,19 +104,29 @@ def test_padding_does_not_change_real_tokens():
     x = torch.randn(2, 7, 8)
     mask = padding_mask([4, 7], max_len=7)
     changed = x.clone()
-    changed[0, 4:] = torch.randn(3, 8) * 10  # only the padding of sequence 0 changes
-    torch.testing.assert_close(encoder(changed, mask)[0, :4], encoder(x, mask)[0, :4])
+    changed[0, 4:] = (
+        torch.randn(3, 8) * 10
+    )  # only the padding of sequence 0 changes
+    torch.testing.assert_close(
+        encoder(changed, mask)[0, :4], encoder(x, mask)[0, :4]
+    )
 
 
 @settings(max_examples=15, deadline=None)
-@given(seq_len=st.integers(2, 8), seed=st.integers(0, 2**16), norm_first=st.booleans())
+@given(
+    seq_len=st.integers(2, 8),
+    seed=st.integers(0, 2**16),
+    norm_first=st.booleans(),
+)
 def test_encoder_is_permutation_equivariant(seq_len, seed, norm_first):
     generator = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
     encoder = TransformerEncoder(2, 8, 2, 16, norm_first=norm_first).eval()
     x = torch.randn(2, seq_len, 8, generator=generator)
     permutation = torch.randperm(seq_len, generator=generator)
-    torch.testing.assert_close(encoder(x[:, permutation]), encoder(x)[:, permutation])
+    torch.testing.assert_close(
+        encoder(x[:, permutation]), encoder(x)[:, permutation]
+    )
 
 
 # --- the seed bugs, pinned --------------------------------------------------------------------
@@ -111,8 +141,12 @@ def test_attention_maps_are_computed_from_the_normalized_input():
     hidden = x
     for block, weights in zip(encoder.blocks, maps, strict=True):
         normalized = block.norm1(hidden)
-        _, expected = block.self_attn(normalized, normalized, normalized, return_attention=True)
-        _, seed_style = block.self_attn(hidden, hidden, hidden, return_attention=True)
+        _, expected = block.self_attn(
+            normalized, normalized, normalized, return_attention=True
+        )
+        _, seed_style = block.self_attn(
+            hidden, hidden, hidden, return_attention=True
+        )
         torch.testing.assert_close(weights, expected)
         assert (weights - seed_style).abs().max() > 0.1
         hidden = block(hidden)
@@ -178,7 +212,9 @@ def test_rmsnorm_equals_layernorm_exactly_on_centred_inputs(d_model, seed):
     x = torch.randn(6, d_model, generator=generator, dtype=torch.float64) + 2.0
     centred = x - x.mean(-1, keepdim=True)
     torch.testing.assert_close(rms(centred), layer(centred))
-    torch.testing.assert_close(rms(centred), layer(x))  # LayerNorm = centring + RMSNorm
+    torch.testing.assert_close(
+        rms(centred), layer(x)
+    )  # LayerNorm = centring + RMSNorm
     assert (rms(x) - layer(x)).abs().max() > 0.1  # off-centre inputs differ
 
 
@@ -198,8 +234,16 @@ def test_make_norm():
         ({"dropout": 1.0}, ValueError, r"\[0, 1\)"),
         ({"dropout": "0.1"}, TypeError, "dropout"),
         ({"num_heads": 0}, ValueError, "positive"),
-        ({"d_model": 8.0}, TypeError, "d_model must be a positive int, got float"),
-        ({"ffn_width": 16.0}, TypeError, "ffn_width must be a positive int, got float"),
+        (
+            {"d_model": 8.0},
+            TypeError,
+            "d_model must be a positive int, got float",
+        ),
+        (
+            {"ffn_width": 16.0},
+            TypeError,
+            "ffn_width must be a positive int, got float",
+        ),
         ({"eps": "1e-5"}, TypeError, "eps must be a number"),
         ({"ffn_width": 0}, ValueError, "ffn_width"),
         ({"norm": "batch"}, ValueError, "norm must be one of"),
@@ -212,7 +256,9 @@ def test_block_rejects_bad_arguments(kwargs, error, message):
         EncoderBlock(**arguments)
 
 
-@pytest.mark.parametrize(("num_blocks", "error"), [(0, ValueError), (2.0, TypeError)])
+@pytest.mark.parametrize(
+    ("num_blocks", "error"), [(0, ValueError), (2.0, TypeError)]
+)
 def test_encoder_rejects_bad_num_blocks(num_blocks, error):
     with pytest.raises(error, match="num_blocks"):
         TransformerEncoder(num_blocks, 8, 2, 16)
@@ -222,14 +268,18 @@ def test_block_rejects_bad_inputs():
     block = EncoderBlock(8, 2, 16)
     with pytest.raises(ValueError, match=r"\(B, T, D=8\)"):
         block(torch.randn(5, 8))
-    with pytest.raises(ValueError, match="built for d_model=8 but x has width 6"):
+    with pytest.raises(
+        ValueError, match="built for d_model=8 but x has width 6"
+    ):
         block(torch.randn(2, 5, 6))
     with pytest.raises(TypeError, match="torch.Tensor"):
         block([[0.0] * 8])
 
 
 def test_rmsnorm_rejects_bad_arguments():
-    with pytest.raises(ValueError, match="eps must be > 0, got 0.0; 1e-5 is usual"):
+    with pytest.raises(
+        ValueError, match="eps must be > 0, got 0.0; 1e-5 is usual"
+    ):
         RMSNorm(4, eps=0.0)
     with pytest.raises(TypeError, match="d_model"):
         RMSNorm("4")
@@ -238,7 +288,11 @@ def test_rmsnorm_rejects_bad_arguments():
 
 
 def test_rms_norm_eps_default_is_consistent():
-    assert RMSNorm(8).eps == make_norm("rms", 8).eps == EncoderBlock(8, 2, 16, norm="rms").norm1.eps
+    assert (
+        RMSNorm(8).eps
+        == make_norm("rms", 8).eps
+        == EncoderBlock(8, 2, 16, norm="rms").norm1.eps
+    )
     assert RMSNorm(8).eps == nn.LayerNorm(8).eps == 1e-5
 
 
@@ -266,20 +320,31 @@ def test_shared_validators_keep_their_messages():
 def test_float64_input_is_refused_naming_both_dtypes(build):
     module = build()
     x = torch.randn(2, 5, 8, dtype=torch.float64)
-    with pytest.raises(TypeError, match=r"x has dtype torch\.float64 but .* are torch\.float32"):
+    with pytest.raises(
+        TypeError, match=r"x has dtype torch\.float64 but .* are torch\.float32"
+    ):
         module(x)
-    assert module.double()(x).dtype == torch.float64  # the fix the message names
+    assert (
+        module.double()(x).dtype == torch.float64
+    )  # the fix the message names
 
 
-@pytest.mark.parametrize("module", [FeedForward(8, 16), RMSNorm(8)], ids=["ffn", "rms"])
+@pytest.mark.parametrize(
+    "module", [FeedForward(8, 16), RMSNorm(8)], ids=["ffn", "rms"]
+)
 def test_width_mismatch_is_refused(module):
     name = type(module).__name__
-    with pytest.raises(ValueError, match=rf"{name}\(d_model=8\) got input with last dimension 6"):
+    with pytest.raises(
+        ValueError,
+        match=rf"{name}\(d_model=8\) got input with last dimension 6",
+    ):
         module(torch.randn(2, 5, 6))
     assert module(torch.randn(2, 5, 8)).shape == (2, 5, 8)
 
 
-@pytest.mark.parametrize("module", [FeedForward(8, 16), RMSNorm(8)], ids=["ffn", "rms"])
+@pytest.mark.parametrize(
+    "module", [FeedForward(8, 16), RMSNorm(8)], ids=["ffn", "rms"]
+)
 def test_integer_and_float64_inputs_are_refused(module):
     with pytest.raises(TypeError, match=r"floating-point tensor.*x\.float\(\)"):
         module(torch.ones(2, 5, 8, dtype=torch.long))

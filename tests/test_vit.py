@@ -60,14 +60,22 @@ def test_patchify_orders_features_channel_then_row_then_column():
     torch.testing.assert_close(patches[1, 3], images[1, :, 3:, 3:].reshape(-1))
 
 
-@pytest.mark.parametrize(("patch_size", "channels"), [(1, 1), (2, 1), (4, 1), (2, 3)])
+@pytest.mark.parametrize(
+    ("patch_size", "channels"), [(1, 1), (2, 1), (4, 1), (2, 3)]
+)
 def test_conv_and_linear_patch_embeddings_are_one_map(patch_size, channels):
     torch.manual_seed(0)
     images = torch.randn(5, channels, 8, 8)
     conv = ConvPatchEmbedding(patch_size, channels, 16)
-    linear = copy_patch_weights(conv, LinearPatchEmbedding(patch_size, channels, 16))
-    torch.testing.assert_close(linear(images), conv(images), atol=1e-5, rtol=1e-5)
-    back = copy_patch_weights(linear, ConvPatchEmbedding(patch_size, channels, 16))
+    linear = copy_patch_weights(
+        conv, LinearPatchEmbedding(patch_size, channels, 16)
+    )
+    torch.testing.assert_close(
+        linear(images), conv(images), atol=1e-5, rtol=1e-5
+    )
+    back = copy_patch_weights(
+        linear, ConvPatchEmbedding(patch_size, channels, 16)
+    )
     torch.testing.assert_close(back.proj.weight, conv.proj.weight)
     assert conv(images).shape == (5, (8 // patch_size) ** 2, 16)
 
@@ -82,9 +90,15 @@ def test_patch_embeddings_differ_without_copied_weights():
 
 def test_copy_patch_weights_refuses_other_sizes_and_modules():
     with pytest.raises(ValueError, match="differ"):
-        copy_patch_weights(ConvPatchEmbedding(2, 1, 16), LinearPatchEmbedding(4, 1, 16))
-    with pytest.raises(TypeError, match="LinearPatchEmbedding and ConvPatchEmbedding"):
-        copy_patch_weights(torch.nn.Linear(4, 16), LinearPatchEmbedding(2, 1, 16))
+        copy_patch_weights(
+            ConvPatchEmbedding(2, 1, 16), LinearPatchEmbedding(4, 1, 16)
+        )
+    with pytest.raises(
+        TypeError, match="LinearPatchEmbedding and ConvPatchEmbedding"
+    ):
+        copy_patch_weights(
+            torch.nn.Linear(4, 16), LinearPatchEmbedding(2, 1, 16)
+        )
 
 
 # --------------------------------------------------------------------------- positions
@@ -96,21 +110,34 @@ def test_2d_sinusoidal_halves_encode_row_and_column():
     axis = sinusoidal_encoding(grid, width // 2)
     for row in range(grid):
         for column in range(grid):
-            torch.testing.assert_close(table[row, column, : width // 2], axis[row])
-            torch.testing.assert_close(table[row, column, width // 2 :], axis[column])
+            torch.testing.assert_close(
+                table[row, column, : width // 2], axis[row]
+            )
+            torch.testing.assert_close(
+                table[row, column, width // 2 :], axis[column]
+            )
 
 
 def test_2d_sinusoidal_similarity_depends_only_on_the_offset():
     grid, width = 5, 32
-    table = sinusoidal_2d_encoding(grid, width).double().reshape(grid, grid, width)
-    for (r1, c1), (r2, c2), (dr, dc) in [((0, 0), (1, 2), (2, 1)), ((1, 3), (0, 1), (3, 1))]:
+    table = (
+        sinusoidal_2d_encoding(grid, width).double().reshape(grid, grid, width)
+    )
+    for (r1, c1), (r2, c2), (dr, dc) in [
+        ((0, 0), (1, 2), (2, 1)),
+        ((1, 3), (0, 1), (3, 1)),
+    ]:
         here = table[r1, c1] @ table[r2, c2]
         moved = table[r1 + dr, c1 + dc] @ table[r2 + dr, c2 + dc]
         torch.testing.assert_close(here, moved, atol=1e-5, rtol=1e-5)
     # ... and it does change with the offset (a row offset and a column offset count alike).
-    assert not torch.isclose(table[0, 0] @ table[1, 2], table[0, 0] @ table[1, 3])
+    assert not torch.isclose(
+        table[0, 0] @ table[1, 2], table[0, 0] @ table[1, 3]
+    )
     norms = table.reshape(-1, width).norm(dim=-1)
-    torch.testing.assert_close(norms, torch.full_like(norms, (width / 2) ** 0.5))
+    torch.testing.assert_close(
+        norms, torch.full_like(norms, (width / 2) ** 0.5)
+    )
     unique = torch.unique(table.reshape(-1, width), dim=0)
     assert len(unique) == grid * grid, "every patch must get its own position"
 
@@ -152,7 +179,9 @@ def test_shapes_of_tokens_logits_and_attention(pool, patch_size):
 
 def test_the_encoder_is_chapter_6s():
     model = VisionTransformer()
-    assert all(isinstance(block, EncoderBlock) for block in model.encoder.blocks)
+    assert all(
+        isinstance(block, EncoderBlock) for block in model.encoder.blocks
+    )
 
 
 def test_class_token_and_mean_pooling_read_different_outputs():
@@ -163,7 +192,9 @@ def test_class_token_and_mean_pooling_read_different_outputs():
     assert with_token.cls_token is not None and mean.cls_token is None
     assert count_parameters(with_token) - count_parameters(mean) == 32
     encoded = with_token.encoder(with_token.tokens(images))
-    torch.testing.assert_close(with_token(images), with_token.head(encoded[:, 0]))
+    torch.testing.assert_close(
+        with_token(images), with_token.head(encoded[:, 0])
+    )
     encoded = mean.encoder(mean.tokens(images))
     torch.testing.assert_close(mean(images), mean.head(encoded.mean(dim=1)))
 
@@ -171,7 +202,10 @@ def test_class_token_and_mean_pooling_read_different_outputs():
 def swap_patches(images):
     """Exchange the top-left and bottom-right 2 x 2 patches of 8 x 8 images."""
     swapped = images.clone()
-    swapped[..., :2, :2], swapped[..., 6:, 6:] = images[..., 6:, 6:], images[..., :2, :2]
+    swapped[..., :2, :2], swapped[..., 6:, 6:] = (
+        images[..., 6:, 6:],
+        images[..., :2, :2],
+    )
     return swapped
 
 
@@ -179,17 +213,25 @@ def test_without_positions_a_mean_pooled_vit_sees_a_bag_of_patches():
     torch.manual_seed(0)
     images = torch.randn(4, 1, 8, 8)
     bag = VisionTransformer(ViTConfig(pool="mean", positions="none")).eval()
-    torch.testing.assert_close(bag(swap_patches(images)), bag(images), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        bag(swap_patches(images)), bag(images), atol=1e-5, rtol=1e-5
+    )
     for positions in ("learned", "sinusoidal"):
-        model = VisionTransformer(ViTConfig(pool="mean", positions=positions)).eval()
-        assert not torch.allclose(model(swap_patches(images)), model(images), atol=1e-4)
+        model = VisionTransformer(
+            ViTConfig(pool="mean", positions=positions)
+        ).eval()
+        assert not torch.allclose(
+            model(swap_patches(images)), model(images), atol=1e-4
+        )
 
 
 # --------------------------------------------------------------------------- errors
 
 
 def test_a_patch_size_that_does_not_divide_the_image_is_refused():
-    with pytest.raises(ValueError, match=r"not divisible by patch_size=3.*\[1, 2, 4, 8\]"):
+    with pytest.raises(
+        ValueError, match=r"not divisible by patch_size=3.*\[1, 2, 4, 8\]"
+    ):
         VisionTransformer(ViTConfig(patch_size=3))
     with pytest.raises(ValueError, match="not divisible"):
         patchify(torch.randn(1, 1, 8, 8), 3)
@@ -197,24 +239,33 @@ def test_a_patch_size_that_does_not_divide_the_image_is_refused():
         ConvPatchEmbedding(3, 1, 8)(torch.randn(1, 1, 8, 8))
 
 
-@pytest.mark.parametrize("embedding", [ConvPatchEmbedding, LinearPatchEmbedding])
+@pytest.mark.parametrize(
+    "embedding", [ConvPatchEmbedding, LinearPatchEmbedding]
+)
 @pytest.mark.parametrize(
     ("shape", "message"),
     [
-        ((1, 1, 7, 8), "image size 7 is not divisible"),  # a stride would drop a row
+        (
+            (1, 1, 7, 8),
+            "image size 7 is not divisible",
+        ),  # a stride would drop a row
         ((1, 1, 8, 7), "image size 7 is not divisible"),  # ... or a column
         ((1, 1, 8, 6), "square images, got 8 x 6"),
         ((1, 1, 6, 8), "square images, got 6 x 8"),
     ],
 )
-def test_both_patch_embeddings_refuse_images_the_patches_do_not_tile(embedding, shape, message):
+def test_both_patch_embeddings_refuse_images_the_patches_do_not_tile(
+    embedding, shape, message
+):
     with pytest.raises(ValueError, match=message):
         embedding(2, 1, 8)(torch.randn(*shape))
 
 
 def test_a_wrong_number_of_channels_is_refused():
     model = VisionTransformer()
-    with pytest.raises(ValueError, match=r"built for 1 channel\(s\) but the images have 3"):
+    with pytest.raises(
+        ValueError, match=r"built for 1 channel\(s\) but the images have 3"
+    ):
         model(torch.randn(2, 3, 8, 8))
     with pytest.raises(ValueError, match="channels last"):
         LinearPatchEmbedding(2, 3, 8)(torch.randn(2, 8, 8, 3))
@@ -222,7 +273,9 @@ def test_a_wrong_number_of_channels_is_refused():
 
 def test_an_image_without_a_batch_dimension_is_refused():
     model = VisionTransformer()
-    with pytest.raises(ValueError, match=r"without a batch dimension.*unsqueeze\(0\)"):
+    with pytest.raises(
+        ValueError, match=r"without a batch dimension.*unsqueeze\(0\)"
+    ):
         model(torch.randn(1, 8, 8))
     with pytest.raises(ValueError, match=r"unsqueeze\(1\)"):
         model(torch.randn(5, 8, 8))
@@ -251,7 +304,9 @@ def test_other_bad_inputs_are_refused():
 
 def test_rollout_of_identity_attention_is_the_identity():
     eye = torch.eye(5).expand(2, 3, 5, 5)
-    torch.testing.assert_close(attention_rollout([eye, eye, eye]), torch.eye(5).expand(2, 5, 5))
+    torch.testing.assert_close(
+        attention_rollout([eye, eye, eye]), torch.eye(5).expand(2, 5, 5)
+    )
 
 
 def test_rollout_of_uniform_attention_by_hand():
@@ -260,14 +315,22 @@ def test_rollout_of_uniform_attention_by_hand():
     size = 4
     uniform = torch.full((1, 2, size, size), 1 / size)
     expected = 0.75 * uniform[0, 0] + 0.25 * torch.eye(size)
-    torch.testing.assert_close(attention_rollout([uniform, uniform])[0], expected)
+    torch.testing.assert_close(
+        attention_rollout([uniform, uniform])[0], expected
+    )
 
 
 def test_rollout_multiplies_later_blocks_on_the_left():
-    first = torch.tensor([[1.0, 0.0], [1.0, 0.0]]).expand(1, 1, 2, 2)  # everyone reads token 0
-    second = torch.tensor([[0.0, 1.0], [0.0, 1.0]]).expand(1, 1, 2, 2)  # everyone reads 1
+    first = torch.tensor([[1.0, 0.0], [1.0, 0.0]]).expand(
+        1, 1, 2, 2
+    )  # everyone reads token 0
+    second = torch.tensor([[0.0, 1.0], [0.0, 1.0]]).expand(
+        1, 1, 2, 2
+    )  # everyone reads 1
     # residual 0: block 2 reads token 1, which after block 1 holds token 0: all from 0.
-    torch.testing.assert_close(attention_rollout([first, second], residual=0.0)[0], first[0, 0])
+    torch.testing.assert_close(
+        attention_rollout([first, second], residual=0.0)[0], first[0, 0]
+    )
 
 
 def test_rollout_rows_sum_to_one_and_heads_are_averaged():
@@ -276,7 +339,9 @@ def test_rollout_rows_sum_to_one_and_heads_are_averaged():
     rollout = attention_rollout(maps)
     torch.testing.assert_close(rollout.sum(-1), torch.ones(3, 6))
     assert (rollout >= 0).all()
-    torch.testing.assert_close(attention_rollout(maps[:1], residual=0.0), maps[0].mean(1))
+    torch.testing.assert_close(
+        attention_rollout(maps[:1], residual=0.0), maps[0].mean(1)
+    )
 
 
 def test_rollout_refuses_bad_input():
@@ -294,8 +359,12 @@ def test_patch_attention_reads_the_class_tokens_row():
     images = torch.randn(2, 1, 8, 8)
     maps = model.attention_maps(images)
     found = patch_attention(model, images)
-    torch.testing.assert_close(found["heads"][:, 1, 2], maps[1][:, 2, 0, 1:].reshape(2, 4, 4))
-    torch.testing.assert_close(found["rollout"], attention_rollout(maps)[:, 0, 1:].reshape(2, 4, 4))
+    torch.testing.assert_close(
+        found["heads"][:, 1, 2], maps[1][:, 2, 0, 1:].reshape(2, 4, 4)
+    )
+    torch.testing.assert_close(
+        found["rollout"], attention_rollout(maps)[:, 0, 1:].reshape(2, 4, 4)
+    )
 
 
 def test_patch_attention_refuses_a_model_in_training_mode():
@@ -310,15 +379,22 @@ def test_patch_attention_with_mean_pooling_averages_the_patches_rows():
     images = torch.randn(2, 1, 8, 8)
     maps = model.attention_maps(images)
     found = patch_attention(model, images)
-    torch.testing.assert_close(found["heads"][:, 0], maps[0].mean(dim=-2).reshape(2, 4, 4, 4))
-    torch.testing.assert_close(found["rollout"].sum(dim=(-2, -1)), torch.ones(2))
+    torch.testing.assert_close(
+        found["heads"][:, 0], maps[0].mean(dim=-2).reshape(2, 4, 4, 4)
+    )
+    torch.testing.assert_close(
+        found["rollout"].sum(dim=(-2, -1)), torch.ones(2)
+    )
 
 
 # --------------------------------------------------------------------------- the CNN and data
 
 
 def test_the_cnn_has_about_the_vits_parameter_count():
-    vit, cnn = count_parameters(VisionTransformer()), count_parameters(make_digits_cnn())
+    vit, cnn = (
+        count_parameters(VisionTransformer()),
+        count_parameters(make_digits_cnn()),
+    )
     assert abs(cnn - vit) / vit < 0.1, (cnn, vit)
     assert make_digits_cnn()(torch.randn(3, 1, 8, 8)).shape == (3, NUM_CLASSES)
     assert set(DIGITS_MODELS) == {"ViT", "CNN"}
@@ -339,8 +415,12 @@ def test_the_split_is_fixed_disjoint_and_balanced():
     again_train, again_test = digits_split(labels)
     assert torch.equal(train, again_train) and torch.equal(test, again_test)
     assert not set(train.tolist()) & set(test.tolist())
-    assert len(train) + len(test) == 1797 and len(set(train.tolist())) == len(train)
-    assert torch.bincount(labels[test]).tolist() == [TEST_PER_CLASS] * NUM_CLASSES
+    assert len(train) + len(test) == 1797 and len(set(train.tolist())) == len(
+        train
+    )
+    assert (
+        torch.bincount(labels[test]).tolist() == [TEST_PER_CLASS] * NUM_CLASSES
+    )
     for prefix in (10, 50, 100, 300):
         counts = torch.bincount(labels[train[:prefix]], minlength=NUM_CLASSES)
         assert counts.max() - counts.min() <= 1, (prefix, counts)
@@ -350,11 +430,18 @@ def test_the_split_is_fixed_disjoint_and_balanced():
 
 def test_digits_data_are_normalized_with_the_training_images():
     data = make_digits_data()
-    assert data.train_images.shape == (1297, 1, 8, 8) and data.test_images.shape == (500, 1, 8, 8)
+    assert data.train_images.shape == (
+        1297,
+        1,
+        8,
+        8,
+    ) and data.test_images.shape == (500, 1, 8, 8)
     assert abs(data.train_images.mean().item()) < 1e-5
     assert abs(data.train_images.std().item() - 1) < 1e-5
     small = make_digits_data(num_train=100)
-    assert len(small.train_labels) == 100 and torch.equal(small.test_labels, data.test_labels)
+    assert len(small.train_labels) == 100 and torch.equal(
+        small.test_labels, data.test_labels
+    )
     assert torch.equal(small.train_labels, data.train_labels[:100])
     with pytest.raises(ValueError, match="num_train=5000"):
         make_digits_data(num_train=5000)
@@ -365,9 +452,13 @@ def test_train_digits_learns_something_quickly():
     run = train_digits("CNN", seed=0, num_train=200, config=quick)
     assert run.num_train == 200 and 0.5 < run.test_accuracy <= 1.0
     again = train_digits("CNN", seed=0, num_train=200, config=quick)
-    assert again.test_accuracy == run.test_accuracy, "a seed must give the same run"
+    assert again.test_accuracy == run.test_accuracy, (
+        "a seed must give the same run"
+    )
     tiny = dataclasses.replace(quick, steps=3)
-    assert train_digits("ViT", seed=1, num_train=20, config=tiny).num_train == 20
+    assert (
+        train_digits("ViT", seed=1, num_train=20, config=tiny).num_train == 20
+    )
 
 
 def test_train_digits_returns_the_model_on_the_cpu_in_eval_mode(monkeypatch):
@@ -392,10 +483,16 @@ def test_train_digits_returns_the_model_on_the_cpu_in_eval_mode(monkeypatch):
     devices = ["cpu"] + ["cuda"] * torch.cuda.is_available()
     devices += ["mps"] * torch.backends.mps.is_available()
     for device in devices:
-        run = train_digits("ViT", seed=0, num_train=20, config=tiny, device=device)
-        assert {p.device.type for p in run.model.parameters()} == {"cpu"}, device
+        run = train_digits(
+            "ViT", seed=0, num_train=20, config=tiny, device=device
+        )
+        assert {p.device.type for p in run.model.parameters()} == {"cpu"}, (
+            device
+        )
         assert not run.model.training
-        run.model(make_digits_data(20).test_images[:2])  # CPU data, no device error
+        run.model(
+            make_digits_data(20).test_images[:2]
+        )  # CPU data, no device error
 
 
 def load_script():
@@ -413,7 +510,9 @@ def test_shipped_seed_results_are_every_run_of_the_script_command():
     assert table["machine"].nunique() == 1 and table["command"].nunique() == 1
     command = table["command"].iloc[0]
     seeds = int(re.search(r"--seeds (\d+)", command)[1])
-    sizes = [int(n) for n in re.search(r"--sizes ([\d ]+?) --", command)[1].split()]
+    sizes = [
+        int(n) for n in re.search(r"--sizes ([\d ]+?) --", command)[1].split()
+    ]
     assert seeds >= 5 and sizes == [50, 100, 300]
     jobs = load_script().jobs(seeds, sizes)
     assert len(table) == len(jobs)
@@ -433,7 +532,9 @@ def test_check_patchify_accepts_the_right_answer_and_explains_mistakes():
     assert checks.check_patchify(patchify).startswith("Correct")
 
     def strips(images, patch):
-        return images.reshape(images.shape[0], -1, images.shape[1] * patch * patch)
+        return images.reshape(
+            images.shape[0], -1, images.shape[1] * patch * patch
+        )
 
     def channels_last(images, patch):
         batch, channels, side, _ = images.shape
@@ -448,10 +549,14 @@ def test_check_patchify_accepts_the_right_answer_and_explains_mistakes():
         return x.permute(0, 4, 2, 1, 3, 5).reshape(batch, grid * grid, -1)
 
     def with_f_unfold(images, patch):
-        return torch.nn.functional.unfold(images, patch, stride=patch).transpose(1, 2)
+        return torch.nn.functional.unfold(
+            images, patch, stride=patch
+        ).transpose(1, 2)
 
     def with_tensor_unfold(images, patch):
-        blocks = images.unfold(2, patch, patch).unfold(3, patch, patch)  # (B, C, G, G, P, P)
+        blocks = images.unfold(2, patch, patch).unfold(
+            3, patch, patch
+        )  # (B, C, G, G, P, P)
         batch, channels, grid = blocks.shape[:3]
         blocks = blocks.permute(0, 2, 3, 1, 4, 5)
         return blocks.reshape(batch, grid * grid, channels * patch * patch)
@@ -475,10 +580,22 @@ def test_check_patchify_accepts_the_right_answer_and_explains_mistakes():
         return images.reshape(images.shape[0], 5, -1)
 
     for wrong, hint in [
-        (f_unfold_untransposed, r"functional.unfold returns; transpose it with .transpose\(1, 2\)"),
-        (tensor_unfold_channels_first, r"Tensor.unfold .*\.permute\(0, 2, 3, 1, 4, 5\)"),
-        (fixed_sizes, r"RGB images: your function raised RuntimeError.*images.shape"),
-        (crashes, r"grey image: your function raised RuntimeError.*reshape\(B, C, G, P, G, P\)"),
+        (
+            f_unfold_untransposed,
+            r"functional.unfold returns; transpose it with .transpose\(1, 2\)",
+        ),
+        (
+            tensor_unfold_channels_first,
+            r"Tensor.unfold .*\.permute\(0, 2, 3, 1, 4, 5\)",
+        ),
+        (
+            fixed_sizes,
+            r"RGB images: your function raised RuntimeError.*images.shape",
+        ),
+        (
+            crashes,
+            r"grey image: your function raised RuntimeError.*reshape\(B, C, G, P, G, P\)",
+        ),
         (strips, "runs of consecutive pixels"),
         (channels_last, r"\(channel, row, column\)"),
         (column_major, "row by row"),

@@ -69,7 +69,9 @@ def encode(text: str) -> list[int]:
     """Character ids of ``text`` (each character must be in :data:`ALPHABET`)."""
     unknown = sorted(set(text) - set(ALPHABET))
     if unknown:
-        raise ValueError(f"characters {unknown} are not in the alphabet {ALPHABET!r}")
+        raise ValueError(
+            f"characters {unknown} are not in the alphabet {ALPHABET!r}"
+        )
     return [_ID[char] for char in text]
 
 
@@ -82,7 +84,10 @@ def decode(ids: Sequence[int]) -> str:
 
 
 def make_strings(
-    num_strings: int, generator: torch.Generator, max_pairs: int = 16, max_depth: int = 8
+    num_strings: int,
+    generator: torch.Generator,
+    max_pairs: int = 16,
+    max_depth: int = 8,
 ) -> list[str]:
     """``num_strings`` random balanced strings of 1 to ``max_pairs`` bracket pairs.
 
@@ -94,9 +99,13 @@ def make_strings(
     check.positive_int("max_pairs", max_pairs)
     check.positive_int("max_depth", max_depth)
     check.generator(generator)
-    pairs = torch.randint(1, max_pairs + 1, (num_strings,), generator=generator).tolist()
+    pairs = torch.randint(
+        1, max_pairs + 1, (num_strings,), generator=generator
+    ).tolist()
     coins = torch.rand(num_strings, 2 * max_pairs, generator=generator).tolist()
-    kinds = torch.randint(3, (num_strings, 2 * max_pairs), generator=generator).tolist()
+    kinds = torch.randint(
+        3, (num_strings, 2 * max_pairs), generator=generator
+    ).tolist()
     strings = []
     for n, coin, kind in zip(pairs, coins, kinds, strict=True):
         stack, chars = [], []
@@ -140,7 +149,9 @@ def _moves(depth: int, remaining: int, max_depth: int) -> tuple[bool, bool]:
     return can_open, depth > 0
 
 
-def string_log_probability(text: str, max_pairs: int = 16, max_depth: int = 8) -> float:
+def string_log_probability(
+    text: str, max_pairs: int = 16, max_depth: int = 8
+) -> float:
     """``log P(text)`` (nats) under :func:`make_strings` with the same arguments (-inf if never).
 
     The walk's choices are read off the string: ``log(1 / max_pairs)`` for the number of pairs,
@@ -156,7 +167,9 @@ def string_log_probability(text: str, max_pairs: int = 16, max_depth: int = 8) -
         can_open, can_close = _moves(len(stack), len(text) - step, max_depth)
         if char in OPENERS and not can_open:
             return -math.inf  # deeper than max_depth
-        log_p -= math.log(2) * (can_open and can_close) + math.log(3) * (char in OPENERS)
+        log_p -= math.log(2) * (can_open and can_close) + math.log(3) * (
+            char in OPENERS
+        )
         stack.append(char) if char in OPENERS else stack.pop()
     return log_p
 
@@ -192,22 +205,31 @@ def entropy_rate(max_pairs: int = 16, max_depth: int = 8) -> float:
     return entropy / length
 
 
-def generator_loss(strings: Sequence[str], max_pairs: int = 16, max_depth: int = 8) -> float:
+def generator_loss(
+    strings: Sequence[str], max_pairs: int = 16, max_depth: int = 8
+) -> float:
     """The generator's own loss on ``strings`` (nats per character, end newlines included).
 
     What :func:`per_token_loss` would give for a model that predicts with the true
     probabilities, on the rows of ``strings``: ``sum(-log P(s)) / sum(len(s) + 1)``.
     """
-    total = -sum(string_log_probability(text, max_pairs, max_depth) for text in strings)
+    total = -sum(
+        string_log_probability(text, max_pairs, max_depth) for text in strings
+    )
     return total / sum(len(text) + 1 for text in strings)
 
 
-def _row_places(strings: Sequence[str], context_length: int) -> list[int | None]:
+def _row_places(
+    strings: Sequence[str], context_length: int
+) -> list[int | None]:
     """Where :func:`make_rows` puts each string: None if it starts a row, else the room left.
 
     The room is the length of the longest string that fits there.
     """
-    places, used = [], context_length + 1  # a full row: the first string starts a new one
+    places, used = (
+        [],
+        context_length + 1,
+    )  # a full row: the first string starts a new one
     for text in strings:
         room = context_length - used
         if len(text) > room:
@@ -220,7 +242,10 @@ def _row_places(strings: Sequence[str], context_length: int) -> list[int | None]
 
 
 def packed_generator_loss(
-    strings: Sequence[str], reference: Sequence[str], context_length: int, max_pairs: int = 16
+    strings: Sequence[str],
+    reference: Sequence[str],
+    context_length: int,
+    max_pairs: int = 16,
 ) -> float:
     """The generator's loss on the rows of ``strings`` when it also knows how rows are packed.
 
@@ -234,18 +259,28 @@ def packed_generator_loss(
     """
     lengths = [2 * pairs for pairs in range(1, max_pairs + 1)]  # equally likely
     places = _row_places(reference, context_length)
-    firsts = [len(text) for text, room in zip(reference, places, strict=True) if room is None]
+    firsts = [
+        len(text)
+        for text, room in zip(reference, places, strict=True)
+        if room is None
+    ]
     first_share = {n: firsts.count(n) / len(firsts) for n in lengths}
-    missing = sorted({len(t) for t in strings} - {n for n in lengths if first_share[n] > 0})
+    missing = sorted(
+        {len(t) for t in strings} - {n for n in lengths if first_share[n] > 0}
+    )
     if missing:
         raise ValueError(
             f"no row of the reference strings starts with a string of length {missing}; "
             "pass more reference strings"
         )
     total = 0.0
-    for text, room in zip(strings, _row_places(strings, context_length), strict=True):
+    for text, room in zip(
+        strings, _row_places(strings, context_length), strict=True
+    ):
         total -= string_log_probability(text, max_pairs)
-        if room is None:  # P(length) = 1 / max_pairs becomes the share among first strings
+        if (
+            room is None
+        ):  # P(length) = 1 / max_pairs becomes the share among first strings
             total -= math.log(first_share[len(text)] * max_pairs)
         else:
             total += math.log(sum(n <= room for n in lengths) / max_pairs)
@@ -274,7 +309,9 @@ def make_rows(strings: Sequence[str], context_length: int) -> TensorDataset:
             row = NEWLINE
         row += text + NEWLINE
     rows.append(row)
-    inputs = torch.zeros(len(rows), context_length, dtype=torch.long)  # padded with newlines
+    inputs = torch.zeros(
+        len(rows), context_length, dtype=torch.long
+    )  # padded with newlines
     targets = torch.full((len(rows), context_length), IGNORE, dtype=torch.long)
     for index, text in enumerate(rows):
         ids = torch.tensor(encode(text))
@@ -296,7 +333,9 @@ class NGramModel:
 
     def __init__(self, n: int, alpha: float = 0.1) -> None:
         self.n = check.positive_int("n", n)
-        self.alpha = check.positive_number("alpha", alpha, "0.1 is a mild smoothing")
+        self.alpha = check.positive_number(
+            "alpha", alpha, "0.1 is a mild smoothing"
+        )
         self.counts: dict[str, Counter] = defaultdict(Counter)
 
     def _context(self, prefix: str) -> str:
@@ -313,25 +352,37 @@ class NGramModel:
     def probabilities(self, prefix: str) -> torch.Tensor:
         """``(V,)`` float64 probabilities of the next character after ``newline + prefix``."""
         seen = self.counts.get(self._context(NEWLINE + prefix), Counter())
-        counts = torch.tensor([seen[char] for char in ALPHABET], dtype=torch.float64)
-        return (counts + self.alpha) / (counts.sum() + self.alpha * len(ALPHABET))
+        counts = torch.tensor(
+            [seen[char] for char in ALPHABET], dtype=torch.float64
+        )
+        return (counts + self.alpha) / (
+            counts.sum() + self.alpha * len(ALPHABET)
+        )
 
     def loss(self, strings: Sequence[str]) -> float:
         """Mean cross-entropy (nats) per predicted character of the rows of ``strings``."""
         total = count = 0
         for text in strings:
             for t, char in enumerate(text + NEWLINE):
-                total -= math.log(self.probabilities(text[:t])[_ID[char]].item())
+                total -= math.log(
+                    self.probabilities(text[:t])[_ID[char]].item()
+                )
                 count += 1
         return total / count
 
-    def sample(self, num_strings: int, generator: torch.Generator, max_len: int) -> list[str]:
+    def sample(
+        self, num_strings: int, generator: torch.Generator, max_len: int
+    ) -> list[str]:
         """Strings drawn character by character until a newline (at most ``max_len`` chars)."""
         strings = []
         for _ in range(num_strings):
             text = ""
             while len(text) < max_len:
-                char = ALPHABET[torch.multinomial(self.probabilities(text), 1, generator=generator)]
+                char = ALPHABET[
+                    torch.multinomial(
+                        self.probabilities(text), 1, generator=generator
+                    )
+                ]
                 if char == NEWLINE:
                     break
                 text += char
@@ -346,7 +397,9 @@ def validity_rate(strings: Sequence[str | None]) -> float:
     """The fraction of ``strings`` that belong to the language (None, unfinished, counts as not)."""
     if not strings:
         raise ValueError("no strings to score; sample at least one")
-    return sum(text is not None and is_balanced(text) for text in strings) / len(strings)
+    return sum(
+        text is not None and is_balanced(text) for text in strings
+    ) / len(strings)
 
 
 def closing_accuracy(
@@ -375,12 +428,16 @@ def closing_accuracy(
                 right += CLOSERS[int(scores.argmax())] == char
                 total += 1
     if total == 0:
-        raise ValueError(f"no closing bracket at a distance in {distance}; widen the range")
+        raise ValueError(
+            f"no closing bracket at a distance in {distance}; widen the range"
+        )
     return right / total
 
 
 @torch.no_grad()
-def gpt_probabilities(model: GPT, strings: Sequence[str]) -> dict[str, torch.Tensor]:
+def gpt_probabilities(
+    model: GPT, strings: Sequence[str]
+) -> dict[str, torch.Tensor]:
     """Next-character probabilities of ``model`` after every prefix of ``strings``."""
     model.eval()
     table = {}
@@ -393,13 +450,17 @@ def gpt_probabilities(model: GPT, strings: Sequence[str]) -> dict[str, torch.Ten
 
 
 @torch.no_grad()
-def per_token_loss(model: GPT, rows: TensorDataset, batch_size: int = 1024) -> float:
+def per_token_loss(
+    model: GPT, rows: TensorDataset, batch_size: int = 1024
+) -> float:
     """The exact mean cross-entropy (nats) over every counted target of ``rows``."""
     model.eval()
     total, count = 0.0, 0
     for inputs, targets in DataLoader(rows, batch_size=batch_size):
         logits = model(inputs)
-        total += F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="sum").item()
+        total += F.cross_entropy(
+            logits.flatten(0, 1), targets.flatten(), reduction="sum"
+        ).item()
         count += int((targets != IGNORE).sum())
     return total / count
 
@@ -414,7 +475,9 @@ def sample_strings(
     greedy: bool = False,
 ) -> list[str | None]:
     """Strings the model writes after a newline, up to its next newline (None if none comes)."""
-    prompt = torch.zeros(num_strings, 1, dtype=torch.long)  # id 0 is the newline
+    prompt = torch.zeros(
+        num_strings, 1, dtype=torch.long
+    )  # id 0 is the newline
     written = model.generate(
         prompt, model.context_length - 1, temperature, top_k, greedy, generator=generator,
         end_id=_ID[NEWLINE],
@@ -446,7 +509,9 @@ class BracketConfig:
     seed: int = 0
 
 
-def train_brackets(config: BracketConfig, train_rows: TensorDataset, val_rows=None):
+def train_brackets(
+    config: BracketConfig, train_rows: TensorDataset, val_rows=None
+):
     """Train a :class:`GPT` on rows of the language; return ``(model, history)``.
 
     AdamW with a cosine schedule and warm-up, next-character cross-entropy, a history row
@@ -475,8 +540,12 @@ def train_brackets(config: BracketConfig, train_rows: TensorDataset, val_rows=No
         model.parameters(), lr=config.lr, weight_decay=config.weight_decay
     )
     total_steps = config.epochs * len(loader)
-    scheduler = cosine_warmup_schedule(optimizer, config.warmup_steps, total_steps)
-    val_loader = None if val_rows is None else DataLoader(val_rows, batch_size=1024)
+    scheduler = cosine_warmup_schedule(
+        optimizer, config.warmup_steps, total_steps
+    )
+    val_loader = (
+        None if val_rows is None else DataLoader(val_rows, batch_size=1024)
+    )
     history = fit(
         model,
         loader,

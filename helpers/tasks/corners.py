@@ -25,7 +25,11 @@ from helpers.attention import MultiHeadAttention
 from helpers.masks import causal_mask
 from helpers.positional import SinusoidalPositionalEncoding
 from helpers.training import fit
-from helpers.transformer import FeedForward, TransformerDecoder, TransformerEncoder
+from helpers.transformer import (
+    FeedForward,
+    TransformerDecoder,
+    TransformerEncoder,
+)
 
 __all__ = [
     "CORNERS",
@@ -58,8 +62,12 @@ def make_corner_sequences(
     start = torch.randint(4, (num_sequences,), generator=generator)
     clockwise = torch.randint(2, (num_sequences,), generator=generator).bool()
     step = torch.where(clockwise, 1, -1)
-    order = (start[:, None] + step[:, None] * torch.arange(4)) % 4  # (N, 4) corner indices
-    points = CORNERS[order] + noise * torch.randn(num_sequences, 4, 2, generator=generator)
+    order = (
+        start[:, None] + step[:, None] * torch.arange(4)
+    ) % 4  # (N, 4) corner indices
+    points = CORNERS[order] + noise * torch.randn(
+        num_sequences, 4, 2, generator=generator
+    )
     return points, clockwise
 
 
@@ -124,8 +132,12 @@ class CornerTransformer(nn.Module):
         self.input_proj = nn.Linear(2, d_model)
         self.positional = SinusoidalPositionalEncoding(d_model, max_len=16)
         if residual:
-            self.encoder = TransformerEncoder(num_blocks, d_model, num_heads, ffn_width)
-            self.decoder = TransformerDecoder(num_blocks, d_model, num_heads, ffn_width)
+            self.encoder = TransformerEncoder(
+                num_blocks, d_model, num_heads, ffn_width
+            )
+            self.decoder = TransformerDecoder(
+                num_blocks, d_model, num_heads, ffn_width
+            )
         else:
             self.encoder = _PlainEncoderLayer(d_model, num_heads, ffn_width)
             self.decoder = _PlainDecoderLayer(d_model, num_heads, ffn_width)
@@ -134,34 +146,50 @@ class CornerTransformer(nn.Module):
     def _lift(self, points: torch.Tensor) -> torch.Tensor:
         check.tensor("points", points, floating=True, min_ndim=3)
         if points.ndim != 3 or points.shape[-1] != 2:
-            raise ValueError(f"points must be (B, T, 2), got {tuple(points.shape)}")
+            raise ValueError(
+                f"points must be (B, T, 2), got {tuple(points.shape)}"
+            )
         return self.positional(self.input_proj(points))
 
     def encode(self, source: torch.Tensor) -> torch.Tensor:
         return self.encoder(self._lift(source))
 
-    def decode(self, decoder_input: torch.Tensor, memory: torch.Tensor) -> torch.Tensor:
+    def decode(
+        self, decoder_input: torch.Tensor, memory: torch.Tensor
+    ) -> torch.Tensor:
         target_mask = causal_mask(decoder_input.shape[1], decoder_input.device)
-        return self.output_proj(self.decoder(self._lift(decoder_input), memory, target_mask))
+        return self.output_proj(
+            self.decoder(self._lift(decoder_input), memory, target_mask)
+        )
 
-    def forward(self, source: torch.Tensor, decoder_input: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, source: torch.Tensor, decoder_input: torch.Tensor
+    ) -> torch.Tensor:
         return self.decode(decoder_input, self.encode(source))
 
     @torch.no_grad()
-    def generate(self, source: torch.Tensor, num_points: int = 2) -> torch.Tensor:
+    def generate(
+        self, source: torch.Tensor, num_points: int = 2
+    ) -> torch.Tensor:
         """Free-running prediction ``(B, num_points, 2)``: each step reads its own outputs."""
         memory = self.encode(source)
-        written = source[:, -1:]  # the decoder starts from the last source point
+        written = source[
+            :, -1:
+        ]  # the decoder starts from the last source point
         for _ in range(check.positive_int("num_points", num_points)):
             next_point = self.decode(written, memory)[:, -1:]
             written = torch.cat([written, next_point], dim=1)
         return written[:, 1:]
 
     @torch.no_grad()
-    def get_attention_maps(self, source: torch.Tensor, decoder_input: torch.Tensor) -> dict:
+    def get_attention_maps(
+        self, source: torch.Tensor, decoder_input: torch.Tensor
+    ) -> dict:
         """``"encoder"``, ``"decoder"`` and ``"cross"`` weights per block (residual model)."""
         if not self.residual:
-            raise ValueError("attention maps are only recorded for the residual model")
+            raise ValueError(
+                "attention maps are only recorded for the residual model"
+            )
         encoder_maps = self.encoder.get_attention_maps(self._lift(source))
         target_mask = causal_mask(decoder_input.shape[1], decoder_input.device)
         decoder_maps = self.decoder.get_attention_maps(
@@ -189,7 +217,9 @@ class CornerConfig:
     seed: int = 0
 
 
-def train_corners(config: CornerConfig, train_points: torch.Tensor, val_points=None):
+def train_corners(
+    config: CornerConfig, train_points: torch.Tensor, val_points=None
+):
     """Train a :class:`CornerTransformer` with teacher forcing; return ``(model, history)``.
 
     Adam, mean squared error on the two target points, a shuffled loader seeded by
@@ -198,7 +228,11 @@ def train_corners(config: CornerConfig, train_points: torch.Tensor, val_points=N
     check.instance("config", config, CornerConfig)
     torch.manual_seed(config.seed)
     model = CornerTransformer(
-        config.d_model, config.num_heads, config.ffn_width, config.num_blocks, config.residual
+        config.d_model,
+        config.num_heads,
+        config.ffn_width,
+        config.num_blocks,
+        config.residual,
     )
     train_set = teacher_forcing_split(train_points)
     loader = DataLoader(
@@ -209,7 +243,9 @@ def train_corners(config: CornerConfig, train_points: torch.Tensor, val_points=N
     )
     val_loader = None
     if val_points is not None:
-        val_loader = DataLoader(teacher_forcing_split(val_points), batch_size=len(val_points))
+        val_loader = DataLoader(
+            teacher_forcing_split(val_points), batch_size=len(val_points)
+        )
     history = fit(
         model,
         loader,
@@ -224,7 +260,9 @@ def train_corners(config: CornerConfig, train_points: torch.Tensor, val_points=N
 
 
 @torch.no_grad()
-def free_running_mse(model: CornerTransformer, points: torch.Tensor) -> tuple[float, float]:
+def free_running_mse(
+    model: CornerTransformer, points: torch.Tensor
+) -> tuple[float, float]:
     """Mean squared error on points 3-4: ``(teacher_forced, free_running)``.
 
     Teacher forced: the decoder reads the *true* point 3 to predict point 4. Free running: it
@@ -257,7 +295,9 @@ def follows_the_rule(
     that guesses scores about 1/4.
     """
     source = teacher_forcing_split(points).tensors[0].clone()
-    source[:, 1] = CORNERS[torch.randint(4, (len(source),), generator=check.generator(generator))]
+    source[:, 1] = CORNERS[
+        torch.randint(4, (len(source),), generator=check.generator(generator))
+    ]
     predicted = model.generate(source, 1)[:, 0]  # (B, 2): point 3
     nearest = torch.cdist(predicted, CORNERS).argmin(dim=-1)
     opposite = torch.cdist(-source[:, 0], CORNERS).argmin(dim=-1)

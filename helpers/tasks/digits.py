@@ -56,14 +56,18 @@ SPLIT_SEED = 0
 
 def load_digits_images() -> tuple[Tensor, Tensor]:
     """All 1,797 digits as ``(images (N, 1, 8, 8) float32 in [0, 16], labels (N,) int64)``."""
-    from sklearn.datasets import load_digits  # imported here: only this task needs it
+    from sklearn.datasets import (
+        load_digits,
+    )  # imported here: only this task needs it
 
     digits = load_digits()
     images = torch.tensor(digits.images, dtype=torch.float32).unsqueeze(1)
     return images, torch.tensor(digits.target, dtype=torch.int64)
 
 
-def digits_split(labels: Tensor, test_per_class: int = TEST_PER_CLASS, seed: int = SPLIT_SEED):
+def digits_split(
+    labels: Tensor, test_per_class: int = TEST_PER_CLASS, seed: int = SPLIT_SEED
+):
     """A seeded split of ``range(len(labels))``: ``(train_indices, test_indices)``.
 
     ``test_per_class`` images of each class, drawn in a seeded order, go to the test set. The
@@ -73,12 +77,16 @@ def digits_split(labels: Tensor, test_per_class: int = TEST_PER_CLASS, seed: int
     """
     check.tensor("labels", labels)
     check.positive_int("test_per_class", test_per_class)
-    generator = torch.Generator().manual_seed(check.non_negative_int("seed", seed))
+    generator = torch.Generator().manual_seed(
+        check.non_negative_int("seed", seed)
+    )
     train_queues, test = [], []
     for digit in range(NUM_CLASSES):
         members = torch.nonzero(labels == digit).flatten()
         if len(members) <= test_per_class:
-            raise ValueError(f"class {digit} has only {len(members)} images for the test set")
+            raise ValueError(
+                f"class {digit} has only {len(members)} images for the test set"
+            )
         members = members[torch.randperm(len(members), generator=generator)]
         test.append(members[:test_per_class])
         train_queues.append(members[test_per_class:].tolist())
@@ -109,7 +117,9 @@ def make_digits_data(num_train: int | None = None) -> DigitsData:
     train, test = digits_split(labels)
     if num_train is not None:
         if check.positive_int("num_train", num_train) > len(train):
-            raise ValueError(f"num_train={num_train}, but the split has {len(train)} images")
+            raise ValueError(
+                f"num_train={num_train}, but the split has {len(train)} images"
+            )
         train = train[:num_train]
     mean, std = images[train].mean().item(), images[train].std().item()
     normalized = (images - mean) / std
@@ -120,7 +130,9 @@ def make_digits_data(num_train: int | None = None) -> DigitsData:
 # --------------------------------------------------------------------------- models
 
 
-def make_digits_cnn(channels: tuple[int, int] = (16, 36), num_classes: int = NUM_CLASSES):
+def make_digits_cnn(
+    channels: tuple[int, int] = (16, 36), num_classes: int = NUM_CLASSES
+):
     """A small CNN for 8 x 8 images: ``(B, 1, 8, 8) -> (B, num_classes)``.
 
     Two 3 x 3 convolutions at full resolution, a 2 x 2 max-pool, a third convolution at 4 x 4,
@@ -183,15 +195,21 @@ def accuracy(logits: Tensor, labels: Tensor) -> Tensor:
     return (logits.argmax(dim=-1) == labels).float().mean()
 
 
-def _batches(data: DigitsData, config: DigitsTrainConfig, generator: torch.Generator):
+def _batches(
+    data: DigitsData, config: DigitsTrainConfig, generator: torch.Generator
+):
     """``config.steps`` batches: passes over the training set, each in a fresh seeded order."""
     count = len(data.train_labels)
     size = min(config.batch_size, count)
-    per_pass = count // size  # whole batches per pass; the rest of a pass is dropped
+    per_pass = (
+        count // size
+    )  # whole batches per pass; the rest of a pass is dropped
     passes = math.ceil(config.steps / per_pass)
     order = torch.cat([torch.randperm(count, generator=generator)[: per_pass * size]
                        for _ in range(passes)])[: config.steps * size]  # fmt: skip
-    return [(data.train_images[i], data.train_labels[i]) for i in order.split(size)]
+    return [
+        (data.train_images[i], data.train_labels[i]) for i in order.split(size)
+    ]
 
 
 def train_digits(
@@ -226,14 +244,23 @@ def train_digits(
     def score(images, labels):
         loader = DataLoader(TensorDataset(images, labels), batch_size=500)
         metrics = {"accuracy": accuracy}
-        return evaluate(network, loader, nn.functional.cross_entropy, metrics)["accuracy"]
+        return evaluate(network, loader, nn.functional.cross_entropy, metrics)[
+            "accuracy"
+        ]
 
     test, train = (
         score(data.test_images, data.test_labels),
         score(data.train_images, data.train_labels),
     )
     # Back on the CPU, where the chapter's data live, whatever device trained it.
-    return DigitsRun(network.cpu().eval(), len(data.train_labels), test, train, seconds, history)
+    return DigitsRun(
+        network.cpu().eval(),
+        len(data.train_labels),
+        test,
+        train,
+        seconds,
+        history,
+    )
 
 
 SEEDS_FILE = "digits_seeds.csv"
@@ -248,5 +275,6 @@ def seed_results() -> pd.DataFrame:
     ``machine`` and ``command`` that produced it.
     """
     return shipped_table(
-        SEEDS_FILE, f"python scripts/reproduce_digits.py --out helpers/tasks/{SEEDS_FILE}"
+        SEEDS_FILE,
+        f"python scripts/reproduce_digits.py --out helpers/tasks/{SEEDS_FILE}",
     )

@@ -66,13 +66,19 @@ def retrieval_targets(tokens: Tensor) -> Tensor:
     earlier = earlier_mask(length)  # (T_query, T_key): key j < query t
     candidates = same & earlier
     # the latest earlier occurrence: the largest j where candidates is True
-    latest = torch.where(candidates, torch.arange(length), -1).amax(dim=-1)  # (B, T)
+    latest = torch.where(candidates, torch.arange(length), -1).amax(
+        dim=-1
+    )  # (B, T)
     following = tokens.gather(1, (latest + 1).clamp(max=length - 1))
     return torch.where(latest >= 0, following, IGNORE)
 
 
 def make_retrieval_data(
-    num_sequences: int, seq_len: int, vocab_size: int, seed: int, repeated: bool = False
+    num_sequences: int,
+    seq_len: int,
+    vocab_size: int,
+    seed: int,
+    repeated: bool = False,
 ) -> tuple[Tensor, Tensor]:
     """``(tokens, targets)``, both (N, T) int64: random tokens and their targets.
 
@@ -85,12 +91,16 @@ def make_retrieval_data(
     check.positive_int("num_sequences", num_sequences)
     check.positive_int("seq_len", seq_len)
     if check.positive_int("vocab_size", vocab_size) < 2:
-        raise ValueError("vocab_size must be at least 2, or every answer is the same token")
+        raise ValueError(
+            "vocab_size must be at least 2, or every answer is the same token"
+        )
     check.non_negative_int("seed", seed)
     check.boolean("repeated", repeated)
     generator = torch.Generator().manual_seed(seed)
     if not repeated:
-        tokens = torch.randint(vocab_size, (num_sequences, seq_len), generator=generator)
+        tokens = torch.randint(
+            vocab_size, (num_sequences, seq_len), generator=generator
+        )
         return tokens, retrieval_targets(tokens)
     if seq_len % 2 or vocab_size < seq_len // 2:
         raise ValueError(
@@ -98,9 +108,15 @@ def make_retrieval_data(
             f"tokens in each half), got seq_len={seq_len}, vocab_size={vocab_size}"
         )
     noise = torch.rand(num_sequences, vocab_size, generator=generator)
-    half = noise.argsort(dim=-1)[:, : seq_len // 2]  # distinct tokens, random order
-    shifts = torch.randint(seq_len // 2, (num_sequences, 1), generator=generator)
-    rotated = half.gather(1, (torch.arange(seq_len // 2) + shifts) % (seq_len // 2))
+    half = noise.argsort(dim=-1)[
+        :, : seq_len // 2
+    ]  # distinct tokens, random order
+    shifts = torch.randint(
+        seq_len // 2, (num_sequences, 1), generator=generator
+    )
+    rotated = half.gather(
+        1, (torch.arange(seq_len // 2) + shifts) % (seq_len // 2)
+    )
     tokens = torch.cat([half, rotated], dim=1)
     return tokens, retrieval_targets(tokens)
 
@@ -141,22 +157,36 @@ class _Multiply:
     def __init__(self, factor: float) -> None:
         self.factor = factor
 
-    def __call__(self, module: torch.nn.Module, inputs, output: Tensor) -> Tensor:
+    def __call__(
+        self, module: torch.nn.Module, inputs, output: Tensor
+    ) -> Tensor:
         return output * self.factor
 
 
-def _rescale(model: GPT, positions: str, scale: str | None, d_model: int) -> None:
+def _rescale(
+    model: GPT, positions: str, scale: str | None, d_model: int
+) -> None:
     """Apply ``scale`` to a freshly initialized model (see :func:`train_retrieval`)."""
-    if scale == "tokens":  # Vaswani et al.: embeddings times sqrt(D) on the way in only
-        model.token_embedding.register_forward_hook(_Multiply(math.sqrt(d_model)))
+    if (
+        scale == "tokens"
+    ):  # Vaswani et al.: embeddings times sqrt(D) on the way in only
+        model.token_embedding.register_forward_hook(
+            _Multiply(math.sqrt(d_model))
+        )
     elif scale == "encoding":
         if positions != "sinusoidal":
-            raise ValueError(f"scale='encoding' needs positions='sinusoidal', got {positions!r}")
+            raise ValueError(
+                f"scale='encoding' needs positions='sinusoidal', got {positions!r}"
+            )
         table = model.position_embedding.pe
-        table.mul_(0.02 / table.pow(2).mean().sqrt())  # the tokens' initial size, 0.02
+        table.mul_(
+            0.02 / table.pow(2).mean().sqrt()
+        )  # the tokens' initial size, 0.02
 
 
-def retrieval_accuracy(model: torch.nn.Module, tokens: Tensor, targets: Tensor) -> float:
+def retrieval_accuracy(
+    model: torch.nn.Module, tokens: Tensor, targets: Tensor
+) -> float:
     """The fraction of positions with a target whose arg-max prediction is right."""
     model.eval()
     with torch.no_grad():
@@ -166,7 +196,10 @@ def retrieval_accuracy(model: torch.nn.Module, tokens: Tensor, targets: Tensor) 
 
 
 def train_retrieval(
-    positions: str, seed: int, config: RetrievalConfig = RetrievalConfig(), scale: str | None = None
+    positions: str,
+    seed: int,
+    config: RetrievalConfig = RetrievalConfig(),
+    scale: str | None = None,
 ) -> tuple[GPT, dict[int, float]]:
     """Train one model on length ``config.train_len``; return it and ``{length: accuracy}``.
 
@@ -214,7 +247,11 @@ def train_retrieval(
         length: retrieval_accuracy(
             model,
             *make_retrieval_data(
-                config.num_test, length, config.vocab_size, 10_000 + length, config.repeated
+                config.num_test,
+                length,
+                config.vocab_size,
+                10_000 + length,
+                config.repeated,
             ),
         )
         for length in config.test_lengths

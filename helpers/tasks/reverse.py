@@ -26,7 +26,12 @@ from torch.utils.data import DataLoader, TensorDataset
 from helpers import _validate as check
 from helpers.positional import SinusoidalPositionalEncoding
 from helpers.tasks import shipped_table
-from helpers.training import cosine_warmup_schedule, evaluate, fit, token_cross_entropy
+from helpers.training import (
+    cosine_warmup_schedule,
+    evaluate,
+    fit,
+    token_cross_entropy,
+)
 from helpers.transformer import TransformerEncoder
 
 __all__ = [
@@ -52,7 +57,10 @@ __all__ = [
 
 
 def make_reverse_dataset(
-    num_sequences: int, seq_len: int, num_classes: int, generator: torch.Generator
+    num_sequences: int,
+    seq_len: int,
+    num_classes: int,
+    generator: torch.Generator,
 ) -> TensorDataset:
     """Random token sequences and their reversals: ``TensorDataset(inputs, targets)``.
 
@@ -65,7 +73,9 @@ def make_reverse_dataset(
     check.positive_int("seq_len", seq_len)
     check.num_classes(num_classes)
     check.generator(generator)
-    inputs = torch.randint(num_classes, (num_sequences, seq_len), generator=generator)
+    inputs = torch.randint(
+        num_classes, (num_sequences, seq_len), generator=generator
+    )
     return TensorDataset(inputs, inputs.flip(-1))
 
 
@@ -95,7 +105,9 @@ class ReversePredictor(nn.Module):
         self.num_classes = check.num_classes(num_classes)
         self.embedding = nn.Embedding(num_classes, d_model)
         self.positional = (
-            SinusoidalPositionalEncoding(d_model, max_len) if positional else nn.Identity()
+            SinusoidalPositionalEncoding(d_model, max_len)
+            if positional
+            else nn.Identity()
         )
         self.dropout = nn.Dropout(dropout)
         ffn_width = 2 * d_model if ffn_width is None else ffn_width
@@ -139,10 +151,18 @@ def bag_oracle_accuracy(inputs: torch.Tensor, num_classes: int) -> float:
     accuracy on a finite test set can land slightly above it by chance (the targets are random
     given the bag).
     """
-    if not isinstance(inputs, torch.Tensor) or inputs.dim() != 2 or inputs.shape[1] < 2:
+    if (
+        not isinstance(inputs, torch.Tensor)
+        or inputs.dim() != 2
+        or inputs.shape[1] < 2
+    ):
         raise ValueError("inputs must be an (N, T) integer tensor with T >= 2")
-    counts = F.one_hot(inputs, num_classes).sum(dim=1, keepdim=True)  # (N, 1, C)
-    others = counts - F.one_hot(inputs, num_classes)  # (N, T, C): bag minus own token
+    counts = F.one_hot(inputs, num_classes).sum(
+        dim=1, keepdim=True
+    )  # (N, 1, C)
+    others = counts - F.one_hot(
+        inputs, num_classes
+    )  # (N, T, C): bag minus own token
     # The target at t is, for such a model, a uniformly random element of the other T - 1
     # tokens: predicting their most frequent one is right with probability max count / (T - 1).
     best = others.max(dim=-1).values.float()
@@ -178,7 +198,9 @@ class ReverseConfig:
     seed: int = 0
 
     def steps_per_epoch(self) -> int:
-        return self.num_train // self.batch_size  # the loader drops the last partial batch
+        return (
+            self.num_train // self.batch_size
+        )  # the loader drops the last partial batch
 
     def total_steps(self) -> int:
         return self.epochs * self.steps_per_epoch()
@@ -239,7 +261,11 @@ SCHEDULE_EXPERIMENT = {
     "post-LN": {"norm_first": False},
     "post-LN, no warm-up": {"norm_first": False, "warmup_steps": 0},
     "post-LN, lr 0.05": {"norm_first": False, "lr": 0.05},
-    "post-LN, lr 0.05, no warm-up": {"norm_first": False, "lr": 0.05, "warmup_steps": 0},
+    "post-LN, lr 0.05, no warm-up": {
+        "norm_first": False,
+        "lr": 0.05,
+        "warmup_steps": 0,
+    },
 }
 """Chapter 7's schedule experiment: each run is ``BOOK_CONFIG.replace(**changes)``.
 
@@ -281,7 +307,9 @@ def mirror_routing(model: ReversePredictor, inputs: torch.Tensor, seq_len: int):
         )
     mirror = torch.arange(seq_len - 1, -1, -1)
     maps = model.get_attention_maps(inputs)
-    mass = torch.stack([m[:, :, torch.arange(seq_len), mirror].mean(dim=(0, 2)) for m in maps])
+    mass = torch.stack(
+        [m[:, :, torch.arange(seq_len), mirror].mean(dim=(0, 2)) for m in maps]
+    )
     block, head = divmod(int(mass.argmax()), mass.shape[1])
 
     def reads(other: torch.Tensor) -> int:
@@ -314,7 +342,10 @@ def build_reverse_training(config: ReverseConfig, train_set: TensorDataset):
     initialized from ``config.seed`` too.
     """
     check.instance("config", config, ReverseConfig)
-    if not isinstance(train_set, TensorDataset) or len(train_set) != config.num_train:
+    if (
+        not isinstance(train_set, TensorDataset)
+        or len(train_set) != config.num_train
+    ):
         raise ValueError(
             f"train_set must be a TensorDataset of config.num_train={config.num_train} "
             f"sequences; build it with make_reverse_dataset({config.num_train}, ...)"
@@ -335,7 +366,9 @@ def build_reverse_training(config: ReverseConfig, train_set: TensorDataset):
         model.parameters(), lr=config.lr, weight_decay=config.weight_decay
     )
     if config.cosine_decay:
-        scheduler = cosine_warmup_schedule(optimizer, config.warmup_steps, config.total_steps())
+        scheduler = cosine_warmup_schedule(
+            optimizer, config.warmup_steps, config.total_steps()
+        )
     else:  # linear warm-up, then constant
         warmup = max(config.warmup_steps, 1)
         scheduler = torch.optim.lr_scheduler.LambdaLR(
@@ -352,7 +385,10 @@ def build_reverse_training(config: ReverseConfig, train_set: TensorDataset):
 
 
 def train_reverse(
-    config: ReverseConfig, train_set: TensorDataset, device=None, max_steps: int | None = None
+    config: ReverseConfig,
+    train_set: TensorDataset,
+    device=None,
+    max_steps: int | None = None,
 ):
     """Train one run of ``config`` with :func:`helpers.training.fit`; return ``(model, history)``.
 
@@ -369,9 +405,13 @@ def train_reverse(
                 f"max_steps={max_steps} needs a one-epoch config with at least that many "
                 f"steps (epochs={config.epochs}, total_steps()={config.total_steps()})"
             )
-    model, optimizer, scheduler, loader = build_reverse_training(config, train_set)
+    model, optimizer, scheduler, loader = build_reverse_training(
+        config, train_set
+    )
     if max_steps is not None:
-        loader = list(itertools.islice(loader, max_steps))  # the run's first batches
+        loader = list(
+            itertools.islice(loader, max_steps)
+        )  # the run's first batches
     history = fit(
         model,
         loader,
@@ -388,7 +428,9 @@ def train_reverse(
     return model, history
 
 
-def train_and_test(config: ReverseConfig, train_set: TensorDataset, test_loader, device=None):
+def train_and_test(
+    config: ReverseConfig, train_set: TensorDataset, test_loader, device=None
+):
     """Train one run of ``config`` (:func:`train_reverse`) and score it on ``test_loader``.
 
     Chapter 7's ablations share it, and so does ``scripts/margins.py reverse``. Returns
@@ -396,12 +438,17 @@ def train_and_test(config: ReverseConfig, train_set: TensorDataset, test_loader,
     :func:`helpers.training.evaluate`'s ``{"loss": ..., "accuracy": ...}`` on the test set.
     """
     model, history = train_reverse(config, train_set, device=device)
-    scores = evaluate(model, test_loader, token_cross_entropy, {"accuracy": token_accuracy})
+    scores = evaluate(
+        model, test_loader, token_cross_entropy, {"accuracy": token_accuracy}
+    )
     return model.eval(), history, scores
 
 
 def bare_loop(
-    config: ReverseConfig, train_set: TensorDataset, val_set: TensorDataset, num_steps: int = 100
+    config: ReverseConfig,
+    train_set: TensorDataset,
+    val_set: TensorDataset,
+    num_steps: int = 100,
 ) -> tuple[list[float], float]:
     """Chapter 7's bare training loop ("The loop, bare"), which the chapter writes out inline.
 
@@ -413,7 +460,11 @@ def bare_loop(
     """
     torch.manual_seed(config.seed)
     model = ReversePredictor(
-        config.num_classes, config.d_model, config.num_heads, config.num_blocks, config.ffn_width
+        config.num_classes,
+        config.d_model,
+        config.num_heads,
+        config.num_blocks,
+        config.ffn_width,
     )
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
     loader = DataLoader(train_set, batch_size=config.batch_size, shuffle=True)

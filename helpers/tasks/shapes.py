@@ -92,7 +92,9 @@ class ShapesData:
         return TensorDataset(self.inputs, self.targets)
 
 
-def standardize(reference: ShapesData, *datasets: ShapesData) -> tuple[list[TensorDataset], float]:
+def standardize(
+    reference: ShapesData, *datasets: ShapesData
+) -> tuple[list[TensorDataset], float]:
     """``datasets`` as ``TensorDataset(inputs, targets)``, on the scale of ``reference``.
 
     Inputs and targets are shifted and divided by the mean and the standard deviation of
@@ -104,7 +106,10 @@ def standardize(reference: ShapesData, *datasets: ShapesData) -> tuple[list[Tens
         check.instance("data", data, ShapesData)
     values = torch.cat([reference.inputs, reference.targets])
     mean, std = values.mean().item(), values.std().item()
-    sets = [TensorDataset((d.inputs - mean) / std, (d.targets - mean) / std) for d in datasets]
+    sets = [
+        TensorDataset((d.inputs - mean) / std, (d.targets - mean) / std)
+        for d in datasets
+    ]
     return sets, std
 
 
@@ -112,7 +117,9 @@ def _shape_profiles(
     triangles: torch.Tensor, boxes: torch.Tensor, seq_len: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Each shape drawn alone: ``[N, K_triangles + K_boxes, L]`` heights, triangles first."""
-    positions = torch.arange(seq_len, dtype=triangles.dtype, device=triangles.device)
+    positions = torch.arange(
+        seq_len, dtype=triangles.dtype, device=triangles.device
+    )
     center, height, width = (triangles[..., i, None] for i in range(3))
     # A triangle is flat over the sample nearest its center and falls linearly to 0 at
     # half a width on each side, so its base is (width + 1) samples wide.
@@ -120,11 +127,15 @@ def _shape_profiles(
     distance = (positions - center).abs()
     triangle = (height - slope * (distance - 0.5).clamp(min=0)).clamp(min=0)
     center, height, width = (boxes[..., i, None] for i in range(3))
-    box = torch.where((positions - center).abs() < width / 2, height, torch.zeros(()))
+    box = torch.where(
+        (positions - center).abs() < width / 2, height, torch.zeros(())
+    )
     return triangle, box
 
 
-def render_shapes(triangles: torch.Tensor, boxes: torch.Tensor, seq_len: int = 100) -> torch.Tensor:
+def render_shapes(
+    triangles: torch.Tensor, boxes: torch.Tensor, seq_len: int = 100
+) -> torch.Tensor:
     """Draw triangles and boxes on a zero background, noise-free: ``[N, 1, L]``.
 
     ``triangles`` and ``boxes`` are ``[N, K, 3]`` tensors of (center, height, width), in
@@ -148,7 +159,9 @@ def shapes_collide(
     return (widened.sum(dim=1) > 1).any(dim=-1)
 
 
-def _draw_shapes(count: int, seq_len: int, generator: torch.Generator) -> torch.Tensor:
+def _draw_shapes(
+    count: int, seq_len: int, generator: torch.Generator
+) -> torch.Tensor:
     """``[count, 2, 3]`` random (center, height, width) for two shapes of one kind."""
     low_h, high_h = SHAPES_HEIGHT_RANGE
     low_w, high_w = SHAPES_WIDTH_RANGE
@@ -191,7 +204,9 @@ def make_shapes_dataset(
         )
     max_gap = SHAPES_HEIGHT_RANGE[1] - SHAPES_HEIGHT_RANGE[0]
     if not 0 <= min_height_gap < max_gap:
-        raise ValueError(f"min_height_gap must be in [0, {max_gap:g}), got {min_height_gap!r}")
+        raise ValueError(
+            f"min_height_gap must be in [0, {max_gap:g}), got {min_height_gap!r}"
+        )
     check.non_negative_int("seed", seed)
 
     generator = torch.Generator().manual_seed(seed)
@@ -202,7 +217,9 @@ def make_shapes_dataset(
         triangles = _draw_shapes(count, seq_len, generator)
         boxes = _draw_shapes(count, seq_len, generator)
         # Check BOTH kinds: source 004 tests the triangles twice and never the boxes.
-        gap_ok = (triangles[:, 0, 1] - triangles[:, 1, 1]).abs() > min_height_gap
+        gap_ok = (
+            triangles[:, 0, 1] - triangles[:, 1, 1]
+        ).abs() > min_height_gap
         gap_ok &= (boxes[:, 0, 1] - boxes[:, 1, 1]).abs() > min_height_gap
         valid = gap_ok & ~shapes_collide(triangles, boxes, seq_len)
         kept_triangles.append(triangles[valid])
@@ -219,12 +236,18 @@ def make_shapes_dataset(
     targets = render_shapes(averaged_triangles, averaged_boxes, seq_len)
 
     triangle, box = _shape_profiles(triangles, boxes, seq_len)
-    covered = torch.cat((triangle, box), dim=1) > 0  # [N, 4, L], shapes never overlap
+    covered = (
+        torch.cat((triangle, box), dim=1) > 0
+    )  # [N, 4, L], shapes never overlap
     shape_ids = torch.where(covered.any(dim=1), covered.int().argmax(dim=1), -1)
-    return ShapesData(clean + noise, targets, triangles, boxes, shape_ids.long())
+    return ShapesData(
+        clean + noise, targets, triangles, boxes, shape_ids.long()
+    )
 
 
-def partner_mean_height(height: torch.Tensor, min_height_gap: float = 4.0) -> torch.Tensor:
+def partner_mean_height(
+    height: torch.Tensor, min_height_gap: float = 4.0
+) -> torch.Tensor:
     """The expected height of a shape's partner, given the shape's own ``height``.
 
     Heights are drawn uniformly in :data:`SHAPES_HEIGHT_RANGE` and a pair is kept only when
@@ -235,12 +258,18 @@ def partner_mean_height(height: torch.Tensor, min_height_gap: float = 4.0) -> to
     min_height_gap = check.real("min_height_gap", min_height_gap)
     low, high = SHAPES_HEIGHT_RANGE
     if not 0 <= min_height_gap < high - low:
-        raise ValueError(f"min_height_gap must be in [0, {high - low:g}), got {min_height_gap!r}")
+        raise ValueError(
+            f"min_height_gap must be in [0, {high - low:g}), got {min_height_gap!r}"
+        )
     height = height.double()
     below_end = (height - min_height_gap).clamp(low, high)  # [low, below_end]
-    above_start = (height + min_height_gap).clamp(low, high)  # [above_start, high]
+    above_start = (height + min_height_gap).clamp(
+        low, high
+    )  # [above_start, high]
     below, above = below_end - low, high - above_start
-    return (below * (low + below_end) / 2 + above * (above_start + high) / 2) / (below + above)
+    return (
+        below * (low + below_end) / 2 + above * (above_start + high) / 2
+    ) / (below + above)
 
 
 def local_oracle(data: ShapesData, min_height_gap: float = 4.0) -> torch.Tensor:
@@ -287,14 +316,22 @@ class ConvSelfAttention(nn.Module):
     ):
         super().__init__()
         check.conv_sizes(
-            in_channels=in_channels, out_channels=out_channels, key_channels=key_channels
+            in_channels=in_channels,
+            out_channels=out_channels,
+            key_channels=key_channels,
         )
         check.boolean("scaled", scaled)
         if window is not None:
             check.positive_int("window", window)
-        self.query = nn.Conv1d(in_channels, key_channels, kernel_size=1, bias=False)
-        self.key = nn.Conv1d(in_channels, key_channels, kernel_size=1, bias=False)
-        self.value = nn.Conv1d(in_channels, out_channels, kernel_size=1, bias=False)
+        self.query = nn.Conv1d(
+            in_channels, key_channels, kernel_size=1, bias=False
+        )
+        self.key = nn.Conv1d(
+            in_channels, key_channels, kernel_size=1, bias=False
+        )
+        self.value = nn.Conv1d(
+            in_channels, out_channels, kernel_size=1, bias=False
+        )
         self.scaled = scaled
         self.window = window
 
@@ -302,11 +339,15 @@ class ConvSelfAttention(nn.Module):
         """The attention weights ``[B, T_query, T_key]`` for a ``[B, C_in, T]`` input."""
         check.signal(x, self.query.in_channels, type(self).__name__)
         queries, keys = self.query(x), self.key(x)  # [B, key_channels, T]
-        scores = queries.transpose(1, 2) @ keys  # [B, T, T]: scores[b, i, j] = q_i . k_j
+        scores = (
+            queries.transpose(1, 2) @ keys
+        )  # [B, T, T]: scores[b, i, j] = q_i . k_j
         if self.scaled:
             scores = scores / math.sqrt(self.query.out_channels)
         if self.window is not None:
-            local = sliding_window_mask(x.shape[-1], self.window, causal=False, device=x.device)
+            local = sliding_window_mask(
+                x.shape[-1], self.window, causal=False, device=x.device
+            )
             scores = scores.masked_fill(~local, float("-inf"))
         return scores.softmax(dim=-1)
 
@@ -325,7 +366,9 @@ class ConvSelfAttention(nn.Module):
 
 
 def _conv(in_channels: int, out_channels: int, kernel_size: int) -> nn.Conv1d:
-    return nn.Conv1d(in_channels, out_channels, kernel_size, padding=kernel_size // 2)
+    return nn.Conv1d(
+        in_channels, out_channels, kernel_size, padding=kernel_size // 2
+    )
 
 
 def make_shapes_cnn(channels: int = 64, kernel_size: int = 5) -> nn.Sequential:
@@ -361,13 +404,17 @@ def make_shapes_attention_model(
     input, so ``model[4].attention(model[:4](x))`` gives the attention weights. ``window``
     makes the attention local (see :class:`ConvSelfAttention`); the parameters are the same.
     """
-    check.conv_sizes(channels=channels, kernel_size=kernel_size, key_channels=key_channels)
+    check.conv_sizes(
+        channels=channels, kernel_size=kernel_size, key_channels=key_channels
+    )
     return nn.Sequential(
         _conv(1, channels, kernel_size),
         nn.ReLU(),
         _conv(channels, channels, kernel_size),
         nn.ReLU(),
-        ConvSelfAttention(channels, channels, key_channels, scaled=scaled, window=window),
+        ConvSelfAttention(
+            channels, channels, key_channels, scaled=scaled, window=window
+        ),
         nn.ReLU(),
         _conv(channels, channels, kernel_size),
         nn.ReLU(),
@@ -399,7 +446,9 @@ class ShapesLSTM(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         check.signal(x, 1, type(self).__name__)
-        hidden, _ = self.lstm(x.transpose(1, 2))  # [B, T, 1] -> [B, T, 2 * hidden_size]
+        hidden, _ = self.lstm(
+            x.transpose(1, 2)
+        )  # [B, T, 1] -> [B, T, 2 * hidden_size]
         return self.head(hidden).transpose(1, 2)  # [B, T, 1] -> [B, 1, T]
 
 
@@ -426,7 +475,9 @@ class BatchAxisLSTM(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         check.signal(x, 1, type(self).__name__)
-        hidden, state = self.lstm(x, self.state)  # x read as [seq_len=B, batch=1, T]
+        hidden, state = self.lstm(
+            x, self.state
+        )  # x read as [seq_len=B, batch=1, T]
         self.state = tuple(s.detach() for s in state)
         return self.head(hidden)  # [B, 1, T]
 
@@ -434,7 +485,9 @@ class BatchAxisLSTM(nn.Module):
 # --------------------------------------------------------------------------- reading attention
 
 
-def attention_enrichment(weights: torch.Tensor, shape_ids: torch.Tensor) -> pd.DataFrame:
+def attention_enrichment(
+    weights: torch.Tensor, shape_ids: torch.Tensor
+) -> pd.DataFrame:
     """Where the query positions inside shapes put their attention, over uniform's share.
 
     ``weights`` ``[N, T, T]`` (rows: queries, summing to 1), ``shape_ids`` ``[N, T]`` as in
@@ -453,7 +506,9 @@ def attention_enrichment(weights: torch.Tensor, shape_ids: torch.Tensor) -> pd.D
             f"weights must be [N, T, T] and shape_ids [N, T], got {tuple(weights.shape)} and "
             f"{tuple(shape_ids.shape)}"
         )
-    kinds = torch.div(shape_ids, 2, rounding_mode="floor")  # -1 background, 0 triangle, 1 box
+    kinds = torch.div(
+        shape_ids, 2, rounding_mode="floor"
+    )  # -1 background, 0 triangle, 1 box
     query_ids, key_ids = shape_ids[:, :, None], shape_ids[:, None, :]
     query_kinds, key_kinds = kinds[:, :, None], kinds[:, None, :]
     regions = {  # [N, T_query, T_key] booleans
@@ -518,12 +573,18 @@ def train_shapes_model(
             f"name={name!r}; leave window=None for the other models"
         )
     torch.manual_seed(seed)
-    model = SHAPES_MODELS[name]() if window is None else make_shapes_attention_model(window=window)
+    model = (
+        SHAPES_MODELS[name]()
+        if window is None
+        else make_shapes_attention_model(window=window)
+    )
     order = torch.Generator().manual_seed(seed)
     loader = DataLoader(train_set, batch_size, shuffle=True, generator=order)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     total_steps = epochs * len(loader)
-    schedule = cosine_warmup_schedule(optimizer, round(warmup * total_steps), total_steps)
+    schedule = cosine_warmup_schedule(
+        optimizer, round(warmup * total_steps), total_steps
+    )
     history = fit(
         model,
         loader,
@@ -537,7 +598,9 @@ def train_shapes_model(
         progress=False,
         log_every=log_every,
     )
-    test_mse = evaluate(model, DataLoader(test_set, batch_size=500), nn.MSELoss())["loss"]
+    test_mse = evaluate(
+        model, DataLoader(test_set, batch_size=500), nn.MSELoss()
+    )["loss"]
     return model.cpu().eval(), history.assign(model=name, seed=seed), test_mse
 
 
@@ -557,7 +620,9 @@ def source_split(
     it, and chapter 8 takes the same validation sequences to compute their oracle's floor.
     """
     if not 0 < valid_pct < 1:
-        raise ValueError(f"valid_pct must be a fraction between 0 and 1, got {valid_pct}")
+        raise ValueError(
+            f"valid_pct must be a fraction between 0 and 1, got {valid_pct}"
+        )
     order = torch.randperm(count, generator=torch.Generator().manual_seed(seed))
     num_valid = int(valid_pct * count)
     return order[num_valid:], order[:num_valid]
@@ -577,7 +642,8 @@ def full_scale_results() -> pd.DataFrame:
     training anywhere, Colab included, without training anything.
     """
     return shipped_table(
-        FULL_SCALE_FILE, f"python scripts/reproduce_shapes.py --out helpers/tasks/{FULL_SCALE_FILE}"
+        FULL_SCALE_FILE,
+        f"python scripts/reproduce_shapes.py --out helpers/tasks/{FULL_SCALE_FILE}",
     )
 
 
@@ -587,7 +653,8 @@ def seed_results() -> pd.DataFrame:
     and attention enrichments the chapter asserts, the machine and the command.
     """
     return shipped_table(
-        SEEDS_FILE, f"python scripts/margins.py shapes --out helpers/tasks/{SEEDS_FILE}"
+        SEEDS_FILE,
+        f"python scripts/margins.py shapes --out helpers/tasks/{SEEDS_FILE}",
     )
 
 

@@ -73,12 +73,20 @@ def make_sorting_dataset(
             f"need 1 <= min_len <= max_len (and max_len <= {NUM_DIGITS} for distinct digits), "
             f"got min_len={min_len}, max_len={max_len}, distinct={distinct}"
         )
-    lengths = torch.randint(min_len, max_len + 1, (num_sequences,), generator=generator)
+    lengths = torch.randint(
+        min_len, max_len + 1, (num_sequences,), generator=generator
+    )
     if distinct:  # the first max_len digits of a random permutation of 0-9
-        digits = torch.rand(num_sequences, NUM_DIGITS, generator=generator).argsort(-1)[:, :max_len]
+        digits = torch.rand(
+            num_sequences, NUM_DIGITS, generator=generator
+        ).argsort(-1)[:, :max_len]
     else:
-        digits = torch.randint(NUM_DIGITS, (num_sequences, max_len), generator=generator)
-    real = padding_mask(lengths, max_len)[:, 0, 0]  # (N, max_len): True at real tokens
+        digits = torch.randint(
+            NUM_DIGITS, (num_sequences, max_len), generator=generator
+        )
+    real = padding_mask(lengths, max_len)[
+        :, 0, 0
+    ]  # (N, max_len): True at real tokens
     source = torch.where(real, digits + 3, PAD)
     # sorting with PAD pushed past every digit keeps the real tokens first, in order
     ordered = torch.where(real, source, VOCAB_SIZE).sort(dim=-1).values
@@ -87,7 +95,9 @@ def make_sorting_dataset(
     target = torch.cat([ordered, padding], dim=1)
     target[torch.arange(num_sequences), lengths] = EOS
     # the target shifted right: what position t reads is what position t - 1 predicts
-    decoder_input = torch.cat([torch.full((num_sequences, 1), BOS), target[:, :-1]], dim=1)
+    decoder_input = torch.cat(
+        [torch.full((num_sequences, 1), BOS), target[:, :-1]], dim=1
+    )
     return TensorDataset(source, decoder_input, target)
 
 
@@ -102,11 +112,16 @@ def sequence_loss(
     check.logits_targets(logits, target)
     epsilon = check.probability("label_smoothing", label_smoothing)
     return F.cross_entropy(
-        logits.flatten(0, 1), target.flatten(), ignore_index=PAD, label_smoothing=epsilon
+        logits.flatten(0, 1),
+        target.flatten(),
+        ignore_index=PAD,
+        label_smoothing=epsilon,
     )
 
 
-def sequence_accuracy(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+def sequence_accuracy(
+    logits: torch.Tensor, target: torch.Tensor
+) -> torch.Tensor:
     """Fraction of sequences whose every real target token (``EOS`` included) is the arg-max."""
     check.logits_targets(logits, target)
     right = (logits.argmax(-1) == target) | (target == PAD)
@@ -123,24 +138,34 @@ def generated_accuracy(
     (``beam_size=1``) or by beam search; tokens after the target's ``EOS`` are not looked at.
     """
     source, _, target = dataset.tensors
-    written = model.generate(source, BOS, target.shape[1], end_id=EOS, beam_size=beam_size)
+    written = model.generate(
+        source, BOS, target.shape[1], end_id=EOS, beam_size=beam_size
+    )
     return _accuracy(written, target)
 
 
 @torch.no_grad()
-def sequence_log_probs(model: EncoderDecoderTransformer, source, written) -> torch.Tensor:
+def sequence_log_probs(
+    model: EncoderDecoderTransformer, source, written
+) -> torch.Tensor:
     """Total log-probability ``(B,)`` of each ``written`` sequence (``BOS`` first), to ``EOS``.
 
     Positions after the first ``EOS`` (the padding :meth:`generate` writes) count for nothing.
     """
     log_probs = model(source, written[:, :-1]).log_softmax(dim=-1)
-    token_log_probs = log_probs.gather(-1, written[:, 1:, None])[..., 0]  # (B, T)
-    after_end = (written[:, 1:] == EOS).long().cumsum(dim=-1) - (written[:, 1:] == EOS).long()
+    token_log_probs = log_probs.gather(-1, written[:, 1:, None])[
+        ..., 0
+    ]  # (B, T)
+    after_end = (written[:, 1:] == EOS).long().cumsum(dim=-1) - (
+        written[:, 1:] == EOS
+    ).long()
     return token_log_probs.masked_fill(after_end > 0, 0.0).sum(dim=-1)
 
 
 @torch.no_grad()
-def exposure_bias(model: EncoderDecoderTransformer, dataset: TensorDataset) -> dict[str, float]:
+def exposure_bias(
+    model: EncoderDecoderTransformer, dataset: TensorDataset
+) -> dict[str, float]:
     """Per-token accuracy and loss, teacher forced against greedy generation, on ``dataset``.
 
     ``token_tf`` and ``token_generated``: the fraction of the target's real tokens (``EOS``
@@ -152,18 +177,30 @@ def exposure_bias(model: EncoderDecoderTransformer, dataset: TensorDataset) -> d
     are the sequence accuracies, which greedy decoding makes equal.
     """
     source, decoder_input, target = dataset.tensors
-    written = model.generate(source, BOS, target.shape[1])[:, 1:]  # (B, Tt), no EOS stop
+    written = model.generate(source, BOS, target.shape[1])[
+        :, 1:
+    ]  # (B, Tt), no EOS stop
     own_input = torch.cat([decoder_input[:, :1], written[:, :-1]], dim=1)
-    logits = {"tf": model(source, decoder_input), "generated": model(source, own_input)}
-    right = {"tf": logits["tf"].argmax(-1) == target, "generated": written == target}
+    logits = {
+        "tf": model(source, decoder_input),
+        "generated": model(source, own_input),
+    }
+    right = {
+        "tf": logits["tf"].argmax(-1) == target,
+        "generated": written == target,
+    }
     real = target != PAD
     wrong_so_far = ((~right["generated"]) & real).long().cumsum(dim=-1)
     after = real & (wrong_so_far - (~right["generated"] & real).long() > 0)
     result = {"num_after": int(after.sum())}
     for way in ("tf", "generated"):
-        loss = F.cross_entropy(logits[way].transpose(1, 2), target, reduction="none")
+        loss = F.cross_entropy(
+            logits[way].transpose(1, 2), target, reduction="none"
+        )
         result[f"token_{way}"] = right[way][real].float().mean().item()
-        result[f"sequence_{way}"] = (right[way] | ~real).all(-1).float().mean().item()
+        result[f"sequence_{way}"] = (
+            (right[way] | ~real).all(-1).float().mean().item()
+        )
         result[f"after_{way}"] = right[way][after].float().mean().item()
         result[f"after_loss_{way}"] = loss[after].mean().item()
     return result
@@ -187,10 +224,14 @@ def calibration(logits: torch.Tensor, target: torch.Tensor, num_bins: int = 10):
     confidence = confidence.double()
     bins = (confidence * num_bins).long().clamp(max=num_bins - 1)
     count = torch.bincount(bins, minlength=num_bins).double()
-    mean_confidence = torch.bincount(bins, confidence, minlength=num_bins) / count
+    mean_confidence = (
+        torch.bincount(bins, confidence, minlength=num_bins) / count
+    )
     accuracy = torch.bincount(bins, right, minlength=num_bins) / count
     gaps = (accuracy - mean_confidence).abs().nan_to_num() * count
-    return (gaps.sum() / count.sum()).item(), torch.stack([mean_confidence, accuracy, count], 1)
+    return (gaps.sum() / count.sum()).item(), torch.stack(
+        [mean_confidence, accuracy, count], 1
+    )
 
 
 @dataclass(frozen=True)
@@ -211,7 +252,9 @@ class SortingConfig:
     seed: int = 0
 
 
-def train_sorting(config: SortingConfig, train_set: TensorDataset, val_set=None):
+def train_sorting(
+    config: SortingConfig, train_set: TensorDataset, val_set=None
+):
     """Train an :class:`EncoderDecoderTransformer` on sorting; return ``(model, history)``.
 
     AdamW, cosine schedule with warm-up, cross-entropy ignoring ``PAD``, sequence accuracy
@@ -239,8 +282,14 @@ def train_sorting(config: SortingConfig, train_set: TensorDataset, val_set=None)
         generator=torch.Generator().manual_seed(config.seed),
     )
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr)
-    scheduler = cosine_warmup_schedule(optimizer, config.warmup_steps, config.epochs * len(loader))
-    val_loader = None if val_set is None else DataLoader(val_set, batch_size=len(val_set))
+    scheduler = cosine_warmup_schedule(
+        optimizer, config.warmup_steps, config.epochs * len(loader)
+    )
+    val_loader = (
+        None
+        if val_set is None
+        else DataLoader(val_set, batch_size=len(val_set))
+    )
     history = fit(
         model,
         loader,
@@ -257,7 +306,10 @@ def train_sorting(config: SortingConfig, train_set: TensorDataset, val_set=None)
 
 
 def train_and_measure(
-    config: SortingConfig, train_set: TensorDataset, test_set: TensorDataset, beam_size: int = 4
+    config: SortingConfig,
+    train_set: TensorDataset,
+    test_set: TensorDataset,
+    beam_size: int = 4,
 ) -> dict[str, float]:
     """Train one model (:func:`train_sorting`) and measure its decoding on ``test_set``.
 
@@ -272,21 +324,33 @@ def train_and_measure(
     """
     model, _ = train_sorting(config, train_set)
     source, decoder_input, target = test_set.tensors
-    steps, length = target.shape[1], (target != PAD).sum(dim=-1)  # length: EOS included
+    steps, length = (
+        target.shape[1],
+        (target != PAD).sum(dim=-1),
+    )  # length: EOS included
     written = {
         "greedy": model.generate(source, BOS, steps, end_id=EOS),
-        "beam": model.generate(source, BOS, steps, end_id=EOS, beam_size=beam_size),
+        "beam": model.generate(
+            source, BOS, steps, end_id=EOS, beam_size=beam_size
+        ),
         "beam_normalized": model.generate(
-            source, BOS, steps, end_id=EOS, beam_size=beam_size, length_penalty=1.0
+            source,
+            BOS,
+            steps,
+            end_id=EOS,
+            beam_size=beam_size,
+            length_penalty=1.0,
         ),
     }
     result = exposure_bias(model, test_set)
     for name, tokens in written.items():
         result[name] = _accuracy(tokens, target)
-        result[f"{name}_short"] = ((tokens[:, 1:] != PAD).sum(-1) < length).float().mean().item()
-    gain = sequence_log_probs(model, source, written["beam"]) - sequence_log_probs(
-        model, source, written["greedy"]
-    )
+        result[f"{name}_short"] = (
+            ((tokens[:, 1:] != PAD).sum(-1) < length).float().mean().item()
+        )
+    gain = sequence_log_probs(
+        model, source, written["beam"]
+    ) - sequence_log_probs(model, source, written["greedy"])
     with torch.no_grad():
         logits = model(source, decoder_input)
     ece, reliability = calibration(logits, target)
@@ -300,7 +364,13 @@ def train_and_measure(
 
 
 def _accuracy(written: torch.Tensor, target: torch.Tensor) -> float:
-    return ((written[:, 1:] == target) | (target == PAD)).all(dim=-1).float().mean().item()
+    return (
+        ((written[:, 1:] == target) | (target == PAD))
+        .all(dim=-1)
+        .float()
+        .mean()
+        .item()
+    )
 
 
 SEEDS_FILE = "encoder_decoder_seeds.csv"
@@ -317,5 +387,6 @@ def seed_results() -> pd.DataFrame:
     without training twenty models.
     """
     return shipped_table(
-        SEEDS_FILE, f"python scripts/margins.py encoder-decoder --out helpers/tasks/{SEEDS_FILE}"
+        SEEDS_FILE,
+        f"python scripts/margins.py encoder-decoder --out helpers/tasks/{SEEDS_FILE}",
     )

@@ -600,6 +600,106 @@ def kv_cache() -> Diagram:
     return d
 
 
+# ------------------------------------------------------------------ every chapter
+# The book's map of the Transformer: the encoder and the decoder of the original paper, one
+# block of each (repeated L times), and the parts a chapter teaches filled in the query colour.
+MAP_PARTS = {
+    "01_kernel_regression": {"enc_attn", "dec_mattn", "dec_xattn"},
+    "02_masking": {"dec_mattn"},
+    "03_scaled_dot_product_attention": {"enc_attn", "dec_mattn", "dec_xattn"},
+    "04_multi_head_attention": {"enc_attn", "dec_mattn", "dec_xattn"},
+    "05_positional_encoding": {"enc_emb", "dec_emb"},
+    "06_encoder": {"enc_attn", "enc_norm1", "enc_ffn", "enc_norm2"},
+    "07_reverse_prediction": {
+        "enc_in", "enc_emb", "enc_attn", "enc_norm1", "enc_ffn", "enc_norm2", "enc_head",
+    },
+    "08_cnn_attention_lstm": {"enc_attn"},
+    "09_encoder_decoder": {
+        "dec_in", "dec_emb", "dec_mattn", "dec_xattn", "dec_ffn", "dec_head", "memory",
+    },
+    "10_decoder_only_lm": {"dec_in", "dec_emb", "dec_mattn", "dec_ffn", "dec_head"},
+    "11_long_sequences": {"enc_attn", "dec_mattn", "dec_xattn"},
+    "12_vision_transformer": {
+        "enc_in", "enc_emb", "enc_attn", "enc_norm1", "enc_ffn", "enc_norm2", "enc_head",
+    },
+}  # fmt: skip
+
+
+def transformer_map(chapter: str) -> Diagram:
+    """The whole Transformer, with the boxes of ``chapter`` (a ``MAP_PARTS`` key) filled."""
+    lit = MAP_PARTS[chapter]
+    d = Diagram(4.5, 5.75)
+    enc, dec, box_w = 0.98, 3.46, 1.7
+    frames = ((0.06, 1.9), (2.56, 4.36))
+
+    def box(name, x, y, label, h=0.42, dashed=False):
+        role = "query" if name in lit else None
+        d.tensor(x, y, box_w, h, label, role, dashed=dashed)
+        return y + h / 2
+
+    d.text(enc, 0.22, "encoder", weight="bold")
+    d.text(dec, 0.22, "decoder", weight="bold")
+    box("enc_in", enc, 0.72, "tokens or\npatches", h=0.55)
+    box("dec_in", dec, 0.72, "tokens so far", h=0.55)
+    for cx, name in ((enc, "enc_emb"), (dec, "dec_emb")):
+        d.arrow((cx, 1.0), (cx, 1.26))
+        box(name, cx, 1.52, "embed +\nposition", h=0.55)
+        d.arrow((cx, 1.8), (cx, 2.1))
+    # One block of each, repeated L times: dashed frames.
+    for left, right in frames:
+        d.line(
+            [
+                (left, 1.95),
+                (right, 1.95),
+                (right, 4.85),
+                (left, 4.85),
+                (left, 1.95),
+            ],
+            dashed=True,
+        )
+    encoder = [
+        ("enc_attn", "self-attention"),
+        ("enc_norm1", "add & norm"),
+        ("enc_ffn", "feed-forward"),
+        ("enc_norm2", "add & norm"),
+    ]
+    y = 2.31
+    for name, label in encoder:
+        bottom = box(name, enc, y, label)
+        if name != encoder[-1][0]:
+            d.arrow((enc, bottom), (enc, bottom + 0.23))
+        y += 0.65
+    d.text(enc, 4.64, "×L")
+    decoder = [
+        ("dec_mattn", "masked\nself-attention", 0.62),
+        ("dec_xattn", "cross-\nattention", 0.62),
+        ("dec_ffn", "feed-forward", 0.42),
+    ]
+    y = 2.41
+    for name, label, h in decoder:
+        bottom = box(name, dec, y, label, h=h)
+        if name == "dec_xattn":
+            cross_y = y
+        if name != decoder[-1][0]:
+            d.arrow((dec, bottom), (dec, bottom + 0.22))
+            y = (
+                bottom
+                + 0.22
+                + decoder[[n for n, *_ in decoder].index(name) + 1][2] / 2
+            )
+    d.text(dec - 0.22, 4.55, "add & norm\nafter each", ha="center")
+    d.text(dec + 0.7, 4.64, "×L")
+    # The encoder's output: the keys and values of the decoder's cross-attention.
+    memory = "key" if "memory" in lit else None
+    d.arrow((frames[0][1], cross_y), (dec - box_w / 2, cross_y), role=memory)
+    d.text((frames[0][1] + dec - box_w / 2) / 2, cross_y - 0.22, "K, V")
+    d.arrow((enc, 4.85), (enc, 5.18))
+    box("enc_head", enc, 5.42, "linear\n(per token)", h=0.55, dashed=True)
+    d.arrow((dec, 4.85), (dec, 5.18))
+    box("dec_head", dec, 5.42, "linear →\nnext token", h=0.55)
+    return d
+
+
 DIAGRAMS = {
     "soft_lookup": (soft_lookup, "01_kernel_regression"),
     "scaled_dot_product_attention": (
@@ -618,6 +718,10 @@ DIAGRAMS = {
     "encoder_decoder": (encoder_decoder, "09_encoder_decoder"),
     "decoder_only": (decoder_only, "10_decoder_only_lm"),
     "kv_cache": (kv_cache, "10_decoder_only_lm"),
+    **{
+        f"map_{chapter[:2]}": (lambda c=chapter: transformer_map(c), chapter)
+        for chapter in MAP_PARTS
+    },
 }
 
 

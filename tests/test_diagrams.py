@@ -157,6 +157,9 @@ def test_every_figure_of_a_diagram_has_alt_text_and_a_caption():
         caption = "\n".join(
             line for line in body.splitlines() if not line.startswith(":")
         )
+        if name.startswith("map_"):  # the book's map: where the chapter sits
+            assert len(caption.split()) >= 8, f"{name}: say what is highlighted"
+            continue
         assert len(caption.split()) >= 20, (
             f"{name}: the caption must say what to look at"
         )

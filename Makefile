@@ -21,7 +21,7 @@ export PYTHONHASHSEED := 0
 # Quiet, reproducible notebook kernels: no stray warnings about Jupyter's own paths.
 export JUPYTER_PLATFORM_DIRS := 1
 
-.PHONY: help venv book-venv book browser test test-portability lint drift unit notebooks site lab execute bench margins release release-tag test-oldest freeze freeze-book clean
+.PHONY: help venv book-venv book browser test test-gpu test-portability lint drift unit notebooks site lab execute bench margins release release-tag test-oldest freeze freeze-book clean
 
 help:
 	@echo "make book       build the website into _build/html (creates .venv-book on first use)"
@@ -40,6 +40,7 @@ help:
 	@echo "make notebooks  strict nbval: re-execute every notebook, compare outputs (NUMERICS=...)"
 	@echo "make test-portability  strict nbval under four numerics configurations"
 	@echo "make test-oldest  unit tests and chapters 1-4 on the lowest versions pyproject.toml allows"
+	@echo "make test-gpu   every chapter and the unit tests on a CUDA GPU (GPU_PYTHON=python3 ...)"
 	@echo "make browser    install Debian's Chromium for the browser tests (when root)"
 	@echo "make site       build the website, then check it (pytest -m site, Chromium)"
 	@echo "make release VERSION=x.y.z      the new version in every file (CHANGELOG entry first)"
@@ -159,6 +160,30 @@ test-oldest:
 	OMP_NUM_THREADS=1 $(OLDEST_VENV)/bin/pytest -q --nbval-lax --nbval-current-env -p no:randomly \
 		-p no:cacheprovider notebooks/01_*.ipynb notebooks/02_*.ipynb notebooks/03_*.ipynb \
 		notebooks/04_*.ipynb
+
+# Every chapter on a CUDA GPU, as a Colab reader with a GPU runs it: each notebook executed top
+# to bottom in a Jupyter kernel with all its asserts (nbval-lax: outputs are not compared, a
+# GPU's numbers differ from the stored CPU ones in their last bits), GPU_JOBS notebooks at a
+# time with OMP_NUM_THREADS set (kernels that each start every CPU thread oversubscribe the
+# cores); then the unit tests with the GPU visible. Not part of `make test`: CI has no GPU.
+# GPU_PYTHON is a Python whose torch sees CUDA, with the packages of requirements.txt and the
+# book's helpers (`make venv TORCH_INDEX=` builds .venv with PyPI's CUDA torch; on a machine
+# that has its own CUDA torch: `make test-gpu GPU_PYTHON=python3`).
+GPU_PYTHON ?= $(BIN)/python
+GPU_JOBS   ?= 3
+GPU_SKIP   := --ignore=tests/test_environments.py --ignore=tests/test_site.py \
+	--ignore=tests/test_browser.py --ignore=tests/test_notebooks.py
+test-gpu:
+	@$(GPU_PYTHON) -c "import sys, torch; sys.exit(not torch.cuda.is_available())" 2>/dev/null || { \
+		echo "make test-gpu needs a CUDA GPU, and $(GPU_PYTHON) sees none (torch.cuda.is_available()"; \
+		echo "is False, or torch is missing): run it where a GPU is, with GPU_PYTHON set to a Python"; \
+		echo "whose torch has CUDA. Nothing was tested."; exit 1; }
+	$(GPU_PYTHON) -c "import torch; print('GPU:', torch.cuda.get_device_name(), '| torch', torch.__version__)"
+	OMP_NUM_THREADS=4 $(GPU_PYTHON) -m pytest -q --nbval-lax --nbval-current-env \
+		--nbval-cell-timeout=1200 -p no:randomly -p no:cacheprovider -n $(GPU_JOBS) \
+		--dist loadscope notebooks/
+	OMP_NUM_THREADS=4 $(GPU_PYTHON) -m pytest -q -m "not site" -p no:cacheprovider \
+		-n $(GPU_JOBS) --dist loadfile $(GPU_SKIP) tests/
 
 test: lint unit notebooks site
 

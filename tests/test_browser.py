@@ -27,9 +27,19 @@ import threading
 import warnings
 
 import pytest
-from conftest import BRANCH, CHAPTERS, OWNER_REPO, PAGES, ROOT, markdown_of
+from conftest import (
+    BRANCH,
+    CHAPTERS,
+    OWNER_REPO,
+    PAGES,
+    ROOT,
+    load_script,
+    markdown_of,
+)
 
 pytestmark = pytest.mark.site
+# What a reader meets on a chapter page, and its limits (scripts/reading_path.py prints it).
+READING = load_script("reading_path.py")
 
 SITE = pathlib.Path(
     os.environ.get("BOOK_HTML_DIR", ROOT / "_build" / "html")
@@ -334,6 +344,7 @@ def chapter(browser, site, shots):
         before = len(context.external)
         page = open_page(context, f"{site}/notebooks/{stem}.html")
         facts = page.evaluate(FACTS)
+        facts["reading_path"] = page.evaluate(READING.READING_PATH)
         facts["problems"] = page.problems
         facts["tooltips"] = {}
         for c in facts["charts"]:
@@ -395,6 +406,23 @@ def chapter(browser, site, shots):
 @pytest.mark.parametrize("stem", CHAPTERS)
 def test_no_console_errors(chapter, stem):
     assert chapter(stem)["problems"] == []
+
+
+@pytest.mark.parametrize("stem", CHAPTERS)
+def test_the_reading_path_teaches(chapter, stem):
+    """At 1280 px: at most 3,000 words of visible prose, evidence (asserts, glue) out of the
+    way, every code box and display equation inside the column, and a summary."""
+    facts = chapter(stem)["reading_path"]
+    over = {
+        name: facts[name]
+        for name, limit in READING.LIMITS.items()
+        if facts[name] > limit
+    }
+    assert not over, (
+        f"{stem} over the reading-path limits {READING.LIMITS}: {over}"
+        f" (widest code lines: {facts['wide_examples']})"
+    )
+    assert facts["summary"], f"{stem} has no '## Summary' section"
 
 
 @pytest.mark.parametrize("stem", CHAPTERS)

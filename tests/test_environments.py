@@ -92,3 +92,30 @@ def test_make_help_lists_every_target():
     assert targets <= listed, (
         f"`make help` does not list: {sorted(targets - listed)}"
     )
+
+
+def test_make_test_gpu_refuses_loudly_without_cuda():
+    """`make test-gpu` on a machine whose torch sees no GPU tests nothing and says so."""
+    import sys
+
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible: make test-gpu would run for real")
+    done = subprocess.run(
+        [
+            "make",
+            "--no-print-directory",
+            "test-gpu",
+            f"GPU_PYTHON={sys.executable}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode != 0
+    assert (
+        "needs a CUDA GPU" in done.stdout
+        and "Nothing was tested" in done.stdout
+    )

@@ -1,0 +1,312 @@
+"""A character-level language model on eight plays of Shakespeare (the GPT chapter on real text).
+
+The text ships with the package (``shakespeare.txt``; its provenance and licence are in
+``shakespeare.md`` beside it), so nothing is downloaded. Characters are the tokens. The last
+tenth of the text is held out, by position, so the model is measured on lines it never read.
+Losses are in nats per character; divide by ``ln 2`` for bits.
+
+Shapes: ``B`` batch, ``T`` context length, ``V`` vocabulary size.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+
+import pandas as pd
+import torch
+from torch import Tensor
+from torch.utils.data import DataLoader, TensorDataset
+
+from helpers import _validate as check
+from helpers.gpt import GPT, GPTConfig
+from helpers.training import (
+    cosine_warmup_schedule,
+    evaluate,
+    fit,
+    token_cross_entropy,
+)
+
+__all__ = [
+    "load_text",
+    "CharTokenizer",
+    "split_text",
+    "RandomWindows",
+    "held_out_windows",
+    "KneserNeyModel",
+    "ShakespeareConfig",
+    "train_shakespeare",
+    "held_out_loss",
+]
+
+TEXT_FILE = "shakespeare.txt"
+
+
+def load_text() -> str:
+    """The eight plays as one string (1,055,123 characters), read from the package."""
+    path = resources.files("helpers.tasks") / TEXT_FILE
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{TEXT_FILE} is not in helpers/tasks: reinstall the book's helpers "
+            "package from its repository (the text ships with it)"
+        )
+    return path.read_text(encoding="utf-8")
+
+
+class CharTokenizer:
+    """Characters as tokens: the sorted characters of ``text``, numbered from 0."""
+
+    def __init__(self, text: str) -> None:
+        check.instance("text", text, str)
+        if not text:
+            raise ValueError(
+                "text is empty: pass the text to take characters from"
+            )
+        self.chars = sorted(set(text))
+        self.index = {c: i for i, c in enumerate(self.chars)}
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.chars)
+
+    def encode(self, text: str) -> Tensor:
+        """``text`` as a 1-D tensor of token ids."""
+        unknown = sorted(set(text) - self.index.keys())
+        if unknown:
+            raise ValueError(
+                f"characters {unknown} are not in the vocabulary of "
+                f"{self.vocab_size}: write the prompt with characters of the text"
+            )
+        return torch.tensor([self.index[c] for c in text], dtype=torch.long)
+
+    def decode(self, ids: Sequence[int] | Tensor) -> str:
+        """Token ids (a sequence or a 1-D tensor) back to text."""
+        if isinstance(ids, Tensor):
+            ids = ids.tolist()
+        return "".join(self.chars[i] for i in ids)
+
+
+def split_text(text: str, held_out: float = 0.1) -> tuple[str, str]:
+    """``(train, held)``: the first ``1 - held_out`` of the text, and the rest."""
+    check.probability("held_out", held_out)
+    cut = round(len(text) * (1 - held_out))
+    return text[:cut], text[cut:]
+
+
+class RandomWindows:
+    """``steps`` batches of ``B`` windows at random places in ``ids`` (a 1-D tensor).
+
+    Each batch is ``(inputs, targets)``, both ``(B, T)``: the targets are the inputs shifted
+    by one character. Iterating twice gives new windows (the generator moves on).
+    """
+
+    def __init__(
+        self,
+        ids: Tensor,
+        context_length: int,
+        batch_size: int,
+        steps: int,
+        generator: torch.Generator,
+    ) -> None:
+        check.positive_int("context_length", context_length)
+        check.positive_int("batch_size", batch_size)
+        check.positive_int("steps", steps)
+        if ids.ndim != 1 or len(ids) <= context_length:
+            raise ValueError(
+                f"ids must be 1-D and longer than context_length={context_length}"
+                f", got shape {tuple(ids.shape)}"
+            )
+        self.ids, self.context_length = ids, context_length
+        self.batch_size, self.steps, self.generator = (
+            batch_size,
+            steps,
+            generator,
+        )
+
+    def __len__(self) -> int:
+        return self.steps
+
+    def __iter__(self):
+        T = self.context_length
+        offsets = torch.arange(T + 1)
+        for _ in range(self.steps):
+            starts = torch.randint(
+                len(self.ids) - T,
+                (self.batch_size, 1),
+                generator=self.generator,
+            )
+            windows = self.ids[starts + offsets]  # (B, T + 1)
+            yield windows[:, :-1], windows[:, 1:]
+
+
+def held_out_windows(ids: Tensor, context_length: int) -> TensorDataset:
+    """Non-overlapping windows of the held-out ids: each character is predicted once.
+
+    A window's first character is predicted from nothing before it, its last from the
+    ``context_length - 1`` characters before it; the last ``len(ids) - 1`` modulo
+    ``context_length`` characters are left out.
+    """
+    count = (len(ids) - 1) // context_length
+    usable = ids[: count * context_length + 1]
+    inputs = usable[:-1].view(count, context_length)
+    targets = usable[1:].view(count, context_length)
+    return TensorDataset(inputs, targets)
+
+
+def held_out_loss(model: GPT, ids: Tensor, batch_size: int = 256) -> float:
+    """Mean next-character cross-entropy (nats) of ``model`` on ``ids``' windows."""
+    windows = held_out_windows(ids, model.context_length)
+    loader = DataLoader(windows, batch_size=batch_size)
+    return evaluate(model, loader, token_cross_entropy)["loss"]
+
+
+class KneserNeyModel:
+    """An interpolated Kneser-Ney character n-gram model of order ``order``.
+
+    The probability of a character after a context of ``order - 1`` characters mixes the
+    discounted count of that n-gram with the same estimate one order lower, down to the
+    uniform distribution; lower orders count in how many contexts a string continues (its
+    *continuation* count), not how often it occurs. ``discount`` is the absolute discount.
+    """
+
+    def __init__(
+        self,
+        text: str,
+        order: int,
+        vocab: Sequence[str],
+        discount: float = 0.75,
+    ) -> None:
+        check.positive_int("order", order)
+        if not 0 < discount < 1:
+            raise ValueError(f"discount must be in (0, 1), got {discount}")
+        self.order, self.discount = order, discount
+        self.vocab_size = len(vocab)
+        # counts[k][context][c] for k = 1..order (context of k - 1 characters)
+        self.counts: list[dict[str, Counter]] = [{} for _ in range(order + 1)]
+        grams = Counter(
+            text[i : i + order] for i in range(len(text) - order + 1)
+        )
+        for k in range(order, 0, -1):
+            table: dict[str, Counter] = defaultdict(Counter)
+            for gram, count in grams.items():
+                # the highest order counts occurrences; a lower one, for each k-gram,
+                # the distinct characters seen before it (each (k+1)-gram once)
+                table[gram[-k:-1]][gram[-1]] += count if k == order else 1
+            grams = {
+                context + c: 1 for context, row in table.items() for c in row
+            }
+            self.counts[k] = dict(table)
+        self.totals = [
+            {h: (sum(row.values()), len(row)) for h, row in table.items()}
+            for table in self.counts
+        ]
+
+    def probability(self, context: str, char: str) -> float:
+        """P(char | the last ``order - 1`` characters of context)."""
+        p = 1.0 / self.vocab_size
+        for k in range(1, self.order + 1):
+            if k - 1 > len(context):
+                break
+            h = context[len(context) - (k - 1) :] if k > 1 else ""
+            total, distinct = self.totals[k].get(h, (0, 0))
+            if total == 0:
+                continue
+            count = self.counts[k][h].get(char, 0)
+            p = (
+                max(count - self.discount, 0.0) + self.discount * distinct * p
+            ) / total
+        return p
+
+    def held_out_loss(self, text: str, context_length: int) -> float:
+        """Mean -log P (nats) on the characters that :func:`held_out_windows` scores.
+
+        The same windows as the GPT's: each character is predicted from the characters
+        before it inside its window of ``context_length``, at most ``order - 1`` of them.
+        """
+        check.positive_int("context_length", context_length)
+        count = (len(text) - 1) // context_length
+        if count == 0:
+            raise ValueError(
+                f"text of {len(text)} characters holds no window of "
+                f"context_length={context_length} + 1"
+            )
+        total = 0.0
+        for w in range(count):
+            window = text[w * context_length : (w + 1) * context_length + 1]
+            for j in range(1, len(window)):
+                context = window[max(0, j - self.order + 1) : j]
+                total -= math.log(self.probability(context, window[j]))
+        return total / (count * context_length)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShakespeareConfig:
+    """One training run: the model (a :class:`GPTConfig`) and the optimization."""
+
+    model: GPTConfig = field(
+        default_factory=lambda: GPTConfig(
+            vocab_size=76,
+            context_length=64,
+            d_model=128,
+            num_layers=4,
+            num_heads=4,
+            norm="layer",
+            activation="gelu",
+        )
+    )
+    batch_size: int = 24
+    lr: float = 2e-3
+    weight_decay: float = 0.1
+    warmup_steps: int = 100
+    steps: int = 1500
+    evaluations: int = 5
+    seed: int = 0
+
+
+def train_shakespeare(
+    config: ShakespeareConfig, train_ids: Tensor, held_ids: Tensor
+) -> tuple[GPT, pd.DataFrame]:
+    """Train the model of ``config`` on random windows; return ``(model, history)``.
+
+    AdamW with warm-up and cosine decay; the held-out loss is measured ``evaluations``
+    times, evenly spaced (the ``val_loss`` column of :func:`helpers.training.fit`'s history).
+    """
+    check.instance("config", config, ShakespeareConfig)
+    check.positive_int("evaluations", config.evaluations)
+    if config.steps % config.evaluations:
+        raise ValueError(
+            f"steps={config.steps} must be a multiple of "
+            f"evaluations={config.evaluations}"
+        )
+    torch.manual_seed(config.seed)
+    model = GPT(config.model)
+    T = config.model.context_length
+    windows = RandomWindows(
+        train_ids,
+        T,
+        config.batch_size,
+        config.steps // config.evaluations,
+        torch.Generator().manual_seed(config.seed),
+    )
+    held = DataLoader(held_out_windows(held_ids, T), batch_size=256)
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=config.lr, weight_decay=config.weight_decay
+    )
+    scheduler = cosine_warmup_schedule(
+        optimizer, config.warmup_steps, config.steps
+    )
+    history = fit(
+        model,
+        windows,
+        loss_fn=token_cross_entropy,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        epochs=config.evaluations,
+        val_loader=held,
+        progress=False,
+        log_every=50,
+    )
+    return model.eval(), history

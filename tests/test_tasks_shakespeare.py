@@ -1,0 +1,137 @@
+"""The Shakespeare text, its tokenizer and split, the n-gram baseline and the training run."""
+
+import math
+
+import pytest
+import torch
+
+from helpers.gpt import GPTConfig
+from helpers.tasks.shakespeare import (
+    CharTokenizer,
+    KneserNeyModel,
+    RandomWindows,
+    ShakespeareConfig,
+    held_out_loss,
+    held_out_windows,
+    load_text,
+    split_text,
+    train_shakespeare,
+)
+
+
+@pytest.fixture(scope="module")
+def text():
+    return load_text()
+
+
+def test_the_shipped_text_is_the_eight_plays(text):
+    import hashlib
+
+    assert len(text) == 1_055_123
+    assert len(set(text)) == 76
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    assert digest.startswith("cbf00ce004f5e570")  # helpers/tasks/shakespeare.md
+    for title in (
+        "HAMLET",
+        "MACBETH",
+        "KING LEAR",
+        "OTHELLO",
+        "ROMEO AND JULIET",
+    ):
+        assert title in text
+    assert "Gutenberg" not in text and "\r" not in text
+
+
+def test_tokenizer_round_trips_and_refuses_unknown_characters(text):
+    tokenizer = CharTokenizer(text)
+    assert tokenizer.vocab_size == 76
+    line = "To be, or not to be,"
+    ids = tokenizer.encode(line)
+    assert ids.dtype == torch.long and tokenizer.decode(ids) == line
+    with pytest.raises(ValueError, match=r"\['é'\] are not in the vocabulary"):
+        tokenizer.encode("café")
+    with pytest.raises(ValueError, match="empty"):
+        CharTokenizer("")
+
+
+def test_split_holds_out_the_last_tenth_by_position(text):
+    train, held = split_text(text)
+    assert train + held == text
+    assert len(held) == pytest.approx(len(text) / 10, abs=1)
+
+
+def test_random_windows_are_shifted_by_one_and_reproducible():
+    ids = torch.arange(1000)
+    batches = list(
+        RandomWindows(ids, 8, 4, 3, torch.Generator().manual_seed(0))
+    )
+    again = list(RandomWindows(ids, 8, 4, 3, torch.Generator().manual_seed(0)))
+    assert len(batches) == 3
+    for (x, y), (x2, _) in zip(batches, again, strict=True):
+        assert x.shape == y.shape == (4, 8)
+        assert torch.equal(y[:, :-1], x[:, 1:]) and torch.equal(
+            y[:, -1], x[:, -1] + 1
+        )
+        assert torch.equal(x, x2)
+    with pytest.raises(ValueError, match="longer than context_length"):
+        RandomWindows(torch.arange(5), 8, 4, 3, torch.Generator())
+
+
+def test_held_out_windows_score_each_character_once():
+    windows = held_out_windows(torch.arange(21), 4)
+    inputs, targets = windows.tensors
+    assert inputs.shape == targets.shape == (5, 4)
+    assert targets.flatten().tolist() == list(range(1, 21))
+
+
+def test_kneser_ney_is_a_distribution_and_orders_help(text):
+    train, held = split_text(text[:200_000])
+    vocab = sorted(set(text))
+    losses = {}
+    for order in (1, 3, 5):
+        model = KneserNeyModel(train, order, vocab)
+        for context in ("", "the ki", "zqzqzq", "Ham"):
+            total = sum(model.probability(context, c) for c in vocab)
+            assert total == pytest.approx(1.0, abs=1e-9)
+        losses[order] = model.held_out_loss(held[:5000], 64)
+    assert losses[1] > losses[3] > losses[5]
+    # a uniform model would pay log V per character; unigram frequencies beat it
+    assert losses[1] < math.log(len(vocab))
+
+
+def test_kneser_ney_counts_continuations_at_lower_orders():
+    # "b" follows "a" only, many times; "c" follows three different characters once each.
+    model = KneserNeyModel("ab" * 20 + "xc yc zc", 2, sorted(set("abcxyz ")))
+    assert model.counts[1][""]["b"] == 1  # one distinct left neighbour, not 20
+    assert model.counts[1][""]["c"] == 3
+    assert (
+        model.counts[2]["a"]["b"] == 20
+    )  # the highest order counts occurrences
+
+
+def test_a_short_run_learns_and_reports_the_held_out_loss(text):
+    tokenizer = CharTokenizer(text)
+    train, held = split_text(text[:100_000])
+    model_config = GPTConfig(
+        vocab_size=76, context_length=16, d_model=32, num_layers=1, num_heads=2
+    )
+    config = ShakespeareConfig(
+        model=model_config,
+        batch_size=16,
+        steps=60,
+        evaluations=2,
+        warmup_steps=5,
+    )
+    held_ids = tokenizer.encode(held)
+    model, history = train_shakespeare(
+        config, tokenizer.encode(train), held_ids
+    )
+    val = history["val_loss"].dropna()
+    assert len(val) == 2 and val.iloc[-1] < val.iloc[0] < math.log(76) + 0.5
+    assert held_out_loss(model, held_ids) == pytest.approx(
+        val.iloc[-1], rel=1e-5
+    )
+    with pytest.raises(ValueError, match="multiple of"):
+        train_shakespeare(
+            ShakespeareConfig(steps=10, evaluations=3), held_ids, held_ids
+        )

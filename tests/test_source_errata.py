@@ -7,18 +7,22 @@ needs it, and the name of every test says what it pins.
 
 from __future__ import annotations
 
+import ast
 import itertools
 import math
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from helpers.analysis import peak_cpu_bytes
 from helpers.attention import MultiHeadAttention
 from helpers.positional import LearnedPositionalEmbedding, sinusoidal_encoding
 from helpers.tasks.corners import make_corner_sequences
-from helpers.tasks.reverse import ReversePredictor
+from helpers.tasks.regression import make_regression_data
+from helpers.tasks.reverse import ReversePredictor, ablation_results
 
 
 def _gen(seed: int) -> torch.Generator:
@@ -178,6 +182,88 @@ def test_source_000_naive_attention_is_as_stable_as_pytorchs():
     torch.testing.assert_close(ours, theirs)
 
 
+def _row_sums_normalized_over_the_queries(queries, keys, sigma):
+    """Source 000's ``attention_pooling`` weights, ``k / k.sum(0)``, summed along each row."""
+    d = queries.view(-1, 1) - keys.view(1, -1)
+    k = torch.exp(-(d**2) / (2 * sigma**2))
+    return (k / k.sum(0)).sum(1)
+
+
+def test_source_000_kernel_rows_sum_to_about_keys_per_query():
+    """``k / k.sum(0)``: a row sums to about the local ratio of keys to queries, not to one.
+
+    The text's set-up (120 keys, 100 queries on [0, 10), its seed 0) gives rows of about 1.2:
+    a stretched, distorted curve. Chapter 1's demonstration (80 keys, 200 queries) gives rows
+    of about 0.4: a shrunken one. Normalized over the keys, both would be exactly 1.
+    """
+    x_train, _ = torch.sort(torch.rand(120, generator=_gen(0)) * 10)
+    x = torch.arange(0, 10, 0.1)  # its 100 queries
+    for sigma in (0.1, 0.3, 0.5, 1.0):  # its four widths
+        rows = _row_sums_normalized_over_the_queries(x, x_train, sigma)
+        assert 1.1 < rows.median() < 1.25
+        assert rows.max() > 1.4 and rows.min() < 0.9  # distorted, both ways
+    at_01 = _row_sums_normalized_over_the_queries(x, x_train, 0.1)
+    assert at_01.min() < 0.3 and at_01.max() > 2.4
+    book_keys, _ = make_regression_data(80, generator=_gen(0))
+    book_rows = _row_sums_normalized_over_the_queries(
+        torch.linspace(0, 10, 200), book_keys, 0.5
+    )
+    assert 0.35 < book_rows.median() < 0.45 and book_rows.max() < 0.9
+
+
+def test_source_000_shape_comments_are_off():
+    """``x = torch.randn(1, 4, 512)  # Tk = 1`` and ``w = ...  # (d_model,)``."""
+    x = torch.randn(1, 4, 512)
+    assert x.shape[1] == 4  # Tk is 4, not 1
+    d_model, max_len = 256, 400
+    t = torch.arange(0, max_len, dtype=torch.float).unsqueeze(1)
+    w = torch.exp(
+        -(torch.arange(0, d_model, 2).float() / d_model * math.log(10000))
+    )
+    assert w.shape == (d_model // 2,)  # one frequency per pair of columns
+    assert torch.sin(t * w).shape == (max_len, d_model // 2)
+    assert _source_000_table(max_len, d_model).shape == (max_len, d_model)
+
+
+def test_source_000_odd_width_fails_on_the_cosines_with_a_shape_error():
+    """Sources 000 and 001 fill ``pe[:, 1::2]`` with as many cosines as there are sines."""
+    # width 7: 4 sines fill columns 0::2, but 4 cosines do not fit the 3 columns 1::2
+    with pytest.raises(RuntimeError, match="must match") as error:
+        _source_000_table(10, 7)
+    assert "d_model" not in str(error.value)
+    assert _source_000_table(10, 8).shape == (10, 8)
+
+
+def test_source_000_dropout_run_does_not_underfit():
+    """ "The model underfits due to dropping out the attention weight of the correct key".
+
+    Chapter 7's runs at the text's rate (dropout 0.1), shipped with the book: the accuracy a
+    training curve shows (dropout on) stays low, the trained model is right on the test set.
+    """
+    runs = ablation_results()
+    light = runs[runs["run"] == "dropout 0.1"]
+    assert len(light) >= 3
+    assert (light["train accuracy"] < 0.95).all()  # what the curve shows
+    assert (light["test accuracy"] >= 0.999).all()  # what the model does
+    # attention dropout alone (p = 0.3) on the trained models: far less lost than p
+    plain = runs[runs["run"] == "plain"]
+    kept = plain["attention-dropout 0.3 accuracy"]
+    assert ((kept - (1 - 0.3**2)).abs() < 0.05).all()  # about p**2 lost, not p
+
+
+def test_pytorchs_fused_attention_does_not_hold_the_weight_matrix():
+    """Source 000's trained module calls ``F.scaled_dot_product_attention`` without a mask."""
+    g, length = _gen(14), 2048
+    q, k, v = (torch.randn(1, 1, length, 32, generator=g) for _ in range(3))
+    weights_bytes = length * length * 4  # one float32 (T, T) matrix
+    with torch.inference_mode():
+        fused = peak_cpu_bytes(lambda: F.scaled_dot_product_attention(q, k, v))
+        naive = peak_cpu_bytes(
+            lambda: (q @ k.transpose(-2, -1) / math.sqrt(32)).softmax(-1) @ v
+        )
+    assert naive >= weights_bytes > 4 * fused
+
+
 # ------------------------------------------------------------------------------ source 001
 
 
@@ -227,6 +313,43 @@ def test_layer_norm_does_not_undo_the_input_scaling_once_the_encoding_is_added()
     )  # it undoes it only alone
 
 
+def _source_001_sequences(n=128, seed=13):
+    """Source 001's ``generate_sequences`` (fixed length 4), with its own NumPy seeding."""
+    basic_corners = np.array([[-1, -1], [-1, 1], [1, 1], [1, -1]])
+    rng = np.random.RandomState(seed)  # the state ``np.random.seed(seed)`` sets
+    bases = rng.randint(4, size=n)
+    directions = rng.randint(2, size=n)
+    points = [
+        basic_corners[[(b + i) % 4 for i in range(4)]][:: d * 2 - 1]
+        + rng.randn(4, 2) * 0.1
+        for b, d in zip(bases, directions, strict=True)
+    ]
+    return torch.as_tensor(np.array(points)).float(), torch.as_tensor(
+        directions
+    )
+
+
+def test_source_001_prediction_plot_pairs_training_points_with_test_directions():
+    """``full_test`` holds the training points; the prediction plot gets ``test_directions``."""
+    points, directions = _source_001_sequences()
+    test_points, test_directions = _source_001_sequences(seed=19)
+    full_test = points  # as printed: the training points
+    assert torch.equal(_clockwise_from_points(points), directions.bool())
+    assert torch.equal(
+        _clockwise_from_points(test_points), test_directions.bool()
+    )
+    # the prediction plot: test directions against training points, right by chance
+    paired = (
+        _clockwise_from_points(full_test) == test_directions.bool()
+    ).float()
+    assert 0.3 < paired.mean() < 0.7
+    # the attention plots: ``directions`` fits the printed ``full_test`` ...
+    assert torch.equal(_clockwise_from_points(full_test), directions.bool())
+    # ... and no longer fits once ``full_test`` holds the test points
+    fixed = (_clockwise_from_points(test_points) == directions.bool()).float()
+    assert 0.3 < fixed.mean() < 0.7
+
+
 # ------------------------------------------------------------------------------ source 002
 
 
@@ -250,6 +373,58 @@ def test_a_multiple_of_32_heads_does_not_guarantee_an_even_split():
         )  # a multiple of 64 wide, a multiple of 32 heads
 
 
+def test_multiplying_the_weights_by_a_0_1_mask_lets_the_future_in():
+    """Source 002's prose: a 0/1 mask multiplied with the weights, not -inf in the scores."""
+    g = _gen(15)
+    q, k = torch.randn(4, 8, generator=g), torch.randn(4, 8, generator=g)
+    v = torch.randn(4, 3, generator=g)
+    keep = torch.tril(torch.ones(4, 4))
+    k2, v2 = k.clone(), v.clone()  # a different last token: its key and value
+    k2[3], v2[3] = 5 * torch.randn(8, generator=g), torch.randn(3, generator=g)
+
+    def after_softmax(k, v):  # the weights times the mask
+        return ((q @ k.T / math.sqrt(8)).softmax(-1) * keep) @ v
+
+    def before_softmax(k, v):  # the scores times the mask: a zero is not hidden
+        return ((q @ k.T / math.sqrt(8)) * keep).softmax(-1) @ v
+
+    def scores_filled(k, v):  # what its code does
+        scores = (q @ k.T / math.sqrt(8)).masked_fill(keep == 0, -math.inf)
+        return scores.softmax(-1) @ v
+
+    # position 0 may read only token 0: its output must not move with token 3
+    torch.testing.assert_close(scores_filled(k, v)[0], scores_filled(k2, v2)[0])
+    for wrong in (after_softmax, before_softmax):
+        assert not torch.allclose(wrong(k, v)[0], wrong(k2, v2)[0], atol=1e-3)
+    # after the softmax, the future key alone moves it (through the denominator)
+    assert not torch.allclose(after_softmax(k, v)[0], after_softmax(k2, v)[0])
+    rows = (q @ k.T / math.sqrt(8)).softmax(-1) * keep
+    assert (rows.sum(-1)[:3] < 1).all()  # and the rows no longer sum to one
+
+
+def test_source_002_feed_forward_sized_by_the_vocabulary_crashes_on_embeddings():
+    """``eqx.nn.MLP(in_size=n_dims, out_size=n_dims, width_size=32, depth=2)``, n_dims = V."""
+    vocabulary, n_embd, tokens = (
+        65,
+        32,
+        8,
+    )  # its training run: characters, N_EMBD = 32
+    feedforward = nn.Sequential(  # Equinox's MLP of depth 2: two hidden layers
+        nn.Linear(vocabulary, 32),
+        nn.ReLU(),
+        nn.Linear(32, 32),
+        nn.ReLU(),
+        nn.Linear(32, vocabulary),
+    )
+    embeddings = torch.randn(tokens, n_embd)  # what reaches it in its model
+    with pytest.raises(RuntimeError, match="cannot be multiplied"):
+        feedforward(embeddings)
+    sized_by_the_width = nn.Sequential(
+        nn.Linear(n_embd, 32), nn.ReLU(), nn.Linear(32, n_embd)
+    )
+    assert sized_by_the_width(embeddings).shape == (tokens, n_embd)
+
+
 # ------------------------------------------------------------------------------ source 003
 
 _SOURCE_003_FEED_FORWARD = """
@@ -269,6 +444,36 @@ def test_source_003_feed_forward_names_an_undefined_width():
     exec(_SOURCE_003_FEED_FORWARD, namespace)  # it parses ...
     with pytest.raises(NameError, match="hidden_dim_feedforward"):
         namespace["FeedForward"](16, 64)  # ... but cannot be built
+
+
+_SOURCE_003_ENCODER_FORWARD = """
+def forward(self, src_seq):
+   for layer in self.layers:
+      src_seq = layer(srq_seq)
+
+   return src_seq
+"""
+
+
+def test_source_003_srq_seq_is_a_name_error_not_a_syntax_error():
+    """``layer(srq_seq)`` parses; it fails only when run, on the undefined name."""
+    ast.parse(_SOURCE_003_ENCODER_FORWARD)  # no SyntaxError
+    namespace = {}
+    exec(_SOURCE_003_ENCODER_FORWARD, namespace)
+
+    class Encoder:
+        layers = [nn.Identity()]
+
+    with pytest.raises(NameError, match="srq_seq"):
+        namespace["forward"](Encoder(), torch.zeros(1, 2, 4))
+    for line in (  # the lines of the post that do not parse
+        "if mask is Not None:\n   pass",
+        "def get_subsequent_mask(seq)\n   pass",
+        "layers = [block for _ in range(num_layers]",
+        "super().__init__()'",
+    ):
+        with pytest.raises(SyntaxError):
+            ast.parse(line)
 
 
 def test_attention_computed_one_query_at_a_time_still_ignores_order():

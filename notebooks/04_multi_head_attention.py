@@ -23,15 +23,23 @@
 # own low-dimensional projection of the inputs, and mixes their answers with one output
 # projection {cite}`vaswani2017attention`.
 #
-# This chapter builds multi-head attention twice, once as a list of separate heads (the way
-# most first implementations look) and once fused into a few big matrix products (the way
-# every library does it), proves the two equal, and then checks the book's canonical module
-# against both and against `torch.nn.MultiheadAttention`. Along the way: the shape of every
-# tensor at every reshape, how the masks of chapter 2 meet the new head axis, PyTorch's
-# opposite mask convention, attention maps per head, self- versus cross-attention, the
-# symmetries that make positional encodings necessary (chapter 5), why a `Conv1d` with
-# `kernel_size=1` is a linear layer, how many parameters the layer has, and what its output
-# looks like through the lens of singular values.
+# After this chapter you will be able to:
+#
+# - build multi-head attention twice, as a list of heads and as one fused projection
+#   reshaped into heads, and show that the two compute the same function;
+# - explain what several narrow heads can do that one wide head cannot, and use the layer
+#   for self- and cross-attention;
+# - predict what the layer does to permuted inputs, and say why that makes positional
+#   encodings necessary.
+#
+# ```{figure} ../book/_static/diagrams/map_04.svg
+# :alt: The book's map of the Transformer: the multi-head attention boxes of the encoder and the decoder are highlighted.
+# :width: 60%
+# :name: fig-map-04
+#
+# Where this chapter sits in the Transformer: the multi-head attention boxes, in the encoder
+# and in the decoder.
+# ```
 
 # %% tags=["hide-cell"]
 # Setup: on Colab, install the book's helpers; everywhere, import, seed and pick a device.
@@ -60,6 +68,7 @@ device = helpers.get_device()
 
 # %%
 import math
+import textwrap
 
 import matplotlib.pyplot as plt
 import pandas as pd
@@ -80,11 +89,12 @@ from helpers.plotting import to_numpy
 
 
 def error_of(call) -> str:
-    """Run ``call()``, which must fail; return its error's type and first line."""
+    """Run ``call()``, which must fail; return its error's first line, wrapped."""
     try:
         call()
     except (RuntimeError, ValueError) as error:
-        return f"{type(error).__name__}: {str(error).splitlines()[0]}"
+        message = f"{type(error).__name__}: {str(error).splitlines()[0]}"
+        return textwrap.fill(message, width=78)
     raise AssertionError("expected this call to fail")
 
 
@@ -97,9 +107,11 @@ def error_of(call) -> str:
 # runs the scaled dot-product attention of chapter 3 there:
 #
 # $$
-# \text{head}_h = \operatorname{Attention}\left(Q W^Q_h,\; K W^K_h,\; V W^V_h\right)
-# \in \mathbb{R}^{T_q \times d_\text{head}},
-# \qquad W^Q_h, W^K_h, W^V_h \in \mathbb{R}^{D \times d_\text{head}}.
+# \begin{aligned}
+# \text{head}_h &= \operatorname{Attention}\left(Q W^Q_h,\; K W^K_h,\; V W^V_h\right)
+# \in \mathbb{R}^{T_q \times d_\text{head}},\\
+# W^Q_h, W^K_h, W^V_h &\in \mathbb{R}^{D \times d_\text{head}}.
+# \end{aligned}
 # $$
 #
 # The $H$ outputs are concatenated side by side, which gives width $H d_\text{head} = D$
@@ -120,9 +132,8 @@ def error_of(call) -> str:
 # ## The per-head view: a list of heads
 #
 # The most literal reading of the formula is a module per head, kept in an `nn.ModuleList`,
-# as sources written for teaching often do. Each head owns three small linear layers and calls
-# the `scaled_dot_product_attention` of chapter 3, queries first, then keys (chapter 3 shows
-# when exchanging the two is harmless and when it is a bug).
+# as first implementations often do. Each head owns three small linear layers and calls
+# the `scaled_dot_product_attention` of chapter 3, queries first, then keys.
 #
 # ```{figure} ../book/_static/diagrams/mha_per_head.svg
 # :alt: A flow chart. The input x of shape (B, T, D) feeds H separate heads, drawn as head 1, head 2, dots and head H. Each head has its own three small projections q, k and v and its own attention, and outputs a tensor of shape (B, T, d_head). The head outputs are concatenated along the last dimension into (B, T, D), and an output Linear W O from D to D gives the output, again (B, T, D).
@@ -137,7 +148,7 @@ def error_of(call) -> str:
 
 # %%
 class Head(nn.Module):
-    """One attention head: its own projections D -> d_head for queries, keys, values."""
+    """One attention head: projections D -> d_head for q, k and v."""
 
     def __init__(self, d_model: int, d_head: int):
         super().__init__()
@@ -153,7 +164,7 @@ class Head(nn.Module):
 
 
 class PerHeadMHA(nn.Module):
-    """Multi-head attention as H separate heads, concatenated, then mixed by W_o."""
+    """Multi-head attention as H heads, concatenated, then mixed by W_o."""
 
     def __init__(self, d_model: int, num_heads: int):
         super().__init__()
@@ -186,9 +197,11 @@ x = torch.randn(batch_size, seq_len, d_model, generator=generator)
 torch.manual_seed(0)
 per_head = PerHeadMHA(d_model, num_heads)
 out_per_head, weights_per_head = per_head(x, x, x)
+out_per_head.shape, weights_per_head.shape
+
+# %% tags=["remove-cell"]
 assert out_per_head.shape == (batch_size, seq_len, d_model)
 assert weights_per_head.shape == (batch_size, num_heads, seq_len, seq_len)
-out_per_head.shape, weights_per_head.shape
 
 # %% [markdown]
 # ## The fused view: one matrix product, then reshape into heads
@@ -212,63 +225,48 @@ out_per_head.shape, weights_per_head.shape
 # the batch, and the reshape back to $(B, T, D)$ is the concatenation.
 # ```
 #
-# Step by step, with the shape after every step checked:
+# Step by step, each step followed by `record`, which checks the shape against the one
+# expected and adds a row to the table printed at the end:
 
-# %%
-w_qkv = torch.randn(3 * d_model, d_model, generator=generator) / math.sqrt(
-    d_model
-)
-# three (D, D) blocks; a weight's rows are output features
-w_q, w_k, w_v = w_qkv.split(d_model, dim=0)
-
+# %% tags=["hide-cell"]
 steps = []
 
 
-def record(step: str, tensor: torch.Tensor, expected: tuple) -> torch.Tensor:
+def record(step: str, tensor: torch.Tensor, expected: tuple) -> None:
+    """Check a tensor's shape and note it in the table of steps."""
     assert tensor.shape == expected, (step, tuple(tensor.shape), expected)
     steps.append({"step": step, "shape": str(tuple(tensor.shape))})
-    return tensor
 
 
-q = record("project: x @ W_q.T", x @ w_q.T, (batch_size, seq_len, d_model))
-q = record(
-    "split the width: view(B, T, H, d_head)",
-    q.view(batch_size, seq_len, num_heads, d_head),
-    (batch_size, seq_len, num_heads, d_head),
-)
-q = record(
-    "heads to the front: transpose(1, 2)",
-    q.transpose(1, 2),
-    (batch_size, num_heads, seq_len, d_head),
-)
+# %%
+w_qkv = torch.randn(3 * d_model, d_model, generator=generator)
+w_qkv = w_qkv / math.sqrt(d_model)
+# three (D, D) blocks; a weight's rows are output features
+w_q, w_k, w_v = w_qkv.split(d_model, dim=0)
+B, T, H = batch_size, seq_len, num_heads
+
+q = x @ w_q.T
+record("project: x @ W_q.T", q, (B, T, d_model))
+q = q.view(B, T, H, d_head)
+record("split the width: view(B, T, H, d_head)", q, (B, T, H, d_head))
+q = q.transpose(1, 2)
+record("heads to the front: transpose(1, 2)", q, (B, H, T, d_head))
 
 # %% [markdown]
 # Keys and values go through the same three steps. Then one call to scaled dot-product
 # attention treats $(B, H)$ as batch dimensions, and the heads are merged back:
 
 # %%
-k = (x @ w_k.T).view(batch_size, seq_len, num_heads, d_head).transpose(1, 2)
-v = (x @ w_v.T).view(batch_size, seq_len, num_heads, d_head).transpose(1, 2)
-record(
-    "keys and values, same steps", k, (batch_size, num_heads, seq_len, d_head)
-)
+k = (x @ w_k.T).view(B, T, H, d_head).transpose(1, 2)
+v = (x @ w_v.T).view(B, T, H, d_head).transpose(1, 2)
+record("keys and values, same steps", k, (B, H, T, d_head))
 heads, attn_weights = scaled_dot_product_attention(q, k, v)
-record(
-    "attention weights", attn_weights, (batch_size, num_heads, seq_len, seq_len)
-)
-record(
-    "attention output per head", heads, (batch_size, num_heads, seq_len, d_head)
-)
-heads = record(
-    "positions to the front: transpose(1, 2)",
-    heads.transpose(1, 2),
-    (batch_size, seq_len, num_heads, d_head),
-)
-concat = record(
-    "concatenate heads: reshape(B, T, D)",
-    heads.reshape(batch_size, seq_len, d_model),
-    (batch_size, seq_len, d_model),
-)
+record("attention weights", attn_weights, (B, H, T, T))
+record("attention output per head", heads, (B, H, T, d_head))
+heads = heads.transpose(1, 2)
+record("positions to the front: transpose(1, 2)", heads, (B, T, H, d_head))
+concat = heads.reshape(B, T, d_model)
+record("concatenate heads: reshape(B, T, D)", concat, (B, T, d_model))
 pd.DataFrame(steps)
 
 # %% [markdown]
@@ -281,8 +279,11 @@ pd.DataFrame(steps)
 # where `view` raises an error:
 
 # %%
+print("contiguous after the transpose:", heads.is_contiguous())
+print(error_of(lambda: heads.view(B, T, d_model)))
+
+# %% tags=["remove-cell"]
 assert not heads.is_contiguous()
-print(error_of(lambda: heads.view(batch_size, seq_len, d_model)))
 
 # %% [markdown]
 # Packaged as a module, the fused view is a dozen lines. The three projection matrices live in
@@ -293,7 +294,7 @@ print(error_of(lambda: heads.view(batch_size, seq_len, d_model)))
 
 # %%
 class FusedMHA(nn.Module):
-    """Multi-head attention with one (3D, D) projection and a reshape into heads."""
+    """Multi-head attention: one (3D, D) projection, reshaped into heads."""
 
     def __init__(self, d_model: int, num_heads: int):
         super().__init__()
@@ -302,24 +303,21 @@ class FusedMHA(nn.Module):
         self.w_qkv = nn.Linear(d_model, 3 * d_model, bias=False)
         self.w_o = nn.Linear(d_model, d_model, bias=False)
 
-    def split_heads(
-        self, x
-    ):  # (B, T, D) -> (B, T, H, d_head) -> (B, H, T, d_head)
+    def split_heads(self, x):
+        # (B, T, D) -> (B, T, H, d_head) -> (B, H, T, d_head)
         batch, length, _ = x.shape
-        return x.view(batch, length, self.num_heads, self.d_head).transpose(
-            1, 2
-        )
+        x = x.view(batch, length, self.num_heads, self.d_head)
+        return x.transpose(1, 2)
 
     def forward(self, query, key, value, mask=None):
         w_q, w_k, w_v = self.w_qkv.weight.chunk(3, dim=0)
         q = self.split_heads(F.linear(query, w_q))  # (B, H, Tq, d_head)
         k = self.split_heads(F.linear(key, w_k))  # (B, H, Tk, d_head)
         v = self.split_heads(F.linear(value, w_v))  # (B, H, Tk, d_head)
-        # one call for every head: (B, H) are batch dimensions -> (B, H, Tq, d_head)
+        # one call for every head: (B, H) act as batch dimensions
         heads, weights = scaled_dot_product_attention(q, k, v, mask)
-        concat = heads.transpose(1, 2).flatten(
-            2
-        )  # (B, Tq, H, d_head) -> (B, Tq, D)
+        # (B, H, Tq, d_head) -> (B, Tq, H, d_head) -> (B, Tq, D)
+        concat = heads.transpose(1, 2).flatten(2)
         return self.w_o(concat), weights
 
 
@@ -341,7 +339,8 @@ def fuse(per_head: PerHeadMHA, fused: FusedMHA) -> FusedMHA:
         stacked = torch.cat(
             [getattr(head, name).weight for head in per_head.heads]
         )
-        fused.w_qkv.weight[block * d_model : (block + 1) * d_model] = stacked
+        rows = slice(block * d_model, (block + 1) * d_model)
+        fused.w_qkv.weight[rows] = stacked
     fused.w_o.weight.copy_(per_head.w_o.weight)
     return fused
 
@@ -349,34 +348,33 @@ def fuse(per_head: PerHeadMHA, fused: FusedMHA) -> FusedMHA:
 fused = fuse(per_head, FusedMHA(d_model, num_heads))
 out_fused, weights_fused = fused(x, x, x)
 fused_vs_per_head = (out_fused - out_per_head).abs().max().item()
-assert torch.allclose(out_fused, out_per_head, atol=1e-6)
-assert torch.allclose(weights_fused, weights_per_head, atol=1e-6)
 print("the two views agree within 1e-6:", fused_vs_per_head < 1e-6)
 
-# %% [markdown]
-# What difference there is (below $10^{-6}$; its exact size depends on the CPU) is
-# floating-point rounding: the two views add the same products in a different order. They are one function written
-# two ways, and the fused one is what runs fast.
+# %% tags=["remove-cell"]
+assert torch.allclose(out_fused, out_per_head, atol=1e-6)
+assert torch.allclose(weights_fused, weights_per_head, atol=1e-6)
 
 # %% [markdown]
-# ## The canonical module: `helpers.attention.MultiHeadAttention`
+# What difference there is (below $10^{-6}$) is floating-point rounding: the two views add
+# the same products in a different order. They are one function written two ways, and the
+# fused one is what runs fast.
+
+# %% [markdown]
+# ## The book's module, and PyTorch's
 #
-# The rest of the book uses the package's version. It is the fused view plus what a library
-# needs: input validation (one line here; every check of the package lives in
-# `helpers/_validate.py`, with messages that say how to fix the call), the book's mask
-# convention (boolean, `True` = may attend, 2-D, 3-D or 4-D), attention dropout, optional
-# biases, a single matrix product when `query is key is value`, and PyTorch's fused
+# The rest of the book uses `helpers.attention.MultiHeadAttention`. It is the fused view plus
+# what a library needs: input checks with messages that say how to fix the call, the book's
+# mask convention (boolean, `True` = may attend), attention dropout, optional biases, one
+# matrix product when `query is key is value`, and PyTorch's fast
 # `F.scaled_dot_product_attention` kernel unless the weights are asked for with
-# `return_attention=True`. Copying weights from PyTorch's own layer
-# (`helpers.interop.load_multihead_attention`, used below) is not the module's business: it
-# lives in `helpers.interop`.
+# `return_attention=True`.
 
 # %%
 helpers.show_source(MultiHeadAttention)
 
 # %% [markdown]
-# Its `qkv_proj` has exactly the layout of `FusedMHA.w_qkv`, so copying the two weights over
-# must give the same outputs and the same attention weights, with and without the fast path:
+# Its `qkv_proj` has exactly the layout of `FusedMHA.w_qkv`, so with the two weights copied
+# over it gives the same outputs and attention weights, with and without the fast kernel:
 
 # %%
 mha = MultiHeadAttention(d_model, num_heads)
@@ -385,19 +383,15 @@ with torch.no_grad():
     mha.out_proj.weight.copy_(fused.w_o.weight)
 
 out_package, weights_package = mha(x, x, x, return_attention=True)
+same = torch.allclose(out_package, out_fused, atol=1e-6)
+print("MultiHeadAttention equals FusedMHA within 1e-6:", same)
+
+# %% tags=["remove-cell"]
 assert torch.allclose(out_package, out_fused, atol=1e-6)
 assert torch.allclose(weights_package, weights_fused, atol=1e-6)
 # without return_attention the module runs F.scaled_dot_product_attention instead
 assert torch.allclose(mha(x, x, x), out_fused, atol=1e-6)
-
-# %% [markdown]
-# The package also keeps a per-head version, `PerHeadMultiHeadAttention`, for when a head as a
-# module of its own is handy; `helpers.interop.fuse_heads` performs the weight mapping of `fuse`
-# above on it.
-# `test_per_head_modules_equal_fused` in `tests/test_interop.py` checks the two against each
-# other on random shapes.
-
-# %%
+# the package's per-head module, fused by the package's own weight mapping
 torch.manual_seed(1)
 package_per_head = PerHeadMultiHeadAttention(d_model, num_heads)
 assert torch.allclose(
@@ -405,21 +399,92 @@ assert torch.allclose(
 )
 
 # %% [markdown]
-# ### Masks against four-dimensional scores
-#
+# PyTorch ships the same layer as `torch.nn.MultiheadAttention`, with the same matrices under
+# other names: its `in_proj_weight` holds $[W^Q; W^K; W^V]$ in the row order of our
+# `qkv_proj`, and its `out_proj` is $W^O$. Two arguments need care. It expects `(T, B, D)`
+# inputs unless built with `batch_first=True`. And its boolean `attn_mask` means the
+# opposite of ours, `True` = *may not* attend (chapter 2), so our mask goes in as `~mask`.
+# With the weights copied and a causal mask:
+
+# %%
+torch.manual_seed(2)
+torch_mha = nn.MultiheadAttention(
+    d_model, num_heads, bias=True, batch_first=True
+)
+ours = MultiHeadAttention(d_model, num_heads, bias=True)
+with torch.no_grad():  # the same numbers, in the same layout
+    ours.qkv_proj.weight.copy_(torch_mha.in_proj_weight)
+    ours.qkv_proj.bias.copy_(torch_mha.in_proj_bias)
+    ours.out_proj.weight.copy_(torch_mha.out_proj.weight)
+    ours.out_proj.bias.copy_(torch_mha.out_proj.bias)
+
+mask = causal_mask(seq_len)  # ours: True = may attend
+out_ours = ours(x, x, x, mask=mask)
+out_torch, _ = torch_mha(x, x, x, attn_mask=~mask)  # True = may NOT attend
+torch_vs_ours = (out_torch - out_ours).abs().max().item()
+print("agrees with nn.MultiheadAttention within 1e-6:", torch_vs_ours < 1e-6)
+
+# %% tags=["remove-cell"]
+# Outputs, per-head weights and head-averaged weights all agree.
+out_ours, weights_ours = ours(x, x, x, mask=mask, return_attention=True)
+out_torch, weights_torch = torch_mha(
+    x, x, x, attn_mask=~mask, average_attn_weights=False
+)
+_, mean_weights_torch = torch_mha(x, x, x, attn_mask=~mask)  # head average
+assert torch.allclose(out_ours, out_torch, atol=1e-6)
+assert torch.allclose(weights_ours, weights_torch, atol=1e-6)
+assert torch.allclose(weights_ours.mean(dim=1), mean_weights_torch, atol=1e-6)
+
+# %% [markdown]
+# ```{admonition} Pitfall: passing a "may attend" mask to torch.nn.MultiheadAttention
+# :class: warning
+# A padding mask in this book's convention, handed to `nn.MultiheadAttention` as
+# `key_padding_mask`, hides the real tokens and keeps the padding. The cell below runs it:
+# the full-length sequence has every key hidden and comes out as NaN, and the shorter one
+# attends *only* to its padding. The fix is `~mask` (and, for a `(B, 1, 1, T)` mask, the
+# `(B, T)` slice `mask[:, 0, 0]`).
+# ```
+
+# %%
+x5 = torch.randn(2, 5, d_model, generator=generator)
+lengths_2 = padding_mask([5, 3])  # (2, 1, 1, 5), True = real token
+wrong_out, wrong_weights = torch_mha(
+    x5, x5, x5, key_padding_mask=lengths_2[:, 0, 0]
+)
+right_out, _ = torch_mha(x5, x5, x5, key_padding_mask=~lengths_2[:, 0, 0])
+on_padding = wrong_weights[1, :, 3:].sum(-1).detach()
+print(
+    "without ~, full sequence is NaN:", torch.isnan(wrong_out[0]).all().item()
+)
+print("without ~, short sequence's weight on its padding:", on_padding.round())
+
+# %% tags=["remove-cell"]
+assert torch.isnan(wrong_out[0]).all()
+torch.testing.assert_close(wrong_weights[1, :, 3:].sum(-1), torch.ones(5))
+torch.testing.assert_close(right_out, ours(x5, x5, x5, lengths_2))
+
+# %% [markdown]
+# :::{admonition} Going deeper: a 3-D mask against four-dimensional scores
+# :class: dropdown
 # Inside the module the scores have shape $(B, H, T_q, T_k)$, one matrix per sequence and
 # head. The masks of chapter 2 have fewer axes: $(T_q, T_k)$ (one pattern for everything) or
-# $(B, T_q, T_k)$ (one per sequence). `helpers` accepts those two and $(B, H, T_q, T_k)$, with
-# size-1 axes broadcasting; a padding mask's $(B, 1, 1, T_k)$ shape was made for this.
+# $(B, T_q, T_k)$ (one per sequence). The book's modules accept those two and
+# $(B, H, T_q, T_k)$, with size-1 axes broadcasting; a padding mask's $(B, 1, 1, T_k)$ shape
+# was made for this.
 #
 # Plain broadcasting gets the 3-D case wrong. It aligns shapes from the right, so a
 # $(B, T_q, T_k)$ mask against $(B, H, T_q, T_k)$ scores lines $B$ up with $H$: mask $b$ goes
 # to head $b$ of *every* sequence. With $B \ne H$ that is a shape error; with $B = H$ it runs
-# silently. `F.scaled_dot_product_attention` broadcasts this way. The cell below runs the trap
-# with $B = H = 2$ and two sequences of lengths 8 and 5, causal and padded: sequence 1's head 0
-# gets sequence 0's mask, which is causal but lets it see sequence 1's padding.
+# silently. `F.scaled_dot_product_attention` broadcasts this way. The folded cell below runs
+# the trap with $B = H = 2$ and two sequences of lengths 8 and 5, causal and padded: sequence
+# 1's head 0 gets sequence 0's mask, which is causal but lets it see sequence 1's padding.
+#
+# The book's modules remove the ambiguity by a rule: against 4-D scores a 3-D mask **is**
+# $(B, T_q, T_k)$, and the head axis is inserted as `mask[:, None]`. A mask per head that is
+# shared by the batch is written $(1, H, T_q, T_k)$.
+# :::
 
-# %%
+# %% tags=["hide-cell"]
 per_sequence = causal_mask(8) & padding_mask([8, 5])[:, 0]  # (B=2, T, T)
 q_heads, k_heads = (
     torch.randn(2, 2, 8, 4, generator=generator) for _ in range(2)
@@ -428,29 +493,17 @@ identity8 = torch.eye(8)  # with v = I the output is the weight matrix itself
 lined_up = F.scaled_dot_product_attention(
     q_heads, k_heads, identity8, attn_mask=per_sequence
 )
-leaked = (
-    lined_up[1, 0, :, 5:].sum().item()
-)  # sequence 1, head 0, on its padding
-print(
-    f"plain broadcasting: sequence 1, head 0, weight on its padding {leaked:.2f}"
-)
-assert leaked > 0.5
+leaked = lined_up[1, 0, :, 5:].sum().item()  # sequence 1, head 0, on padding
+print(f"plain broadcasting: sequence 1, head 0, weight on padding {leaked:.2f}")
 _, right = scaled_dot_product_attention(
     q_heads, k_heads, identity8, per_sequence[:, None]
 )
-assert (
-    right[1, :, :, 5:] == 0
-).all()  # every head of sequence 1 skips its padding
+print("with mask[:, None], weight on padding:", right[1, :, :, 5:].sum().item())
 
-# %% [markdown]
-# `helpers` removes the ambiguity by documenting it: against 4-D scores a 3-D mask **is**
-# $(B, T_q, T_k)$, and both `scaled_dot_product_attention` and `MultiHeadAttention` insert the
-# head axis themselves, using it as `mask[:, None]`. A mask per head that is shared by the
-# batch is written $(1, H, T_q, T_k)$.
-# `test_3d_mask_against_4d_scores_is_per_sequence_shared_by_heads` pins both the rule and the
-# trap, for $B = H$ and $B \ne H$.
-
-# %%
+# %% tags=["remove-cell"]
+assert leaked > 0.5
+# every head of sequence 1 skips its padding
+assert (right[1, :, :, 5:] == 0).all()
 ours_3d, _ = scaled_dot_product_attention(
     q_heads, k_heads, identity8, per_sequence
 )
@@ -463,126 +516,38 @@ torch.testing.assert_close(
 )
 
 # %% [markdown]
-# ## Against `torch.nn.MultiheadAttention`
-#
-# PyTorch ships its own layer. Its parameters map onto ours one to one:
-#
-# | ours (`MultiHeadAttention`) | `torch.nn.MultiheadAttention` | shape |
-# | --- | --- | --- |
-# | `qkv_proj.weight`, rows $[W^Q; W^K; W^V]$ | `in_proj_weight`, same rows | $(3D, D)$ |
-# | `qkv_proj.bias` (with `bias=True`) | `in_proj_bias` | $(3D,)$ |
-# | `out_proj.weight` | `out_proj.weight` | $(D, D)$ |
-# | `out_proj.bias` (with `bias=True`) | `out_proj.bias` | $(D,)$ |
-#
-# Three more differences matter when comparing them. PyTorch's layer expects
-# `(T, B, D)` inputs unless built with `batch_first=True`. Its boolean `attn_mask` means the
-# opposite of ours, `True` = *may not* attend (chapter 2), so our mask is passed as `~mask`.
-# And the weights it returns are averaged over the heads unless
-# `average_attn_weights=False`. With biases and a causal mask, to test all of it at once:
-
-# %%
-torch.manual_seed(2)
-torch_mha = nn.MultiheadAttention(
-    d_model, num_heads, bias=True, batch_first=True
-)
-ours = MultiHeadAttention(d_model, num_heads, bias=True)
-with torch.no_grad():
-    ours.qkv_proj.weight.copy_(torch_mha.in_proj_weight)
-    ours.qkv_proj.bias.copy_(torch_mha.in_proj_bias)
-    ours.out_proj.weight.copy_(torch_mha.out_proj.weight)
-    ours.out_proj.bias.copy_(torch_mha.out_proj.bias)
-
-mask = causal_mask(seq_len)  # True = may attend
-out_ours, weights_ours = ours(x, x, x, mask=mask, return_attention=True)
-out_torch, weights_torch = torch_mha(
-    x, x, x, attn_mask=~mask, average_attn_weights=False
-)
-_, mean_weights_torch = torch_mha(
-    x, x, x, attn_mask=~mask
-)  # averaged over heads
-torch_vs_ours = (out_torch - out_ours).abs().max().item()
-assert torch.allclose(out_ours, out_torch, atol=1e-6)
-assert torch.allclose(weights_ours, weights_torch, atol=1e-6)
-assert torch.allclose(weights_ours.mean(dim=1), mean_weights_torch, atol=1e-6)
-print(
-    "agrees with torch.nn.MultiheadAttention within 1e-6:", torch_vs_ours < 1e-6
-)
-
-# %% [markdown]
-# The outputs agree within $10^{-6}$, and so do the per-head and the head-averaged weights.
-# `load_multihead_attention(ours, torch_mha)` (in `helpers.interop`) does the copying above in
-# one call, and `test_mha_matches_torch_multihead_attention` in `tests/test_interop.py`
-# repeats this comparison on random shapes.
-#
-# ### Two opposite mask conventions
-#
-# The `~mask` above is not a detail. PyTorch's two attention APIs give boolean masks opposite
-# meanings:
-#
-# | API | boolean mask argument | `True` means |
-# | --- | --- | --- |
-# | `F.scaled_dot_product_attention` | `attn_mask` | take part (may attend) |
-# | `torch.nn.MultiheadAttention` | `key_padding_mask` $(B, T_k)$, `attn_mask` | ignore |
-# | this book's `helpers` | `mask` | may attend |
-#
-# ```{admonition} Pitfall: passing a "may attend" mask to torch.nn.MultiheadAttention
-# :class: warning
-# A padding mask in this book's convention, handed to `nn.MultiheadAttention` as
-# `key_padding_mask`, hides the real tokens and keeps the padding. The cell below runs it: the
-# full-length sequence has every key hidden and comes out as NaN, and the shorter one attends
-# *only* to its padding. The fix is `~mask` (and, for a `(B, 1, 1, T)` mask, the `(B, T)`
-# slice `mask[:, 0, 0]`). `test_torch_mha_uses_the_opposite_convention` pins that with the
-# inversion both modules agree.
-# ```
-
-# %%
-x5 = torch.randn(2, 5, d_model, generator=generator)
-lengths_2 = padding_mask([5, 3])  # (2, 1, 1, 5), True = real token
-wrong_out, wrong_weights = torch_mha(
-    x5, x5, x5, key_padding_mask=lengths_2[:, 0, 0]
-)
-right_out, _ = torch_mha(x5, x5, x5, key_padding_mask=~lengths_2[:, 0, 0])
-print(
-    "without ~, full sequence is NaN:", torch.isnan(wrong_out[0]).all().item()
-)
-print(
-    "without ~, weight of the short sequence on its padding:",
-    wrong_weights[1, :, 3:].sum(-1).detach().round(decimals=3),
-)
-assert torch.isnan(wrong_out[0]).all()
-torch.testing.assert_close(wrong_weights[1, :, 3:].sum(-1), torch.ones(5))
-torch.testing.assert_close(right_out, ours(x5, x5, x5, lengths_2))
-
-# %% [markdown]
-# ### A query with no key to attend to
-#
+# :::{admonition} Going deeper: a query with no key to attend to
+# :class: dropdown
 # Chapter 2 fixed what `scaled_dot_product_attention` returns for a query whose every key is
 # masked: zero weights and a zero output. A layer adds its output projection on top, so the
 # zero vector of the heads becomes $0 \cdot W^O + b^O = b^O$: with `bias=True` the row comes
 # out as the output projection's bias, the same for every such query, and without biases as
-# zero. `nn.MultiheadAttention`, given a sequence whose keys are all padding, returns NaN:
+# zero. `nn.MultiheadAttention`, given a sequence whose keys are all padding, returns NaN
+# (the folded cell below).
+# :::
 
-# %%
-all_padding = torch.zeros(
-    2, 5, dtype=torch.bool
-)  # torch's convention: True = ignore
+# %% tags=["hide-cell"]
+all_padding = torch.zeros(2, 5, dtype=torch.bool)  # torch's: True = ignore
 all_padding[0] = True  # sequence 0: every key ignored
 with torch.no_grad():
     torch_empty, _ = torch_mha(x5, x5, x5, key_padding_mask=all_padding)
     ours_empty, ours_empty_weights = ours(
         x5, x5, x5, ~all_padding[:, None, None, :], return_attention=True
     )
-assert torch.isnan(torch_empty[0]).all()
-assert (ours_empty_weights[0] == 0).all()
-torch.testing.assert_close(ours_empty[0], ours.out_proj.bias.expand(5, d_model))
+bias_rows = ours.out_proj.bias.expand(5, d_model)
 print(
     "nn.MultiheadAttention, every key padding -> NaN:",
     torch.isnan(torch_empty[0]).all().item(),
 )
 print(
     "ours -> the output bias in every row:",
-    torch.allclose(ours_empty[0], ours.out_proj.bias.expand(5, d_model)),
+    torch.allclose(ours_empty[0], bias_rows),
 )
+
+# %% tags=["remove-cell"]
+assert torch.isnan(torch_empty[0]).all()
+assert (ours_empty_weights[0] == 0).all()
+torch.testing.assert_close(ours_empty[0], bias_rows)
 
 # %% [markdown]
 # ## Why several heads: two lookups at once
@@ -600,32 +565,21 @@ print(
 # %%
 addresses = torch.eye(4)
 contents = torch.randn(4, 4, generator=generator)
-memory = torch.cat([addresses, contents], dim=-1)[
-    None
-]  # (1, 4 tokens, 8 features)
-request = torch.tensor(
-    [[[0.0, 1, 0, 1, 0, 0, 0, 0]]]
-)  # one query: tokens 1 and 3
+# (1, 4 tokens, 8 features): address, then content
+memory = torch.cat([addresses, contents], dim=-1)[None]
+request = torch.tensor([[[0.0, 1, 0, 1, 0, 0, 0, 0]]])  # tokens 1 and 3
 sharp = 40.0
 
 
 def two_lookup_layer(num_heads: int) -> MultiHeadAttention:
-    """Hand-set weights; rows of each block are output features, head h owns a slice."""
+    """Hand-set weights; rows are output features, head h owns a slice."""
     w_q, w_k, w_v = torch.zeros(3, 8, 8)
-    if num_heads == 2:  # head 0 uses rows 0-3 of each block, head 1 rows 4-7
-        w_q[1, 1], w_q[4 + 3, 3] = (
-            sharp,
-            sharp,
-        )  # head 0: address 1, head 1: address 3
-        w_k[:4, :4], w_k[4:, :4] = (
-            torch.eye(4),
-            torch.eye(4),
-        )  # keys = addresses
-        w_v[:4, 4:], w_v[4:, 4:] = (
-            torch.eye(4),
-            torch.eye(4),
-        )  # values = contents
-    else:  # one head of width 8: looks for both addresses at once
+    if num_heads == 2:  # head 0: rows 0-3 of each block, head 1: rows 4-7
+        w_q[1, 1] = sharp  # head 0 looks for address 1
+        w_q[4 + 3, 3] = sharp  # head 1 looks for address 3
+        w_k[:4, :4] = w_k[4:, :4] = torch.eye(4)  # keys = addresses
+        w_v[:4, 4:] = w_v[4:, 4:] = torch.eye(4)  # values = contents
+    else:  # one head of width 8 looks for both addresses at once
         w_q[:4, :4] = sharp * torch.eye(4)
         w_k[:4, :4] = torch.eye(4)
         w_v[4:, 4:] = torch.eye(4)
@@ -640,8 +594,8 @@ def two_lookup_layer(num_heads: int) -> MultiHeadAttention:
 swapped = memory.clone()
 # exchange the contents of tokens 1 and 3, keep their addresses
 swapped[0, [1, 3], 4:] = memory[0, [3, 1], 4:]
+one_head, two_heads = two_lookup_layer(1), two_lookup_layer(2)
 with torch.no_grad():
-    one_head, two_heads = two_lookup_layer(1), two_lookup_layer(2)
     out_one, weights_one = one_head(
         request, memory, memory, return_attention=True
     )
@@ -650,14 +604,6 @@ with torch.no_grad():
     )
     out_one_swapped = one_head(request, swapped, swapped)
     out_two_swapped = two_heads(request, swapped, swapped)
-
-both_contents = torch.cat([contents[1], contents[3]])
-assert torch.allclose(out_two[0, 0], both_contents, atol=1e-3)
-assert torch.allclose(
-    out_one[0, 0, 4:], (contents[1] + contents[3]) / 2, atol=1e-3
-)
-assert torch.allclose(out_one, out_one_swapped, atol=1e-6)
-assert not torch.allclose(out_two, out_two_swapped, atol=1e-2)
 pd.DataFrame(
     {
         "one head": weights_one[0, 0, 0].numpy(),
@@ -669,12 +615,37 @@ pd.DataFrame(
 
 # %% [markdown]
 # The table shows where each head puts its weight for the one query: the single head splits
-# it between tokens 1 and 3, each of the two heads picks one of them. The asserts above check
-# the consequences: the two-head layer returns both contents exactly, the one-head layer
-# their average, unchanged when the contents are swapped. Trained models learn such division
-# of labour on their own; the next figure shows that even untrained heads attend differently.
+# it between tokens 1 and 3, each of the two heads picks one of them. What comes out:
+
+# %%
+both = torch.cat([contents[1], contents[3]])
+average = (contents[1] + contents[3]) / 2
+print(
+    "two heads return both contents:", out_two[0, 0].allclose(both, atol=1e-3)
+)
+print(
+    "one head returns their average:",
+    out_one[0, 0, 4:].allclose(average, atol=1e-3),
+)
+print(
+    "one head cannot tell them apart:",
+    out_one.allclose(out_one_swapped, atol=1e-6),
+)
+
+# %% tags=["remove-cell"]
+both_contents = torch.cat([contents[1], contents[3]])
+assert torch.allclose(out_two[0, 0], both_contents, atol=1e-3)
+assert torch.allclose(
+    out_one[0, 0, 4:], (contents[1] + contents[3]) / 2, atol=1e-3
+)
+assert torch.allclose(out_one, out_one_swapped, atol=1e-6)
+assert not torch.allclose(out_two, out_two_swapped, atol=1e-2)
 
 # %% [markdown]
+# The last line means that swapping the two contents leaves the one-head output unchanged,
+# while the two-head output swaps its halves. Trained models learn such a division of labour
+# on their own; the next figure shows that even untrained heads attend differently.
+#
 # ## Attention maps, one per head
 #
 # `return_attention=True` returns the weights of every head, shape $(B, H, T_q, T_k)$. To see
@@ -690,14 +661,15 @@ vocabulary = sorted(set(sentence))
 word_vectors = 3.0 * torch.randn(
     len(vocabulary), 32, generator=torch.Generator().manual_seed(3)
 )
-tokens = word_vectors[[vocabulary.index(word) for word in sentence]][
-    None
-]  # (1, T, 32)
+word_ids = [vocabulary.index(word) for word in sentence]
+tokens = word_vectors[word_ids][None]  # (1, T, 32)
 
 torch.manual_seed(3)
 map_mha = MultiHeadAttention(d_model=32, num_heads=4)
 with torch.no_grad():
     _, sentence_weights = map_mha(tokens, tokens, tokens, return_attention=True)
+
+# %% tags=["remove-cell"]
 assert sentence_weights.shape == (1, 4, len(sentence), len(sentence))
 
 # %% tags=["hide-input"]
@@ -718,16 +690,15 @@ fig.colorbar(image, ax=axes, shrink=0.6, label="attention weight")
 plt.show()
 
 # %% [markdown]
-# **Figure.** Attention weights of the four heads for one sentence (rows: queries,
-# columns: keys), on one colour scale from 0 to 1 (colour bar). Each head has its own pattern. Within a head, every
-# row of "the" is identical, and so are the columns of "the": the layer sees *which* word sits
-# at a position but not *where*, so two copies of a word are indistinguishable to it.
+# **Figure.** Attention weights of the four heads for one sentence (rows: queries, columns:
+# keys), on one colour scale from 0 to 1 (colour bar). Each head has its own pattern. Within
+# a head, every row of "the" is identical, and so are the columns of "the": the layer sees
+# *which* word sits at a position but not *where*, so two copies of a word are
+# indistinguishable to it.
 
-# %% [markdown]
-# The last sentence of the caption is a claim, so here is its check: in every head, the
-# rows of the occurrences of "the" are equal, and so are their columns.
-
-# %%
+# %% tags=["remove-cell"]
+# The caption's claim: in every head, the rows of the occurrences of "the" are equal,
+# and so are their columns.
 the = [i for i, word in enumerate(sentence) if word == "the"]
 for head in range(4):
     rows = sentence_weights[0, head, the]
@@ -791,9 +762,8 @@ head_choice = alt.param(
 # Nothing in the layer requires queries and keys to come from the same sequence. In
 # *self-attention* they do: $Q = K = V = X$, and $T_q = T_k$. In *cross-attention* the
 # queries come from one sequence (a decoder's, say, of length $T_q$) and the keys and values
-# from another (an encoder's output, of length $T_k$); a later chapter builds an
-# encoder-decoder with it. Only the lengths of keys and values must agree. The output has one row per
-# *query*, and the weights are $T_q \times T_k$:
+# from another (an encoder's output, of length $T_k$). Only the lengths of keys and values
+# must agree. The output has one row per *query*, and the weights are $T_q \times T_k$:
 
 # %%
 decoder_len, encoder_len = 4, 9
@@ -803,12 +773,9 @@ decoder_states = torch.randn(
 encoder_states = torch.randn(
     batch_size, encoder_len, d_model, generator=generator
 )
-lengths = torch.tensor(
-    [9, 6]
-)  # the second encoder sequence has 3 padding positions
-key_mask = padding_mask(
-    lengths
-)  # (B, 1, 1, Tk): shared by every head and every query
+# the second encoder sequence has 3 padding positions
+lengths = torch.tensor([9, 6])
+key_mask = padding_mask(lengths)  # (B, 1, 1, Tk): for every head and query
 
 cross_out, cross_weights = mha(
     decoder_states,
@@ -817,13 +784,15 @@ cross_out, cross_weights = mha(
     mask=key_mask,
     return_attention=True,
 )
+cross_out.shape, cross_weights.shape
+
+# %% tags=["remove-cell"]
 assert cross_out.shape == (batch_size, decoder_len, d_model)
 assert cross_weights.shape == (batch_size, num_heads, decoder_len, encoder_len)
 assert torch.allclose(
     cross_weights.sum(dim=-1), torch.ones(batch_size, num_heads, decoder_len)
 )
 assert (cross_weights[1, :, :, 6:] == 0).all()  # padding gets no weight
-cross_out.shape, cross_weights.shape
 
 # %% [markdown]
 # Here the order of the arguments is not a convention but the meaning: chapter 3 showed that
@@ -836,9 +805,10 @@ cross_out.shape, cross_weights.shape
 # the same way; reorder the keys and values together and the output does not change at all:
 #
 # $$
-# \operatorname{MultiHead}(PQ, K, V) = P\,\operatorname{MultiHead}(Q, K, V),
-# \qquad
-# \operatorname{MultiHead}(Q, PK, PV) = \operatorname{MultiHead}(Q, K, V).
+# \begin{aligned}
+# \operatorname{MultiHead}(PQ, K, V) &= P\,\operatorname{MultiHead}(Q, K, V),\\
+# \operatorname{MultiHead}(Q, PK, PV) &= \operatorname{MultiHead}(Q, K, V).
+# \end{aligned}
 # $$
 #
 # The first is *equivariance* in the queries: every query is processed on its own, by the
@@ -856,6 +826,16 @@ permuted_queries = mha(
 permuted_keys = mha(
     decoder_states, encoder_states[:, key_order], encoder_states[:, key_order]
 )
+print(
+    "queries permuted -> rows permuted:",
+    permuted_queries.allclose(reference[:, query_order], atol=1e-6),
+)
+print(
+    "keys and values permuted -> unchanged:",
+    permuted_keys.allclose(reference, atol=1e-6),
+)
+
+# %% tags=["remove-cell"]
 assert torch.allclose(permuted_queries, reference[:, query_order], atol=1e-6)
 assert torch.allclose(permuted_keys, reference, atol=1e-6)
 
@@ -871,6 +851,10 @@ dog_bites_man = torch.stack([dog, bites, man])[None]
 man_bites_dog = torch.stack([man, bites, dog])[None]
 out_dbm = mha(dog_bites_man, dog_bites_man, dog_bites_man)
 out_mbd = mha(man_bites_dog, man_bites_dog, man_bites_dog)
+same_vectors = out_mbd.allclose(out_dbm[:, [2, 1, 0]], atol=1e-6)
+print("same three vectors, in the other order:", same_vectors)
+
+# %% tags=["remove-cell"]
 assert torch.allclose(out_mbd, out_dbm[:, [2, 1, 0]], atol=1e-6)
 
 # %% [markdown]
@@ -879,16 +863,12 @@ assert torch.allclose(out_mbd, out_dbm[:, [2, 1, 0]], atol=1e-6)
 # set, which is exactly right for some data (points in a cloud, items in a basket) and wrong
 # for language.
 #
-# ```{admonition} Pitfall: a mask is part of the input, and must be permuted too
+# ```{admonition} Pitfall: permuting the inputs but not the mask
 # :class: warning
-# {ref}`A PyTorch Lightning notebook <source-000>` among the book's sources demonstrates these
-# symmetries and builds a causal mask for the demonstration, but leaves it unused (a comment
-# hints at permuting it). With a mask, the statements above hold only if the mask's rows move
-# with the queries and its columns with the keys: `mask[query_order][:, key_order]`.
-# Permute the inputs but keep a causal mask fixed and the outputs change, because the mask
-# itself encodes positions: causal attention is *not* blind to order. The cell below shows
-# both; `test_permutation_symmetries_with_mask` in `tests/test_attention.py` pins
-# them.
+# With a mask, the statements above hold only if the mask's rows move with the queries and
+# its columns with the keys: `mask[order][:, order]`. Permute the inputs but keep a causal
+# mask fixed and the outputs change, because the mask itself encodes positions: causal
+# attention is *not* blind to order. The cell below shows both.
 # ```
 
 # %%
@@ -900,23 +880,34 @@ moved_mask = mha(
     x[:, order], x[:, order], x[:, order], mask=causal[order][:, order]
 )
 fixed_mask_gap = (fixed_mask - masked[:, order]).abs().max().item()
-assert fixed_mask_gap > 0.01
-assert torch.allclose(moved_mask, masked[:, order], atol=1e-6)
+print(f"mask kept in place: off by up to {fixed_mask_gap:.2f}")
 print(
-    f"mask kept in place: off by up to {fixed_mask_gap:.2f}; mask permuted: equal"
+    "mask permuted too: equal", moved_mask.allclose(masked[:, order], atol=1e-6)
 )
 
-# %% [markdown]
-# ## A `Conv1d` with `kernel_size=1` is a linear layer
-#
-# {ref}`A fastai blog post <source-004>`, whose task chapter 8 takes up, computes its queries,
-# keys and values with `nn.Conv1d(..., kernel_size=1)` on
-# channels-first tensors of shape $(B, C, T)$. A convolution whose kernel covers one position
-# applies the same $C_\text{out} \times C_\text{in}$ matrix at every position, which is exactly
-# what `nn.Linear` does to a $(B, T, C)$ tensor. The two store the same numbers, the
-# convolution with a trailing kernel dimension of size 1:
+# %% tags=["remove-cell"]
+assert fixed_mask_gap > 0.01
+assert torch.allclose(moved_mask, masked[:, order], atol=1e-6)
 
-# %%
+# %% [markdown]
+# :::{admonition} Going deeper: a `Conv1d` with `kernel_size=1` is a linear layer
+# :class: dropdown
+# {ref}`A fastai blog post <source-004>`, whose task chapter 8 takes up, computes its
+# queries, keys and values with `nn.Conv1d(..., kernel_size=1)` on channels-first tensors of
+# shape $(B, C, T)$. A convolution whose kernel covers one position applies the same
+# $C_\text{out} \times C_\text{in}$ matrix at every position, which is exactly what
+# `nn.Linear` does to a $(B, T, C)$ tensor. The two store the same numbers, the convolution
+# with a trailing kernel dimension of size 1 (first folded cell below).
+#
+# So that post's attention layer is one attention head in disguise. Written channels-first
+# with `Conv1d`, and without the $1/\sqrt{d}$ scaling (chapter 3 shows why that scaling
+# matters), it equals our scaled dot-product attention with `scale=1` on the transposed
+# input (second folded cell). The choice between the two is about which axis holds the
+# features. The rest of the book keeps the features last, $(B, T, D)$, where `nn.Linear`,
+# `nn.LayerNorm` and `torch.nn.MultiheadAttention` expect them.
+# :::
+
+# %% tags=["hide-cell"]
 conv = nn.Conv1d(in_channels=8, out_channels=12, kernel_size=1)
 linear = nn.Linear(in_features=8, out_features=12)
 with torch.no_grad():
@@ -925,23 +916,21 @@ with torch.no_grad():
 
 channels_first = torch.randn(16, 8, 50, generator=generator)  # (B, C, T)
 by_conv = conv(channels_first)  # (B, 12, T)
-by_linear = linear(channels_first.transpose(1, 2)).transpose(
-    1, 2
-)  # via (B, T, C)
-assert torch.allclose(by_conv, by_linear, atol=1e-6)
+# via (B, T, C) and back
+by_linear = linear(channels_first.transpose(1, 2)).transpose(1, 2)
+print("Conv1d equals Linear:", by_conv.allclose(by_linear, atol=1e-6))
 conv.weight.shape, linear.weight.shape
 
-# %% [markdown]
-# So the post's attention layer is one attention head in disguise. Written channels-first
-# with `Conv1d`, and without the $1/\sqrt{d}$ scaling (chapter 3 shows why that scaling
-# matters), it equals our scaled dot-product attention with `scale=1` on the transposed input:
+# %% tags=["remove-cell"]
+assert torch.allclose(by_conv, by_linear, atol=1e-6)
 
 
-# %%
+# %% tags=["hide-cell"]
 def conv_attention(x, conv_q, conv_k, conv_v):
-    """The fastai post's layer: x (B, C, T) -> (B, C_out, T), unscaled attention."""
+    """The fastai post's layer: x (B, C, T) -> (B, C_out, T), unscaled."""
     queries, keys, values = conv_q(x), conv_k(x), conv_v(x)  # (B, C', T)
-    weights = queries.transpose(1, 2).matmul(keys).softmax(dim=2)  # (B, T, T)
+    # (B, T, T)
+    weights = queries.transpose(1, 2).matmul(keys).softmax(dim=2)
     return weights.matmul(values.transpose(1, 2)).transpose(1, 2)
 
 
@@ -953,16 +942,18 @@ tokens_last = channels_first.transpose(1, 2)  # (B, T, C)
 head_out, _ = scaled_dot_product_attention(
     *(tokens_last @ weight.T for weight in as_linear), scale=1.0
 )
+by_conv_attention = conv_attention(channels_first, conv_q, conv_k, conv_v)
+print(
+    "equals one unscaled head:",
+    by_conv_attention.allclose(head_out.transpose(1, 2), atol=1e-5),
+)
+
+# %% tags=["remove-cell"]
 assert torch.allclose(
     conv_attention(channels_first, conv_q, conv_k, conv_v),
     head_out.transpose(1, 2),
     atol=1e-5,
 )
-
-# %% [markdown]
-# The choice between the two is about which axis holds the features. The rest of the book
-# keeps the features last, $(B, T, D)$, where `nn.Linear`, `nn.LayerNorm` and
-# `torch.nn.MultiheadAttention` expect them.
 
 # %% [markdown]
 # ## Counting parameters
@@ -974,7 +965,7 @@ assert torch.allclose(
 # $$
 #
 # whatever the number of heads: more heads means narrower heads, not more weights. The table
-# counts the parameters of the package's fused and per-head modules and of
+# counts the parameters of the book's fused and per-head modules and of
 # `torch.nn.MultiheadAttention`, with and without biases, next to the formula.
 
 # %%
@@ -992,30 +983,27 @@ for d, h in [(64, 1), (64, 4), (64, 16), (512, 8)]:
         rows.append({"D": d, "H": h, "bias": bias, "4D² (+4D)": formula})
         rows[-1].update(counts)
 parameter_table = pd.DataFrame(rows)
-module_counts = parameter_table[["ours", "per head", "torch"]]
-assert module_counts.eq(parameter_table["4D² (+4D)"], axis=0).all().all()
 parameter_table
 
-# %% [markdown]
-# Every count matches the formula, for every number of heads. Not every implementation splits
-# the width: {ref}`a course notebook <source-001>` gives each head projections to the full width $D$,
-# which costs about $H$ times as many parameters; that design, and a value width in the same
-# code that works only by coincidence, are described in {ref}`the errata <errata-source-001-values>`.
-# Sizing the layer by the wrong width is a real bug there too: {ref}`a JAX blog post
-# <source-002>` sizes its attention by the vocabulary instead of the embedding width
-# ({ref}`details <errata-source-002-width>`).
+# %% tags=["remove-cell"]
+module_counts = parameter_table[["ours", "per head", "torch"]]
+assert module_counts.eq(parameter_table["4D² (+4D)"], axis=0).all().all()
 
 # %% [markdown]
+# Every count matches the formula, for every number of heads. (Some of the book's sources
+# size their heads differently, one by mistake; see
+# [Sources and errata](../book/sources.md).)
+#
 # ## What the output looks like: a singular-value picture
 #
-# {ref}`The PyTorch Lightning notebook <source-000>` makes an observation about this layer: at
-# initialization, its output on a long
-# random sequence is nearly of rank one, while its queries and keys are not. The singular
-# values $\sigma_1 \ge \sigma_2 \ge \ldots$ of a $T \times D$ matrix measure this: a matrix
-# of rank one has a single nonzero $\sigma_1$. A convenient single number is the *stable
-# rank* $\sum_k \sigma_k^2 / \sigma_1^2$ (`helpers.analysis.stable_rank`), which is at most the
-# rank and is not fooled by tiny singular values. Take $T=1024$ random tokens of width $D=128$ and a fresh layer with 8
-# heads:
+# {ref}`The PyTorch Lightning notebook <source-000>` remarks that the output of this layer is
+# "low rank", its singular values dominated by the largest, and shows it on a freshly built
+# layer (random weights) and a long random input. The singular values
+# $\sigma_1 \ge \sigma_2 \ge \ldots$ of a $T \times D$ matrix measure this: a matrix of rank
+# one has a single nonzero $\sigma_1$. A convenient single number is the *stable rank*
+# $\sum_k \sigma_k^2 / \sigma_1^2$, which is at most the rank and is not fooled by tiny
+# singular values. The same set-up here: $T=1024$ random tokens of width $D=128$ and a fresh
+# layer with 8 heads.
 
 
 # %%
@@ -1039,8 +1027,8 @@ stable_ranks = {name: stable_rank(matrix) for name, matrix in spectra.items()}
 pd.Series(stable_ranks, name="stable rank").round(1)
 
 # %% [markdown]
-# The notebook stops here and calls the layer "low rank". That is true of this layer *at
-# initialization*, and the reason is worth knowing: with small random weights the scores
+# The output is indeed close to rank one, while its queries and keys are not. But the layer
+# here is untrained, and that matters: with small random weights the scores
 # $q \cdot k / \sqrt{d_\text{head}}$ are small, the softmax is close to uniform, and every
 # output row is close to the *average* of all value rows, the same vector for every position.
 # Larger scores make the attention sharper and the output richer. Scaling the input up is the
@@ -1072,9 +1060,10 @@ sharpness = pd.DataFrame(
 sharpness.round(2)
 
 # %% tags=["hide-input"]
-fig, (ax_spectrum, ax_scale) = plt.subplots(
-    2, 1, figsize=(7, 6.4), layout="constrained"
-)
+fig = plt.figure(figsize=(7, 6.4), layout="constrained")
+ax_spectrum, ax_rank, ax_entropy = fig.subplot_mosaic(
+    [["spectrum", "spectrum"], ["rank", "entropy"]]
+).values()
 for name, matrix in spectra.items():
     sigma = singular_values(matrix)
     ax_spectrum.plot(to_numpy(sigma / sigma[0]), label=name)
@@ -1082,38 +1071,39 @@ ax_spectrum.set_xlabel("index k")
 ax_spectrum.set_ylabel(r"$\sigma_k / \sigma_1$")
 ax_spectrum.set_title("spectra at initialization, input scale 1")
 ax_spectrum.legend()
-ax_scale.plot(
+ax_rank.plot(
     sharpness["input scale"],
     sharpness["stable rank of MHA(x)"],
     "o-",
-    label="MHA(x)",
+    label="output MHA(x)",
 )
-ax_scale.axhline(
+ax_rank.axhline(
     stable_ranks["queries Q"], color="gray", linestyle=":", label="queries Q"
 )
-ax_scale.set_xlabel("input scale")
-ax_scale.set_ylabel("stable rank")
-ax_scale.set_title("sharper attention, richer output")
-ax_entropy = ax_scale.twinx()
+ax_rank.set_xlabel("input scale")
+ax_rank.set_ylabel("stable rank")
+ax_rank.set_title("output's stable rank")
+ax_rank.legend(loc="lower right")
 ax_entropy.plot(
     sharpness["input scale"],
     sharpness["attention entropy / log T"],
     "s--",
     color="C3",
 )
-ax_entropy.set_ylabel("attention entropy / log T", color="C3")
-ax_entropy.grid(False)
-ax_scale.legend(loc="center right")
+ax_entropy.set_xlabel("input scale")
+ax_entropy.set_ylabel("entropy / log T  (1 = uniform)")
+ax_entropy.set_title("how uniform the attention is")
 plt.show()
 
 # %% [markdown]
-# **Figure.** Top: normalized singular values of the queries, the keys, the layer's output
-# and the output plus its input, for 1024 random tokens at initialization. The queries and
-# keys decay slowly; the output's curve drops right after the first singular value (one
-# direction dominates), and adding the input back, as a residual connection does (chapter 6),
-# restores the slow decay. Bottom: as the inputs are scaled up, the attention moves away from
-# uniform (red squares, right axis) and the output's stable rank (blue circles) climbs towards
-# that of the queries (dotted line).
+# **Figure.** Top: normalized singular values $\sigma_k / \sigma_1$ of the queries, the keys,
+# the layer's output and the output plus its input, for 1024 random tokens at initialization.
+# The queries and keys decay slowly; the output's curve drops right after the first singular
+# value (one direction dominates), and adding the input back, as a residual connection does
+# (chapter 6), restores the slow decay. Bottom, as the inputs are scaled up: left, the
+# output's stable rank climbs towards that of the queries (dotted line); right, the
+# attention's entropy as a fraction of the uniform one's falls from 1 (uniform) as the
+# attention sharpens.
 
 # %% [markdown]
 # In numbers: at input scale 1 the attention entropy is
@@ -1125,7 +1115,7 @@ plt.show()
 # about near-uniform attention, typical at initialization, not about the layer itself; the
 # residual connection keeps the rank of what flows through the network either way.
 
-# %%
+# %% tags=["remove-cell"]
 # The paragraph's claims, checked.
 at = sharpness.set_index("input scale")
 assert stable_ranks["MHA(x)"] < 0.25 * stable_ranks["queries Q"]
@@ -1135,7 +1125,7 @@ assert at.loc[4, "stable rank of MHA(x)"] > 5 * stable_ranks["MHA(x)"]
 assert at["stable rank of MHA(x)"].is_monotonic_increasing
 assert at["attention entropy / log T"].is_monotonic_decreasing
 
-# %% tags=["hide-cell"]
+# %% tags=["remove-cell"]
 # Numbers quoted in the paragraph.
 helpers.glue("ch4_srank_out", round(float(stable_ranks["MHA(x)"]), 1))
 helpers.glue("ch4_srank_q", round(float(stable_ranks["queries Q"]), 1))
@@ -1144,24 +1134,26 @@ entropy, rank = "attention entropy / log T", "stable rank of MHA(x)"
 helpers.glue("ch4_entropy_scale1", round(float(at.loc[1, entropy]), 2))
 helpers.glue("ch4_entropy_scale4", round(float(at.loc[4, entropy]), 2))
 helpers.glue("ch4_srank_out_scale4", round(float(at.loc[4, rank]), 1))
+helpers.glue("ch4_params_512", int(parameter_table["ours"].iloc[-1]))
 
 
 # %% [markdown]
 # ## Summary
 #
 # - Multi-head attention runs $H$ scaled dot-product attentions in $H$ projections of width
-#   $D/H$, concatenates them and mixes them with $W^O$: $4D^2$ weights whatever $H$ is.
+#   $D/H$, concatenates them and mixes them with $W^O$: $4D^2$ weights whatever $H$ is
+#   ({glue:text}`ch4_params_512:,` for $D = 512$ with biases).
 # - A list of heads and one fused projection reshaped into heads are the same function; the
 #   fused one is fast. The reshape is `view(B, T, H, d_head).transpose(1, 2)`, and back.
-# - `helpers.attention.MultiHeadAttention` equals both, and equals `torch.nn.MultiheadAttention`
+# - The book's `MultiHeadAttention` equals both, and equals `torch.nn.MultiheadAttention`
 #   with `in_proj_weight` = $[W^Q; W^K; W^V]$, the mask inverted and `batch_first=True`.
-# - Against $(B, H, T_q, T_k)$ scores a 3-D mask is $(B, T_q, T_k)$ and gets its head axis as
-#   `mask[:, None]`; plain broadcasting would line the batch up with the heads. A query with
-#   no key to attend to gets zero weights, and the output projection's bias as its output.
+# - Several heads can retrieve several things for one query; one head returns one average.
 # - Queries and keys may come from different sequences (cross-attention, $T_q \ne T_k$).
 # - Without a mask or positional information the layer is equivariant in the queries and
 #   invariant in the key-value pairs: it sees a set. Chapter 5 gives it positions.
-
+# - An untrained layer's output is nearly rank one (stable rank
+#   {glue:text}`ch4_srank_out:.1f`) because its attention is nearly uniform; sharper
+#   attention gives a richer output.
 # %% [markdown]
 # ## Exercises
 #
@@ -1192,7 +1184,8 @@ checks.check_split_heads(
 # ~~~python
 # def split_heads(x, num_heads):
 #     batch, seq_len, d_model = x.shape
-#     return x.view(batch, seq_len, num_heads, d_model // num_heads).transpose(1, 2)
+#     d_head = d_model // num_heads
+#     return x.view(batch, seq_len, num_heads, d_head).transpose(1, 2)
 #
 # def merge_heads(x):
 #     batch, num_heads, seq_len, d_head = x.shape
@@ -1230,7 +1223,8 @@ checks.check_split_heads(
 #
 # ~~~python
 # def permute_heads(mha, order):
-#     rows = torch.cat([torch.arange(h * mha.d_head, (h + 1) * mha.d_head) for h in order])
+#     size = mha.d_head
+#     rows = torch.cat([torch.arange(h * size, (h + 1) * size) for h in order])
 #     permuted = MultiHeadAttention(mha.d_model, mha.num_heads)
 #     with torch.no_grad():
 #         for block in range(3):
@@ -1267,8 +1261,11 @@ checks.check_split_heads(
 # reference = mha(x, x, x, mask=causal)
 # allowed = [
 #     order for order in itertools.permutations(range(4))
-#     if torch.allclose(mha(x[:, order], x[:, order], x[:, order], mask=causal),
-#                       reference[:, order], atol=1e-6)
+#     if torch.allclose(
+#         mha(x[:, order], x[:, order], x[:, order], mask=causal),
+#         reference[:, order],
+#         atol=1e-6,
+#     )
 # ]
 # print(allowed)  # [(0, 1, 2, 3)]
 # ~~~
@@ -1286,11 +1283,10 @@ checks.check_split_heads(
 # ```{admonition} Solution
 # :class: dropdown
 # Invert both, and drop the broadcast axes of the padding mask:
-# `key_padding_mask=~pad[:, 0, 0]` of shape `(B, T)` and `attn_mask=~causal_mask(T)`. A cell
-# not shown on the site checks it.
+# `key_padding_mask=~pad[:, 0, 0]` of shape `(B, T)` and `attn_mask=~causal_mask(T)`.
 # ```
 
-# %% tags=["hide-cell"]
+# %% tags=["remove-cell"]
 # Exercise 2's number, counted on the modules themselves (not computed from the formula).
 params_768 = count_parameters(MultiHeadAttention(768, 12, bias=True))
 assert params_768 == count_parameters(nn.MultiheadAttention(768, 12, bias=True))

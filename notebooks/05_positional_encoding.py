@@ -19,15 +19,28 @@
 #
 # Chapter 4 showed that self-attention is *permutation equivariant*: shuffle the tokens of a
 # sequence and its outputs come back shuffled the same way, otherwise unchanged. Attention sees
-# a set, not a sequence. "dog bites man" and "man bites dog" get the same three vectors.
+# a set, not a sequence. "dog bites man" and "man bites dog" get the same three vectors. This
+# chapter puts order back in, starting from clock dials turning at fixed speeds and arriving at
+# the sinusoidal encoding of the original Transformer {cite}`vaswani2017attention`.
 #
-# This chapter puts order back in. We start with clock dials turning at fixed speeds, move to
-# the sinusoidal encoding of the original Transformer {cite}`vaswani2017attention`, and study
-# its geometry: distances that depend only on the offset between positions, equal norms, and
-# the rotation that carries one position to the next. Then we build the module every later
-# chapter uses, look at what scaling the input does, dissect a formula that looks right and is
-# not, and finish with three alternatives: learned position embeddings, ALiBi
-# {cite}`press2022alibi` and rotary embeddings {cite}`su2021roformer`.
+# After this chapter you will be able to:
+#
+# - build the sinusoidal encoding from scratch and explain its geometry: equal norms,
+#   distances that depend only on the offset, and the rotation that carries one position to
+#   the next;
+# - add it to a model's inputs with the book's module, and judge when scaling the inputs by
+#   $\sqrt{D}$ helps and when it drowns the positions;
+# - compare it with learned position embeddings, ALiBi {cite}`press2022alibi` and rotary
+#   embeddings {cite}`su2021roformer`.
+#
+# ```{figure} ../book/_static/diagrams/map_05.svg
+# :alt: The book's map of the Transformer: the positional encodings added to the embeddings, at the input of the encoder and of the decoder, are highlighted.
+# :width: 60%
+# :name: fig-map-05
+#
+# Where this chapter sits in the Transformer: the positional encodings added to both
+# embedding boxes.
+# ```
 
 # %% tags=["hide-cell"]
 # Setup: on Colab, install the book's helpers; everywhere, import, seed and pick a device.
@@ -56,6 +69,7 @@ device = helpers.get_device()
 
 # %%
 import math
+import textwrap
 
 import altair as alt
 import matplotlib.pyplot as plt
@@ -80,14 +94,14 @@ from helpers.positional import (
 
 
 def pairwise_distances(table):
-    """Euclidean distances between rows, computed directly (no |a|^2 + |b|^2 - 2ab shortcut)."""
+    """Euclidean distances between rows, computed directly (no shortcut)."""
     return torch.cdist(
         table, table, compute_mode="donot_use_mm_for_euclid_dist"
     )
 
 
-# Tiny numerical errors are asserted below this bound, and the prose quotes the bound (their
-# last digits depend on the CPU and the library versions).
+# Tiny numerical errors are asserted below this bound, and the prose quotes the
+# bound (their last digits depend on the CPU and the library versions).
 tolerance = 1e-9
 
 
@@ -114,8 +128,11 @@ def self_attention(x):
 order = torch.randperm(seq_len, generator=generator)
 shuffled_then_attended = self_attention(tokens[:, order])
 attended_then_shuffled = self_attention(tokens)[:, order]
+same = torch.allclose(shuffled_then_attended, attended_then_shuffled, atol=1e-6)
+print("shuffling the input only shuffles the output:", same)
+
+# %% tags=["remove-cell"]
 torch.testing.assert_close(shuffled_then_attended, attended_then_shuffled)
-print("shuffling the input only shuffles the output: attention ignores order")
 
 # %% [markdown]
 # Add a vector that depends on the *position* to each token, and the symmetry is gone: a token
@@ -127,10 +144,11 @@ position_vectors = torch.randn(seq_len, d_model, generator=generator)
 with_positions = self_attention(tokens + position_vectors)[:, order]
 shuffled_with_positions = self_attention(tokens[:, order] + position_vectors)
 gap = (with_positions - shuffled_with_positions).abs().max().item()
+print(f"with positions, shuffling changes the outputs (by up to {gap:.2f})")
+
+# %% tags=["remove-cell"]
 assert gap > 0.1
-print(
-    f"with positions added, shuffling changes the outputs (largest change {gap:.2f})"
-)
+
 
 # %% [markdown]
 # Which vectors should we add? A good positional encoding has these properties:
@@ -163,7 +181,7 @@ print(
 
 # %% tags=["hide-input"]
 def draw_dials(ax, angles, row_labels, num_decimals=2):
-    """One dial per (row, position); the hand points at (sin, cos) of the angle."""
+    """One dial per (row, position); the hand points at (sin, cos)."""
     rows, columns = angles.shape
     circle = np.linspace(0, 2 * np.pi, 80)
     for row in range(rows):
@@ -236,7 +254,7 @@ def fixed_base_encoding_in_degrees(num_positions, bases):
 try:
     check_fixed_base_encoding(fixed_base_encoding_in_degrees)
 except AssertionError as message:
-    print(message)
+    print(textwrap.fill(str(message), width=78))
 
 # %% [markdown]
 # ````{admonition} Solution
@@ -263,7 +281,7 @@ def fixed_base_encoding(num_positions, bases):
     return torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(1)
 
 
-print(check_fixed_base_encoding(fixed_base_encoding))
+print(textwrap.fill(check_fixed_base_encoding(fixed_base_encoding), width=78))
 
 # %% [markdown]
 # Why are distances tied to offsets? Moving from $t$ to $t + k$ turns every hand by a fixed
@@ -274,32 +292,40 @@ print(check_fixed_base_encoding(fixed_base_encoding))
 # %%
 dial_table = fixed_base_encoding(200, (4, 5, 7))
 dial_distances = pairwise_distances(dial_table[:12])
+spreads = [
+    (diagonal.max() - diagonal.min()).item()
+    for diagonal in (torch.diagonal(dial_distances, k) for k in range(12))
+]
+print("largest spread along a diagonal below 1e-9:", max(spreads) < 1e-9)
+print("distances from position 0 to offsets 0..5:")
+print(dial_distances[0, :6].numpy().round(3))
+
+# %% tags=["remove-cell"]
 for offset in range(12):
     diagonal = torch.diagonal(dial_distances, offset)
     assert diagonal.max() - diagonal.min() < 1e-9
-# Distances from position 0 to offsets 0..5:
-print(dial_distances[0, :6].numpy().round(3))
 
 # %% [markdown]
 # ```{admonition} Pitfall: fixed periods repeat
 # :class: warning
-# The dials look unique in the figure, and that is where many write-ups stop. But all three
-# hands are back at 12 o'clock together after $\operatorname{lcm}(4, 5, 7)$ =
+# The dials look unique in the figure, and it is tempting to stop there. But all three hands
+# are back at 12 o'clock together after $\operatorname{lcm}(4, 5, 7)$ =
 # {glue:text}`ch5_dial_period` positions: position {glue:text}`ch5_dial_period` gets *exactly*
-# the encoding of position 0, and from there on every encoding repeats (the cell below shows it).
-# Any set of integer periods has this problem. The sinusoidal encoding of the next section has a
-# hand turning 1 radian per step, and since $2\pi$ is irrational that hand never returns
-# exactly to an earlier angle: no encoding ever repeats. (Near-repeats remain possible; we
-# measure them below.) `tests/test_positional.py::test_sinusoidal_positions_are_far_apart`
-# checks that the nearest two of 5000 positions stay more than 1 apart for `d_model = 64`.
+# the encoding of position 0, and from there on every encoding repeats (the cell below shows
+# it). Any set of integer periods has this problem. The sinusoidal encoding of the next
+# section has a hand turning 1 radian per step, and since $2\pi$ is irrational that hand never
+# returns exactly to an earlier angle: no encoding ever repeats. (Near-repeats remain
+# possible; we measure them below.)
 # ```
 
 # %%
 dial_period = math.lcm(4, 5, 7)
+print(f"position {dial_period} is encoded exactly like position 0")
+
+# %% tags=["remove-cell"]
 torch.testing.assert_close(dial_table[dial_period], dial_table[0])
 torch.testing.assert_close(dial_table[dial_period + 17], dial_table[17])
 glue("ch5_dial_period", dial_period)
-print(f"position {dial_period} is encoded exactly like position 0")
 
 # %% [markdown]
 # ## Exponentially slower hands: the sinusoidal encoding
@@ -336,16 +362,19 @@ print(f"position {dial_period} is encoded exactly like position 0")
 
 # %%
 speeds_8 = 10000.0 ** (-torch.arange(0, 8, 2, dtype=torch.float64) / 8)
+print(speeds_8.numpy())
+
+# %% tags=["remove-cell"]
 torch.testing.assert_close(
     speeds_8, torch.tensor([1.0, 0.1, 0.01, 0.001], dtype=torch.float64)
 )
 torch.testing.assert_close(speeds_8, angular_speeds(8))
-print(speeds_8.numpy())
 
 # %% tags=["hide-input"]
 dial_angles_8 = (
     torch.arange(10)[None, :] * speeds_8[:, None]
 )  # (hands, positions)
+
 fig, ax = plt.subplots(figsize=(6.2, 4.2))
 draw_dials(
     ax,
@@ -366,12 +395,9 @@ plt.show()
 
 # %%
 def sinusoidal_from_scratch(num_positions, d_model, base=10000.0):
-    positions = torch.arange(num_positions, dtype=torch.float64)[
-        :, None
-    ]  # (T, 1)
-    two_j = torch.arange(
-        0, d_model, 2, dtype=torch.float64
-    )  # 2j = 0, 2, 4, ...
+    # (T, 1) column of positions
+    positions = torch.arange(num_positions, dtype=torch.float64)[:, None]
+    two_j = torch.arange(0, d_model, 2, dtype=torch.float64)  # 2j = 0, 2, 4...
     speeds = base ** (-two_j / d_model)  # (D/2,)
     table = torch.zeros(num_positions, d_model, dtype=torch.float64)
     table[:, 0::2] = torch.sin(positions * speeds)  # even columns
@@ -388,10 +414,12 @@ print(table_8[:4].numpy().round(4))  # positions 0 to 3
 # in float32 by default) and is what we use from now on.
 
 # %%
+table_64 = sinusoidal_encoding(100, 64)
+
+# %% tags=["remove-cell"]
 torch.testing.assert_close(
     sinusoidal_encoding(10, 8, dtype=torch.float64), table_8
 )
-table_64 = sinusoidal_encoding(100, 64)
 # The last quarter (columns 48-63) hardly moves over these 100 positions.
 assert (table_64[:, 48:] - table_64[0, 48:]).abs().max() < 0.1
 
@@ -424,11 +452,11 @@ plt.show()
 # columns change more and more slowly, and the last quarter of the $D = 64$ table (columns
 # 48 to 63) is almost constant (sine near 0, cosine near 1) over these 100 positions.
 #
-# ### Waves, frequencies and a binary counter
+# ### Waves and frequencies
 #
-# Read a single column down the positions and you get a sine wave; its speed decides its
-# wavelength $2\pi/\omega_j$. The speeds fall geometrically, so on a logarithmic axis they are a
-# straight line.
+# Read a single column down the positions and you get a sine wave, fast in the first columns
+# and slower and slower further right. The speeds fall geometrically, so on a logarithmic axis
+# they are a straight line.
 
 # %% tags=["hide-input"]
 table_256 = sinusoidal_encoding(400, 256)
@@ -440,11 +468,6 @@ axes[0].set_yticks([3 * row for row in range(len(shown_dims))])
 axes[0].set_yticklabels([f"dim {dim}" for dim in shown_dims])
 axes[0].set(xlabel="position $t$", title="columns of the D = 256 table")
 speeds_256 = angular_speeds(256)
-periods_60 = (
-    400 * speeds_256[30].item() / (2 * math.pi)
-)  # dimension 60 is pair 30
-assert 7 < periods_60 < 8
-glue("ch5_dim60_periods", round(periods_60, 1))
 axes[1].semilogy(speeds_256, lw=2)
 axes[1].set(xlabel="pair index $j$", ylabel=r"$\omega_j$ (radian per position)")
 axes[1].set_title(r"$\omega_j = 10000^{-2j/D}$, D = 256")
@@ -457,12 +480,24 @@ plt.show()
 # dimension 240 barely moves. Right: the angular speed of each pair falls from 1 to about
 # $10^{-4}$, a straight line on the log scale.
 #
-# The wavelengths run from $2\pi$ (about 6.3 positions) to {glue:text}`ch5_longest_wavelength`
-# positions for $D = 256$. That is a little short of the $2\pi \cdot 10000$ =
-# {glue:text}`ch5_bound_wavelength` one sometimes reads: the last pair has $2j = D - 2$, never
-# $2j = D$.
+# The number of positions a hand needs for one full turn is its *wavelength*, $2\pi/\omega_j$.
+# The fastest hand turns once every $2\pi \approx 6.3$ positions; the slowest hand of a
+# $D = 256$ table needs about {glue:text}`ch5_longest_wavelength` positions.
+#
+# :::{admonition} Going deeper: why the longest wavelength is not $2\pi \cdot 10000$
+# :class: dropdown
+# One sometimes reads that the wavelengths run up to $2\pi \cdot 10000$ =
+# {glue:text}`ch5_bound_wavelength` positions. That would be the wavelength of a hand with speed
+# $10000^{-1}$, which needs $2j = D$ in $\omega_j = 10000^{-2j/D}$. But the pairs are numbered
+# $j = 0, \dots, D/2 - 1$, so the last one has $2j = D - 2$ and turns slightly faster, at
+# $10000^{-(D-2)/D}$: its wavelength, {glue:text}`ch5_longest_wavelength` positions for
+# $D = 256$, is a little shorter than the bound, and approaches it as $D$ grows.
+# :::
 
-# %%
+# %% tags=["remove-cell"]
+periods_60 = 400 * speeds_256[30].item() / (2 * math.pi)  # dim 60 is pair 30
+assert 7 < periods_60 < 8
+glue("ch5_dim60_periods", round(periods_60, 1))
 wavelengths = 2 * math.pi / speeds_256
 longest = wavelengths[-1].item()
 assert math.isclose(longest, 2 * math.pi * 10000 ** (254 / 256), rel_tol=1e-12)
@@ -471,12 +506,21 @@ glue("ch5_longest_wavelength", round(longest))
 glue("ch5_bound_wavelength", round(2 * math.pi * 10000))
 
 # %% [markdown]
+# :::{admonition} Going deeper: the encoding as a smooth binary counter
+# :class: dropdown
 # The pattern is the one of a binary counter. Write the positions in binary: the lowest bit
 # flips at every step, the next one every two steps, the next every four. Each bit is a square
 # wave with half the frequency of the one before. The sinusoidal encoding replaces bits by
 # smooth waves and halving by dividing by $10000^{2/D}$.
+#
+# The folded figure below shows both. Left: positions 0 to 63 in binary, black for 1; the
+# first bit alternates every row, each further bit half as often. Right: the sine columns of
+# a $D = 32$ encoding over the same positions; they too slow down from left to right,
+# smoothly and by a factor $10000^{2/32} \approx$ {glue:text}`ch5_speed_ratio_32:.2f` per
+# column instead of 2.
+# :::
 
-# %% tags=["hide-input"]
+# %% tags=["hide-cell"]
 num_bits, count_to = 6, 64
 # bits[t, b] is bit b of position t, lowest bit first.
 bits = (torch.arange(count_to)[:, None] >> torch.arange(num_bits)[None, :]) & 1
@@ -506,11 +550,6 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# **Figure.** Left: positions 0 to 63 in binary, black for 1; the first bit alternates every
-# row, each further bit half as often. Right: the sine columns of a $D = 32$ encoding over the
-# same positions; they too slow down from left to right, smoothly and by a factor
-# $10000^{2/32} \approx$ {glue:text}`ch5_speed_ratio_32:.2f` per column instead of 2.
-#
 # ## The geometry: distances, norms, similarity
 #
 # Every vector has the same norm, because each pair $(\sin, \cos)$ has length 1:
@@ -522,12 +561,21 @@ plt.show()
 long_range = 2000
 table_long = sinusoidal_encoding(long_range, 64, dtype=torch.float64)
 norms = table_long.norm(dim=1)
-torch.testing.assert_close(norms, torch.full_like(norms, math.sqrt(64 / 2)))
 distances = pairwise_distances(table_long)  # (T, T)
 positions = torch.arange(long_range)
 offsets = (positions[:, None] - positions[None, :]).abs()
-# If distances depend on the offset only, each entry equals the one of row 0 at that offset.
+# If distances depend on the offset only, each entry equals the entry of
+# row 0 at the same offset.
 diag_dev = (distances - distances[0][offsets]).abs().max().item()
+equal_norms = torch.allclose(norms, torch.full_like(norms, math.sqrt(32)))
+print("every norm is sqrt(D/2):", equal_norms)
+print(
+    f"distance depends on the offset only (to {tolerance:.0e}):",
+    diag_dev < tolerance,
+)
+
+# %% tags=["remove-cell"]
+torch.testing.assert_close(norms, torch.full_like(norms, math.sqrt(64 / 2)))
 assert diag_dev < tolerance
 glue("ch5_long_range", long_range)
 glue("ch5_tolerance", tolerance)
@@ -535,14 +583,12 @@ glue("ch5_tolerance", tolerance)
 # The distance from position 0 against the offset, over the 100 positions of the figure below.
 from_zero = distances[0, :100]
 steps = from_zero[1:] - from_zero[:-1]  # one entry per offset 1..99
-falls = (
-    steps < 0
-).nonzero().flatten() + 1  # offsets at which the distance is smaller
+# offsets at which the distance is smaller than at the previous offset
+falls = (steps < 0).nonzero().flatten() + 1
 first_fall = falls[0].item()
 climb = steps[: first_fall - 1]  # the steps before the first fall
-assert (climb > 0).all() and (
-    climb.diff() < 0
-).all()  # rising, ever more slowly
+# rising, ever more slowly
+assert (climb > 0).all() and (climb.diff() < 0).all()
 early_slope = (from_zero[first_fall - 1] - from_zero[0]) / (first_fall - 1)
 late_slope = (from_zero[99] - from_zero[first_fall - 1]) / (99 - first_fall + 1)
 assert 0 < late_slope < 0.1 * early_slope  # then it only drifts up on average
@@ -551,9 +597,6 @@ glue("ch5_climb_top", round(from_zero[first_fall - 1].item(), 2))
 glue("ch5_falls", len(falls))
 glue("ch5_distance_steps", len(steps))
 glue("ch5_first_fall", first_fall)
-print(
-    f"falls at {len(falls)} of {len(steps)} steps, first at offset {first_fall}"
-)
 
 # %% tags=["hide-input"]
 fig, axes = plt.subplots(
@@ -591,16 +634,25 @@ plt.show()
 # **Figure.** Euclidean distances between encodings. Left: every diagonal repeats one number
 # ({glue:text}`ch5_dist_1:.2f` for neighbours, {glue:text}`ch5_dist_2:.2f` two steps apart,
 # ...). Right: over 100 positions the matrix is made of stripes parallel to the diagonal, the
-# picture of "depends on the offset only". Along a row the distance climbs steeply over the
-# first {glue:text}`ch5_climb_end` offsets (to {glue:text}`ch5_climb_top:.2f`) and then only
-# drifts up on average, with dips: it is smaller than at the previous offset at
-# {glue:text}`ch5_falls` of the {glue:text}`ch5_distance_steps` steps, the first time at offset
-# {glue:text}`ch5_first_fall`. So a larger distance does not always mean a larger offset.
+# picture of "depends on the offset only". Read its top row, the distance from position 0: it
+# grows quickly up to offset {glue:text}`ch5_climb_end` (distance
+# {glue:text}`ch5_climb_top:.2f`), then levels off and wobbles. Position
+# {glue:text}`ch5_first_fall` is already *closer* to position 0 than position
+# {glue:text}`ch5_climb_end` is, so a larger distance does not always mean a larger offset.
+#
+# :::{admonition} Going deeper: how often the distance dips
+# :class: dropdown
+# Walk along the top row of the right-hand matrix from offset 1 to offset 99, one step at a
+# time. At {glue:text}`ch5_falls` of these {glue:text}`ch5_distance_steps` steps the distance
+# to position 0 *falls* instead of rising. On average it still rises, but slowly: the fast
+# hands have already turned past their farthest point and come back, while the slow hands have
+# hardly moved.
+# :::
 #
 # Hover over the chart below to read the distance between any two of the first 40 positions
 # of a $D = 16$ encoding.
 
-# %%
+# %% tags=["hide-input"]
 table_16 = sinusoidal_encoding(40, 16, dtype=torch.float64)
 pairs = pd.DataFrame(
     [(query, key) for query in range(40) for key in range(40)],
@@ -643,7 +695,9 @@ alt.Chart(pairs).mark_rect().encode(
 # %%
 center = 200
 similarity = table_256.double() @ table_256[center].double()
-similarity = similarity / similarity[center]
+similarity = similarity / similarity[center]  # 1 at offset 0
+
+# %% tags=["remove-cell"]
 right_side = similarity[center:]
 left_side = similarity[center - 50 : center]
 torch.testing.assert_close(left_side, right_side[1:51].flip(0))  # symmetric
@@ -686,6 +740,9 @@ for width in (2, 4, 8, 16, 64):
         }
     )
 closest = pd.DataFrame(rows).round({"distance": 4})
+closest
+
+# %% tags=["remove-cell"]
 assert closest["distance"].iloc[0] < 1e-3 and closest["distance"].iloc[-1] > 1.0
 assert (
     closest["d_model"].iloc[-1] == 64
@@ -695,13 +752,12 @@ glue("ch5_d2_offset", int(closest["closest offset"].iloc[0]))
 glue(
     "ch5_d2_turns", round(closest["closest offset"].iloc[0] / (2 * math.pi), 4)
 )
-closest
 
 # %% [markdown]
 # With $D = 2$ (one hand turning 1 radian per step) position {glue:text}`ch5_d2_offset` is
 # almost back where position 0 was: it is {glue:text}`ch5_d2_turns:.4f` full turns of the
-# hand. With $D = 64$ the closest pair is two neighbours. More dimensions, more bits in the
-# counter.
+# hand. With $D = 64$ the closest pair is two neighbours. More dimensions, more hands to
+# tell positions apart.
 #
 # ## Relative position as a rotation
 #
@@ -738,18 +794,21 @@ def rotation_from_scratch(offset, d_model, base=10000.0):
     return torch.block_diag(*blocks)
 
 
+# every t of the 2000-position table, for four offsets
+rotation_errors = []
+for offset in (1, 7, 100, 999):
+    rotation = rotation_from_scratch(offset, 64)
+    moved = table_long[: long_range - offset] @ rotation.T
+    rotation_errors.append((moved - table_long[offset:]).abs().max().item())
+print(
+    f"R(k) p_t equals p_(t+k) (to {tolerance:.0e}):",
+    max(rotation_errors) < tolerance,
+)
+
+# %% tags=["remove-cell"]
 torch.testing.assert_close(
     rotation_from_scratch(3, 64), relative_rotation(3, 64)
 )
-rotation_errors = []
-for offset in (
-    1,
-    7,
-    100,
-    999,
-):  # every t of the 2000-position table, for four offsets
-    moved = table_long[: long_range - offset] @ relative_rotation(offset, 64).T
-    rotation_errors.append((moved - table_long[offset:]).abs().max().item())
 assert max(rotation_errors) < tolerance
 
 # %% tags=["hide-input"]
@@ -770,9 +829,6 @@ plt.show()
 # **Figure.** $R(1)$ for $D = 8$: four $2 \times 2$ rotation blocks on the diagonal, zero
 # elsewhere. The first block rotates by 1 radian (visibly mixing sine and cosine); the last by
 # 0.001 radian, almost the identity.
-#
-# For every position $t$ of the 2000-position table and offsets 1, 7, 100 and 999,
-# $R(k)\,\mathbf{p}_t$ matches $\mathbf{p}_{t+k}$ to within {glue:text}`ch5_tolerance:.0e`.
 #
 # ## The module
 #
@@ -796,10 +852,12 @@ print(
     {name: tuple(value.shape) for name, value in encoding.state_dict().items()},
 )
 encoding = encoding.to(device)
-assert encoding.pe.device.type == device.type and not encoding.pe.requires_grad
 x = torch.zeros(2, 10, 8, device=device)
-torch.testing.assert_close(encoding(x)[0].cpu(), sinusoidal_encoding(10, 8))
 print(encoding)
+
+# %% tags=["remove-cell"]
+assert encoding.pe.device.type == device.type and not encoding.pe.requires_grad
+torch.testing.assert_close(encoding(x)[0].cpu(), sinusoidal_encoding(10, 8))
 
 # %% [markdown]
 # A sequence longer than `max_len` has no row in the table. Slicing the table would quietly
@@ -810,7 +868,7 @@ print(encoding)
 try:
     encoding(torch.zeros(1, 60, 8, device=device))
 except ValueError as error:
-    print(error)
+    print(textwrap.fill(str(error), width=78))
 
 # %% [markdown]
 # ```{admonition} Pitfall: an odd d_model
@@ -820,25 +878,25 @@ except ValueError as error:
 # columns but only 3 odd ones, and the cosine assignment fails with a shape error that does not
 # mention `d_model` at all (first cell below). The sine/cosine pairs need an even width, so
 # the book's functions refuse an odd one with a message that says so and how to fix it (second
-# cell). `tests/test_positional.py::test_odd_d_model_is_refused_clearly` pins it.
+# cell).
 # ```
 
 # %%
 odd_width = 7
 odd_table = torch.zeros(4, odd_width)
-odd_speeds = 10000.0 ** (-torch.arange(0, odd_width, 2) / odd_width)  # 4 speeds
+odd_speeds = 10000.0 ** (-torch.arange(0, odd_width, 2) / odd_width)  # 4
 odd_angles = torch.arange(4.0)[:, None] * odd_speeds
 odd_table[:, 0::2] = torch.sin(odd_angles)  # 4 even columns: fine
 try:
     odd_table[:, 1::2] = torch.cos(odd_angles)  # only 3 odd columns
 except RuntimeError as error:
-    print(f"RuntimeError: {error}")
+    print(textwrap.fill(f"RuntimeError: {error}", width=78))
 
 # %%
 try:
     SinusoidalPositionalEncoding(d_model=odd_width)
 except ValueError as error:
-    print(error)
+    print(textwrap.fill(str(error), width=78))
 
 # %% [markdown]
 # ## Adding the encoding: crowded-out inputs and the $\sqrt{D}$ scaling
@@ -858,6 +916,8 @@ print(
     "sqrt(2) * corners + encoding:\n",
     encoding_2d(math.sqrt(2) * corners)[0].numpy().round(4),
 )
+
+# %% tags=["remove-cell"]
 # The first corner's second coordinate is wiped out:
 assert encoding_2d(corners)[0, 0, 1] == 0
 
@@ -891,7 +951,7 @@ plt.show()
 # or `nn.Embedding`'s default $\mathcal{N}(0, 1)$ initialization), scaling makes them
 # $\sqrt{D}$ times larger than the encoding, and the position signal drowns instead:
 
-# %%
+# %% tags=["hide-input"]
 widths = [2, 8, 32, 128, 300, 512]
 ratio_rows = []
 for width in widths:
@@ -917,6 +977,8 @@ for width in widths:
                 }
             )
 ratios = pd.DataFrame(ratio_rows)
+
+# %% tags=["remove-cell"]
 at_300 = ratios[
     (ratios["d_model"] == 300)
     & (ratios["input"] == "entries ~ 1")
@@ -936,8 +998,8 @@ colors = {"entries ~ 1/sqrt(D)": "C0", "entries ~ 1": "C1"}
 for (label, scaled), group in ratios.groupby(["input", "scaled"]):
     style = "-" if scaled else "--"
     name = f"{label}, {'times sqrt(D)' if scaled else 'unscaled'}"
-    # Solid lines wide and underneath, dashed ones thin on top: where two coincide
-    # (small inputs scaled, unit inputs unscaled), both stay visible.
+    # Solid lines wide and underneath, dashed ones thin on top: where two
+    # coincide (small inputs scaled, unit inputs unscaled), both stay visible.
     ax.loglog(
         group["d_model"],
         group["ratio"],
@@ -959,37 +1021,40 @@ plt.show()
 # **Figure.** Size of the encoding relative to the input it is added to, for random inputs.
 # Above the black line the encoding dominates (crowding out), below it the input does.
 # Unscaled (dashed), small inputs (blue) are crowded out more and more as $D$ grows, while
-# unit-size inputs (orange) stay at a ratio of about {glue:text}`ch5_balanced_ratio:.2f`
-# ($1/\sqrt{2}$). The $\sqrt{D}$ scaling (solid) brings small inputs to that same ratio (the
-# wide blue line under the dashed orange one), but pushes unit-size inputs down to
-# $1/\sqrt{2D}$: at $D = 300$ the factor is
-# {glue:text}`ch5_sqrt_300:.1f` and the encoding is only {glue:text}`ch5_ratio_300:.3f` of
-# the input's size. Scale only inputs you know to be small, or let a learned projection and
-# normalization layers find the balance.
+# unit-size inputs (orange) stay at about {glue:text}`ch5_balanced_ratio:.2f`
+# ($1/\sqrt{2}$). The $\sqrt{D}$ scaling (solid) brings small inputs to that same ratio, but
+# pushes unit-size inputs down to $1/\sqrt{2D}$: at $D = 300$ (a factor of
+# {glue:text}`ch5_sqrt_300:.1f`) the encoding is only {glue:text}`ch5_ratio_300:.3f` of the
+# input's size. Scale only inputs you know to be small.
 #
-# ## A floor in the exponent
-#
-# ```{admonition} Pitfall: $\lfloor 2i/D \rfloor$ instead of $2j/D$
-# :class: warning
-# A formula that circulates writes the angle as $p / 10000^{a}$ with
-# $a = \lfloor 2i/D \rfloor$, where $i$ runs over all $D$ columns. Since $2i/D < 2$, the floor
-# is 0 for the first half of the columns and 1 for the second: the table has just **two** speeds,
-# 1 and $10^{-4}$, instead of $D/2$. The first half of the columns repeats one fast hand, the
-# second half one hand that hardly moves. The distances still depend on the offset only (for
-# $D = 64$ each pair is still rotating), so that check passes; but uniqueness is nearly lost.
-# Position {glue:text}`ch5_buggy_offset` is almost position 0 again (it is
-# {glue:text}`ch5_buggy_turns:.3f` turns of the fast hand), at distance
+# :::{admonition} Pitfall: indexing the exponent by the column instead of the pair
+# :class: dropdown
+# The exponent in $\omega_j = 10000^{-2j/D}$ counts *pairs* of columns. A version that
+# circulates writes the angle as $p / 10000^{a}$ with $a = \lfloor 2i/D \rfloor$, where $i$
+# runs over all $D$ columns; it is an easy mistake to make when the code loops over columns.
+# Since $2i/D < 2$, the floor is 0 for the first half of the columns and 1 for the second: the
+# table has just **two** speeds, 1 and $10^{-4}$, instead of $D/2$. The first half of the
+# columns repeats one fast hand, the second half one hand that hardly moves. The distances
+# still depend on the offset only (each pair still rotates), so that check passes; but
+# uniqueness is nearly lost. Position {glue:text}`ch5_buggy_offset` is almost position 0
+# again (it is {glue:text}`ch5_buggy_turns:.3f` turns of the fast hand), at distance
 # {glue:text}`ch5_buggy_gap:.3f` for $D = 64$, where the right table keeps every pair of the
 # first 1000 positions at least {glue:text}`ch5_right_gap:.2f` apart. The fix is the exponent
-# $2j/D$ with $j$ the *pair* index. In `tests/test_positional.py`,
-# `test_floor_exponent_of_source_003_is_not_the_formula` and
-# `test_sinusoidal_matches_the_formula` pin the right formula.
-# ```
+# $2j/D$ with $j$ the *pair* index.
+#
+# The folded cells below build the floor version and draw both (left the right encoding,
+# right the floor one; $D = 64$, positions 0 to 99). With the floor formula the first 32
+# columns all oscillate at the fastest speed and the last 32 are frozen; its distance matrix
+# is striped too, but dark (near-zero) stripes recur every 6 or 7 positions, one turn of the
+# fast hand ($2\pi \approx 6.28$): far-apart positions look alike. Positions 6 apart are
+# already closer ({glue:text}`ch5_buggy_gap_6:.2f`) than neighbours in the right encoding
+# ({glue:text}`ch5_right_gap:.2f`).
+# :::
 
 
-# %%
+# %% tags=["hide-cell"]
 def floor_exponent_encoding(num_positions, d_model):
-    """The formula with a = floor(2i / D): reproduced here to show what it does."""
+    """The formula with a = floor(2i / D), to show what it does."""
     positions = torch.arange(num_positions, dtype=torch.float64)[:, None]
     exponents = torch.floor(
         2 * torch.arange(d_model, dtype=torch.float64) / d_model
@@ -1008,6 +1073,8 @@ print("distinct speeds, right formula:", len(torch.unique(angular_speeds(64))))
 buggy_gaps = (buggy_table[1:] - buggy_table[0]).norm(dim=1)  # offsets 1..999
 right_gaps = (right_table[1:] - right_table[0]).norm(dim=1)
 buggy_offset = buggy_gaps.argmin().item() + 1
+
+# %% tags=["remove-cell"]
 assert buggy_offset == 44 and buggy_gaps.min() < 0.1 and right_gaps.min() > 1
 assert buggy_gaps[5] < right_gaps.min()  # offset 6
 glue("ch5_buggy_offset", buggy_offset)
@@ -1016,7 +1083,7 @@ glue("ch5_buggy_gap", round(buggy_gaps.min().item(), 3))
 glue("ch5_buggy_gap_6", round(buggy_gaps[5].item(), 2))
 glue("ch5_right_gap", round(right_gaps.min().item(), 2))
 
-# %% tags=["hide-input"]
+# %% tags=["hide-cell"]
 fig, axes = plt.subplots(2, 2, figsize=(6.2, 5.6))
 for column, (name, table) in enumerate(
     (("right", right_table), ("floor exponent", buggy_table))
@@ -1039,14 +1106,6 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# **Figure.** Left, the right encoding; right, the floor-exponent one ($D = 64$, positions
-# 0 to 99). Top: with the floor formula the first 32 columns all oscillate at the fastest speed
-# and the last 32 are frozen. Bottom: its distance matrix is striped too, but dark (near-zero)
-# stripes recur every 6 or 7 positions, one turn of the fast hand ($2\pi \approx 6.28$):
-# far-apart positions look alike. Positions 6 apart are already closer
-# ({glue:text}`ch5_buggy_gap_6:.2f`) than neighbours in the right encoding
-# ({glue:text}`ch5_right_gap:.2f`).
-#
 # ## Beyond the sinusoids
 #
 # ### Learned position embeddings
@@ -1067,13 +1126,15 @@ learned_table = learned.weight.detach().double()
 learned_distances = pairwise_distances(learned_table)
 near = torch.diagonal(learned_distances, 1).mean().item()
 far = torch.diagonal(learned_distances, 50).mean().item()
-# Untrained: neighbours are no closer than far positions.
-assert abs(near - far) < 0.1 * far
 print(f"mean distance at offset 1: {near:.3f}, at offset 50: {far:.3f}")
 try:
     learned(torch.zeros(1, 101, 64))
 except ValueError as error:
-    print(error)
+    print(textwrap.fill(str(error), width=78))
+
+# %% tags=["remove-cell"]
+# Untrained: neighbours are no closer than far positions.
+assert abs(near - far) < 0.1 * far
 
 # %% [markdown]
 # ### ALiBi: a bias on the scores instead of a vector on the input
@@ -1094,6 +1155,8 @@ show_source(alibi_bias)
 num_heads, alibi_len = 8, 12
 bias = alibi_bias(num_heads, alibi_len)  # (H, T, T)
 print("slopes:", alibi_slopes(num_heads).tolist())
+
+# %% tags=["remove-cell"]
 for offset in range(alibi_len):  # each diagonal holds one value per head
     diagonal = torch.diagonal(bias, offset, dim1=1, dim2=2)
     assert (diagonal == diagonal[:, :1]).all()
@@ -1122,18 +1185,20 @@ plt.show()
 # scores say otherwise, it attends near the diagonal. Head 8 (slope 1/256) is almost flat and can look anywhere.
 #
 # The bias goes straight into `F.scaled_dot_product_attention` as a float `attn_mask`, which
-# PyTorch *adds* to the scores. (The book's own `helpers.attention` functions take only boolean
-# masks, so this additive use goes through PyTorch directly.) With identical tokens the content
+# PyTorch *adds* to the scores. With identical tokens the content
 # scores are all equal, so the attention of query $i$ is exactly
 # $\operatorname{softmax}_j(-m_h |i - j|)$: attention by distance alone.
 
 # %%
 # (B, H, T, d_head): every token the same.
 identical = torch.ones(1, num_heads, alibi_len, 4)
-scores = (
-    identical @ identical.transpose(-1, -2) / 2 + bias
-)  # what SDPA computes inside
+# what scaled_dot_product_attention computes inside: q k^T / sqrt(4) + bias
+scores = identical @ identical.transpose(-1, -2) / 2 + bias
 weights = scores.softmax(dim=-1)
+print("weights of query 6, head 1:")
+print(weights[0, 0, 6].numpy().round(3))
+
+# %% tags=["remove-cell"]
 torch.testing.assert_close(weights[0], bias.softmax(dim=-1))
 values = torch.randn(1, num_heads, alibi_len, 4, generator=generator)
 torch.testing.assert_close(
@@ -1142,7 +1207,6 @@ torch.testing.assert_close(
     ),
     weights @ values,
 )
-print("weights of query 6, head 1:", weights[0, 0, 6].numpy().round(3))
 
 # %% [markdown]
 # Because the bias is tied to positions, ALiBi also breaks the permutation symmetry of the first
@@ -1150,9 +1214,7 @@ print("weights of query 6, head 1:", weights[0, 0, 6].numpy().round(3))
 
 
 # %%
-steep_bias = alibi_bias(num_heads, seq_len)[
-    0
-]  # head 1, slope 1/2, shape (T, T)
+steep_bias = alibi_bias(num_heads, seq_len)[0]  # head 1, slope 1/2: (T, T)
 
 
 def alibi_self_attention(x):
@@ -1161,16 +1223,12 @@ def alibi_self_attention(x):
 
 
 shuffled_output = alibi_self_attention(tokens[:, order])
-alibi_gap = (
-    (alibi_self_attention(tokens)[:, order] - shuffled_output)
-    .abs()
-    .max()
-    .item()
-)
+attended = alibi_self_attention(tokens)[:, order]
+alibi_gap = (attended - shuffled_output).abs().max().item()
+print(f"with ALiBi, shuffling changes the outputs (by up to {alibi_gap:.2f})")
+
+# %% tags=["remove-cell"]
 assert alibi_gap > 0.1
-print(
-    f"with ALiBi, shuffling changes the outputs (largest change {alibi_gap:.2f})"
-)
 
 # %% [markdown]
 # ### Rotary embeddings (RoPE)
@@ -1178,10 +1236,10 @@ print(
 # RoPE {cite}`su2021roformer` (used by LLaMA and most recent language models) takes the rotation
 # of the previous sections and applies it to the *queries and keys*, not to the input: pair $j$
 # of the query at position $m$ is rotated by $m\,\omega_j$, pair $j$ of the key at position $n$
-# by $n\,\omega_j$. RoPE turns each pair $(x_{2j}, x_{2j+1})$ counter-clockwise, the opposite
-# way to our $R(k)$ on $(\sin, \cos)$ pairs: in this chapter's notation it applies
-# $R(m)^\top = R(-m)$ (as rows, `apply_rotary` multiplies by $R(m)$, which we check below).
-# Rotations compose by adding angles, so $R(m)\,R(n)^\top = R(m - n)$ and
+# by $n\,\omega_j$; in this chapter's notation, the query is multiplied by $R(m)^\top$ and the
+# key by $R(n)^\top$ (RoPE turns its pairs the other way round from our $R$ on
+# $(\sin, \cos)$ pairs). Rotations compose by adding angles, so $R(m)\,R(n)^\top = R(m - n)$
+# and
 #
 # $$
 # \big(R(m)^\top\mathbf{q}\big) \cdot \big(R(n)^\top\mathbf{k}\big)
@@ -1199,17 +1257,21 @@ d_head, rope_len = 32, 64
 query, key = torch.randn(
     2, rope_len, d_head, generator=generator, dtype=torch.float64
 )
-rotated_scores = (
-    apply_rotary(query) @ apply_rotary(key).T
-)  # (T, T), positions 0..T-1
+# (T, T) scores at positions 0..T-1
+rotated_scores = apply_rotary(query) @ apply_rotary(key).T
 shift = torch.arange(rope_len) + 1000  # the same tokens, 1000 positions later
 shifted_scores = apply_rotary(query, shift) @ apply_rotary(key, shift).T
 rope_shift_error = (rotated_scores - shifted_scores).abs().max().item()
-torch.testing.assert_close(apply_rotary(query).norm(dim=-1), query.norm(dim=-1))
-same_token = query[:1].expand(
-    rope_len, d_head
-)  # one content vector at every position
+# one content vector at every position
+same_token = query[:1].expand(rope_len, d_head)
 toeplitz = apply_rotary(same_token) @ apply_rotary(same_token).T
+print(
+    f"scores unchanged by a shift of 1000 (to {tolerance:.0e}):",
+    rope_shift_error < tolerance,
+)
+
+# %% tags=["remove-cell"]
+torch.testing.assert_close(apply_rotary(query).norm(dim=-1), query.norm(dim=-1))
 toeplitz_dev = (
     (toeplitz - toeplitz[0][offsets[:rope_len, :rope_len]]).abs().max().item()
 )
@@ -1240,24 +1302,25 @@ plt.show()
 # form stripes parallel to the diagonal: they depend on the offset between query and key only
 # (deviations below {glue:text}`ch5_tolerance:.0e`), and they peak at offset 0.
 #
-# Shifting a whole sequence by 1000 positions changes its RoPE scores by less than
-# {glue:text}`ch5_tolerance:.0e`: only offsets matter. Unlike the sinusoidal table, RoPE
-# needs no `max_len`: the rotation is computed for whatever positions arrive.
+# Unlike the sinusoidal table, RoPE needs no `max_len`: the rotation is computed for whatever
+# positions arrive, and only their offsets matter.
 #
 # ## Summary
 #
 # - Attention is blind to order; adding a position-dependent vector to each token restores it.
-# - Sinusoidal encodings are clock hands turning at geometrically decreasing speeds: bounded,
-#   of equal norm, unique, with distances and dot products that depend on the offset only,
+# - Dials with integer periods repeat (4, 5 and 7: after {glue:text}`ch5_dial_period`
+#   positions); the sinusoidal encoding's hands turn at geometrically decreasing speeds,
+#   $\omega_j = 10000^{-2j/D}$, and never repeat exactly.
+# - Its vectors have equal norms, and distances and dot products that depend on the offset
+#   only (to {glue:text}`ch5_tolerance:.0e` over {glue:text}`ch5_long_range` positions),
 #   because moving by $k$ positions is a rotation $R(k)$.
 # - `SinusoidalPositionalEncoding` keeps its table in a buffer: saved and moved with the
 #   module, never trained. It refuses sequences longer than `max_len` and odd widths.
-# - The $\sqrt{D}$ input scaling fixes crowding out only for small inputs.
+# - The $\sqrt{D}$ input scaling fixes crowding out only for small inputs; inputs of unit size
+#   it makes $\sqrt{D}$ times larger than the encoding (at $D = 300$ the encoding is
+#   {glue:text}`ch5_ratio_300:.3f` of the input's size).
 # - Learned embeddings, ALiBi and RoPE trade the fixed table for learned vectors, a distance
 #   penalty on the scores, or rotated queries and keys.
-#
-# The encoder chapters that follow import `SinusoidalPositionalEncoding` from
-# `helpers.positional`.
 #
 # ## Exercises
 #
@@ -1271,19 +1334,18 @@ plt.show()
 #
 # ```python
 # table = fixed_base_encoding(1002, (7, 11, 13))
-# gaps = (table[1:1001] - table[0]).norm(dim=1)  # offsets 1..1000: all clearly apart
-# assert gaps.min() > 0.1 and torch.allclose(table[1001], table[0])  # 1001 repeats 0
+# gaps = (table[1:1001] - table[0]).norm(dim=1)  # offsets 1..1000
+# assert gaps.min() > 0.1  # all clearly apart
+# assert torch.allclose(table[1001], table[0])  # 1001 repeats 0
 # ```
 # ````
 
-# %% tags=["hide-cell"]
+# %% tags=["remove-cell"]
 table = fixed_base_encoding(1002, (7, 11, 13))
-gaps = (table[1:1001] - table[0]).norm(
-    dim=1
-)  # offsets 1..1000: all clearly apart
-assert gaps.min() > 0.1 and torch.allclose(
-    table[1001], table[0]
-)  # 1001 repeats 0
+# offsets 1..1000: all clearly apart
+gaps = (table[1:1001] - table[0]).norm(dim=1)
+# 1001 repeats 0
+assert gaps.min() > 0.1 and torch.allclose(table[1001], table[0])
 
 # %% [markdown]
 #
@@ -1307,7 +1369,7 @@ assert gaps.min() > 0.1 and torch.allclose(
 # `relative_rotation(2, 2)`), not $R(2)$, which turns $(\sin, \cos)$ pairs the other way.
 # ```
 
-# %% tags=["hide-cell"]
+# %% tags=["remove-cell"]
 by_hand = torch.tensor([[math.cos(2), math.sin(2)]])
 rotated_pair = apply_rotary(torch.tensor([[1.0, 0.0]]), torch.tensor([2]))
 torch.testing.assert_close(rotated_pair, by_hand)

@@ -20,11 +20,25 @@
 # Multi-head attention lets every position look at every other one. On its own it is not yet a
 # network you can stack twenty times and train: the Transformer {cite}`vaswani2017attention`
 # wraps it in a *block* with three more ingredients, a residual connection, a normalization
-# and a position-wise feed-forward network. This chapter builds the block piece by piece,
-# checks it against PyTorch's own `torch.nn.TransformerEncoderLayer`, and then asks the one
-# design question that decides how easily a deep stack trains: *where does the normalization
-# go?* The answer, measured at initialization, is why modern Transformers put it first
-# {cite}`xiong2020layernorm`.
+# and a position-wise feed-forward network.
+#
+# After this chapter you will be able to:
+#
+# - build an encoder block from scratch, in its post-LN and pre-LN forms, and match it weight
+#   for weight with PyTorch's `torch.nn.TransformerEncoderLayer`;
+# - explain, from gradients measured at initialization, why the placement of the
+#   normalization decides how easily a deep stack trains {cite}`xiong2020layernorm`;
+# - choose between LayerNorm, BatchNorm and RMSNorm, place dropout where it belongs, and say
+#   what the residual connections protect in a deep stack.
+#
+# ```{figure} ../book/_static/diagrams/map_06.svg
+# :alt: The book's map of the Transformer: one encoder block (self-attention, feed-forward network, residual connections and normalizations) is highlighted.
+# :width: 60%
+# :name: fig-map-06
+#
+# Where this chapter sits in the Transformer: the encoder block, with its attention,
+# feed-forward network, residual connections and normalizations.
+# ```
 
 # %% tags=["hide-cell"]
 # Setup: on Colab, install the book's helpers; everywhere, import, seed and pick a device.
@@ -76,8 +90,8 @@ from helpers.transformer import (
     TransformerStack,
 )
 
-# The models of this chapter are so small that splitting each matrix product over several
-# CPU threads costs more in synchronization than it saves.
+# The models of this chapter are so small that splitting each matrix product
+# over several CPU threads costs more in synchronization than it saves.
 helpers.use_one_thread(device)
 
 # %% [markdown]
@@ -104,10 +118,10 @@ helpers.use_one_thread(device)
 #
 # $$
 # \begin{aligned}
-# \text{post-LN (2017):}\quad & X' = \operatorname{LN}\big(X + \operatorname{Drop}(\operatorname{MHA}(X))\big), &
-# Y &= \operatorname{LN}\big(X' + \operatorname{Drop}(\operatorname{FFN}(X'))\big),\\
-# \text{pre-LN:}\quad & X' = X + \operatorname{Drop}\big(\operatorname{MHA}(\operatorname{LN}(X))\big), &
-# Y &= X' + \operatorname{Drop}\big(\operatorname{FFN}(\operatorname{LN}(X'))\big).
+# &\text{post-LN (2017):} && X' = \operatorname{LN}\big(X + \operatorname{Drop}(\operatorname{MHA}(X))\big),\\
+# &&& Y = \operatorname{LN}\big(X' + \operatorname{Drop}(\operatorname{FFN}(X'))\big),\\
+# &\text{pre-LN:} && X' = X + \operatorname{Drop}\big(\operatorname{MHA}(\operatorname{LN}(X))\big),\\
+# &&& Y = X' + \operatorname{Drop}\big(\operatorname{FFN}(\operatorname{LN}(X'))\big).
 # \end{aligned}
 # $$
 #
@@ -168,6 +182,10 @@ scratch = ScratchEncoderBlock(d_model=64, num_heads=4, ffn_width=256).eval()
 x = torch.randn(2, 10, 64)
 print("block output", tuple(scratch(x).shape))
 per_position = torch.stack([scratch.ffn(x[:, t]) for t in range(10)], dim=1)
+same = torch.allclose(scratch.ffn(x), per_position, atol=1e-6)
+print("FFN on the sequence = FFN position by position:", same)
+
+# %% tags=["remove-cell"]
 torch.testing.assert_close(scratch.ffn(x), per_position)
 
 # %% [markdown]
@@ -178,14 +196,13 @@ torch.testing.assert_close(scratch.ffn(x), per_position)
 # below). A wide layer is also the cheapest kind of compute on parallel hardware: one large
 # matrix product instead of several small sequential ones.
 #
-# The book's canonical block lives in `helpers.transformer`. It computes the same function with
-# input checks (one line; they live in `helpers/_validate.py`), an optional RMSNorm (below) and
-# a way to return the attention weights:
+# The book's canonical block computes the same function, with input checks, an optional
+# RMSNorm (below) and a way to return the attention weights:
 
 # %%
 show_source(EncoderBlock)
 
-# %%
+# %% tags=["remove-input"]
 for norm_first in (True, False):
     package = EncoderBlock(64, 4, 256, norm_first=norm_first).eval()
     reference = ScratchEncoderBlock(64, 4, 256, norm_first=norm_first).eval()
@@ -195,20 +212,21 @@ for norm_first in (True, False):
         package(x, causal_mask(10)), reference(x, causal_mask(10))
     )
 print(
-    "scratch and package blocks agree, pre-LN and post-LN, with and without a mask"
+    "scratch and book blocks agree, pre-LN and post-LN, with and without a mask"
 )
 
 # %% [markdown]
 # ## The same block as PyTorch's
 #
 # `torch.nn.TransformerEncoderLayer` implements both variants (`norm_first=False` is the
-# default, post-LN). `load_encoder_block(block, layer)`, from `helpers.interop` (the one place
-# that converts weights from PyTorch's modules), copies its weights; then the two must agree
-# to floating-point precision. One trap: PyTorch's boolean `src_mask` means *True = may not
-# attend*, the opposite of this book's convention (chapter 2), so we pass it `~mask`.
+# default, post-LN). With its weights copied into our block (`load_encoder_block`), the two
+# must agree to floating-point precision. One trap: PyTorch's boolean `src_mask` means
+# *True = may not attend*, the opposite of this book's convention (chapter 2), so we pass it
+# `~mask`.
 
 # %%
 torch.manual_seed(1)
+differences = {}
 for norm_first in (True, False):
     torch_layer = nn.TransformerEncoderLayer(
         64, 4, 256, dropout=0.1, batch_first=True, norm_first=norm_first
@@ -216,13 +234,13 @@ for norm_first in (True, False):
     block = EncoderBlock(64, 4, 256, dropout=0.1, norm_first=norm_first).eval()
     load_encoder_block(block, torch_layer)
     mask = causal_mask(10)
-    difference = (
-        (block(x, mask) - torch_layer(x, src_mask=~mask)).abs().max().item()
-    )
-    print(
-        f"norm_first={norm_first}: agrees with PyTorch within 1e-5: {difference < 1e-5}"
-    )
-    assert difference < 1e-5
+    ours, theirs = block(x, mask), torch_layer(x, src_mask=~mask)
+    difference = (ours - theirs).abs().max().item()
+    differences[norm_first] = difference
+    print(f"norm_first={norm_first}: agrees within 1e-5: {difference < 1e-5}")
+
+# %% tags=["remove-cell"]
+assert all(difference < 1e-5 for difference in differences.values())
 
 # %% [markdown]
 # ```{admonition} Pitfall: feeding PyTorch your mask unchanged
@@ -230,16 +248,16 @@ for norm_first in (True, False):
 # Pass the book's causal mask to `torch.nn.TransformerEncoderLayer` without inverting it and
 # every query attends only to keys strictly in its *future* (the last query to none at all).
 # No error is raised; the outputs are simply wrong. The cell below shows the symptom; the fix
-# is `src_mask=~mask`, and `tests/test_interop.py::test_block_matches_torch_encoder_layer`
-# pins it.
+# is `src_mask=~mask`.
 # ```
 
 # %%
-wrong = torch_layer(
-    x, src_mask=mask
-)  # True meant "may attend" here, "blocked" there
+# True meant "may attend" here, "blocked" there
+wrong = torch_layer(x, src_mask=mask)
 mask_error = (wrong - block(x, mask)).abs().max().item()
 print(f"largest difference from the right output: {mask_error:.1f}")
+
+# %% tags=["remove-cell"]
 assert mask_error > 0.1
 
 # %% [markdown]
@@ -263,10 +281,10 @@ formula = {
 formula["total"] = sum(formula.values())
 table["formula"] = table["module"].map(formula)
 table["share"] = (table["parameters"] / count_parameters(block)).round(3)
-assert (table["parameters"] == table["formula"]).all()
 table
 
-# %%
+# %% tags=["remove-cell"]
+assert (table["parameters"] == table["formula"]).all()
 ffn_share = round(float(table.set_index("module").loc["ffn", "share"]), 2)
 glue("ch6_ffn_share", ffn_share)
 assert 0.6 < ffn_share < 0.7  # "two thirds", as the prose says
@@ -280,37 +298,32 @@ assert 0.6 < ffn_share < 0.7  # "two thirds", as the prose says
 #
 # The 2017 Transformer (post-LN) was trained with a learning-rate *warm-up*: start tiny, grow
 # over the first few thousand steps. Xiong et al. {cite}`xiong2020layernorm` argued that
-# post-LN needs it, and showed that pre-LN Transformers train without it. "Needs" depends on
-# the learning rate: in {ref}`chapter 7's schedule experiment <ch7-schedule-experiment>` a
-# small post-LN model learns to reverse sequences without warm-up at that chapter's rate,
-# {glue:text}`ch6_book_lr`, and only at {glue:text}`ch6_large_lr` does it stay at chance
-# without warm-up, where pre-LN trains (asserted there, on both of its seeds). So
-# warm-up is what lets post-LN take larger steps, not a condition for training at all. The
-# argument is about the gradients
-# *at initialization*: in a post-LN stack the gradients of the parameters near the output are
-# large and do not shrink as the stack gets deeper, so the first full-size steps are too big
-# there; in a pre-LN stack the residual stream grows with depth, every normalization divides
-# by that growing scale, and the gradients of the late blocks shrink roughly like
-# $1/\sqrt{L}$ for $L$ blocks.
+# post-LN needs it, and showed that pre-LN Transformers train without it. Their argument is
+# about the gradients *at initialization*: in a post-LN stack the gradients of the parameters
+# near the output are large and do not shrink as the stack gets deeper, so the first
+# full-size steps are too big there; in a pre-LN stack the residual stream grows with depth,
+# every normalization divides by that growing scale, and the gradients of the late blocks
+# shrink roughly like $1/\sqrt{L}$ for $L$ blocks. That is a claim about the first steps, and
+# it can be measured without training anything. (Whether a given model then fails without
+# warm-up depends on its learning rate too: a small enough step needs no warm-up at all.)
 #
 # We measure it: build stacks of $L$ blocks (Xavier-initialized, as in the paper), push a
 # batch of random sequences through, put a linear classifier with a cross-entropy loss on top,
 # and record the gradient norm of each block's second FFN matrix $W_2$. Four seeds per
 # setting.
 
-# %% tags=["hide-cell"]
-# The two learning rates of chapter 7's experiment that the text above names.
+# %% tags=["remove-cell"]
+# Chapter 7's schedule experiment runs post-LN without warm-up at two learning
+# rates, the book's and a larger one.
 large_lr = SCHEDULE_EXPERIMENT["post-LN, lr 0.05, no warm-up"]["lr"]
 no_warmup = SCHEDULE_EXPERIMENT["post-LN, no warm-up"]
 assert no_warmup == {"norm_first": False, "warmup_steps": 0}
 assert large_lr > BOOK_CONFIG.lr
-glue("ch6_book_lr", BOOK_CONFIG.lr)
-glue("ch6_large_lr", large_lr)
 
 
 # %%
 def ffn_gradient_norms(norm_first, num_blocks, seed, d_model=32):
-    """Gradient norm of each block's FFN W2, for one random batch at initialization."""
+    """Gradient norm of each block's FFN W2, one random batch, at init."""
     torch.manual_seed(seed)
     encoder = TransformerEncoder(
         num_blocks, d_model, 4, 4 * d_model, norm_first=norm_first
@@ -369,7 +382,7 @@ plt.show()
 # monotonically) and falls for pre-LN (log-log axes), so the gap between them widens with
 # depth.
 
-# %%
+# %% tags=["remove-cell"]
 post_last = [grads[("post-LN", depth)][-1] for depth in depths]
 pre_last = [grads[("pre-LN", depth)][-1] for depth in depths]
 gap_2 = round(post_last[0] / pre_last[0], 1)
@@ -397,8 +410,8 @@ assert -0.8 < pre_slope < -0.15
 # are largest exactly where its gradients are largest, near the output, and a deep post-LN
 # stack can diverge before Adam's statistics settle; warm-up caps those first steps. A pre-LN
 # stack's updates are tamer from step one. The price of pre-LN: since nothing normalizes the
-# residual stream, the stack needs one more LayerNorm at its end (`final_norm` in
-# `helpers.transformer.TransformerEncoder`), and its output scale grows with depth. We can see
+# residual stream, the stack needs one more LayerNorm at its end (`final_norm` in the book's
+# `TransformerEncoder`), and its output scale grows with depth. We can see
 # that growth directly, in the same stacks as the gradient experiment (width 32, Xavier
 # initialization, four seeds), reading the root-mean-square of the stream after every block of
 # a 32-block stack:
@@ -406,7 +419,7 @@ assert -0.8 < pre_slope < -0.15
 
 # %%
 def stream_rms(seed, num_blocks=32, d_model=32):
-    """RMS of a pre-LN residual stream after each block, as in ffn_gradient_norms."""
+    """RMS of a pre-LN residual stream after each block (set-up as above)."""
     torch.manual_seed(seed)
     stack = TransformerEncoder(
         num_blocks, d_model, 4, 4 * d_model, norm_first=True, final_norm=False
@@ -423,6 +436,12 @@ def stream_rms(seed, num_blocks=32, d_model=32):
 
 
 rms = np.mean([stream_rms(s) for s in seeds], 0)
+print(
+    "stream RMS after blocks 1, 16, 32:",
+    f"{rms[0]:.2f}, {rms[15]:.2f}, {rms[31]:.2f}",
+)
+
+# %% tags=["remove-cell"]
 growth = round(rms[15] / rms[0], 2)
 glue("ch6_stream_growth", growth)
 stream_slope = np.polyfit(
@@ -432,16 +451,13 @@ glue("ch6_stream_slope", round(float(stream_slope), 2))
 assert growth > 2 and stream_slope > 0.2
 # the pre-LN gradient falls roughly like 1 / (stream RMS)
 assert abs(pre_slope + stream_slope) < 0.15
-print(
-    f"stream RMS after blocks 1, 16, 32: {rms[0]:.2f}, {rms[15]:.2f}, {rms[31]:.2f}"
-)
 
 # %% [markdown]
 # The root-mean-square of the pre-LN residual stream grows by a factor
 # {glue:text}`ch6_stream_growth` over the first 16 blocks, and over depths 2 to 32 like
 # $L^{a}$ with $a =$ {glue:text}`ch6_stream_slope` (a log-log fit). Every normalization
 # divides by that scale, so the last block's gradient should fall like $L^{-a}$: close to
-# the measured slope {glue:text}`ch6_pre_slope` (the cell asserts they agree within 0.15).
+# the measured slope {glue:text}`ch6_pre_slope` (the two agree within 0.15).
 # The $1/\sqrt{L}$ of the argument corresponds to a stream growing like $\sqrt{L}$; in these
 # stacks it grows more slowly.
 #
@@ -470,12 +486,14 @@ def bn(x):
 
 
 bn_shift = round((bn(changed)[0] - bn(batch)[0]).abs().max().item(), 2)
+ln_shift = (layer_norm(changed)[0] - layer_norm(batch)[0]).abs().max().item()
+print(f"sequence 0 moves by up to {bn_shift} under BatchNorm")
+print(f"and by {ln_shift:.0f} under LayerNorm")
+
+# %% tags=["remove-cell"]
 glue("ch6_bn_shift", bn_shift)
 torch.testing.assert_close(layer_norm(changed)[0], layer_norm(batch)[0])
 assert bn_shift > 0.5
-print(
-    f"sequence 0 moves by up to {bn_shift} under BatchNorm, by 0 under LayerNorm"
-)
 
 # %% [markdown]
 # Under BatchNorm sequence 0's output moves by up to {glue:text}`ch6_bn_shift` although only
@@ -501,50 +519,53 @@ x = 2 * torch.randn(4, 10, 32) + 1  # off-centre inputs
 rms_norm = RMSNorm(32, eps=1e-5)
 layer_norm = nn.LayerNorm(32, eps=1e-5, bias=False)
 centred = x - x.mean(-1, keepdim=True)
-torch.testing.assert_close(
-    rms_norm(centred), layer_norm(x)
-)  # LN = centre, then RMSNorm
-torch.testing.assert_close(
-    rms_norm(x), nn.RMSNorm(32, eps=1e-5)(x)
-)  # and = PyTorch's
+same = torch.allclose(rms_norm(centred), layer_norm(x), atol=1e-5)
+print("LayerNorm = centre, then RMSNorm:", same)
 off_centre = round((rms_norm(x) - layer_norm(x)).abs().max().item(), 2)
+print(f"on off-centre inputs the two differ by up to {off_centre}")
+
+# %% tags=["remove-cell"]
+# LN = centre, then RMSNorm
+torch.testing.assert_close(rms_norm(centred), layer_norm(x))
+# and = PyTorch's
+torch.testing.assert_close(rms_norm(x), nn.RMSNorm(32, eps=1e-5)(x))
 glue("ch6_rms_vs_ln", off_centre)
 assert off_centre > 0.1
-print(
-    f"on off-centre inputs RMSNorm and LayerNorm differ by up to {off_centre}"
-)
 
 # %% [markdown]
 # On off-centre inputs the two differ by up to {glue:text}`ch6_rms_vs_ln`; on centred inputs
 # (same gain, same $\epsilon$) they agree. `EncoderBlock(..., norm="rms")` builds a block with
 # RMSNorm in both places.
 #
-# ### One norm per sublayer, not one per block
-#
-# Source texts that build a post-LN block sometimes create *one* normalization module and call
-# it after both sublayers: among the book's sources, {ref}`a JAX blog post <source-002>` does
-# this with a single RMSNorm, and
-# {ref}`the blog post "Transformers Deconstructed" <source-003>` with a single LayerNorm. In a
-# post-LN block the two norms act on two different sums, $X + \operatorname{MHA}(X)$ and
-# $X' + \operatorname{FFN}(X')$; sharing the module means one per-feature affine map (one gain,
-# and for LayerNorm one bias) is applied to both. That is parameter sharing: it saves $2D$
-# parameters per block (a LayerNorm's gain and bias), about
+# :::{admonition} Going deeper: one norm per sublayer, not one per block
+# :class: dropdown
+# It is tempting, when writing a post-LN block, to create *one* normalization module and call
+# it after both sublayers. In a post-LN block the two norms act on two different sums,
+# $X + \operatorname{MHA}(X)$ and $X' + \operatorname{FFN}(X')$; sharing the module means one
+# per-feature affine map (one gain, and for LayerNorm one bias) is applied to both. That is
+# parameter sharing: it saves $2D$ parameters per block (a LayerNorm's gain and bias), about
 # {glue:text}`ch6_shared_saving:.1%` of our block. At initialization it changes nothing, since
-# both norms start as the same identity-affine map; it only takes away freedom in training,
-# where the two sums, which need not have the same per-feature scales, must share one gain. The 2017 paper, PyTorch and `helpers.transformer` keep two; so should you (a test,
-# `test_blocks_have_separate_norms`, pins it).
+# both norms start as the same identity-affine map (the folded cell below checks it); it only
+# takes away freedom in training, where the two sums, which need not have the same
+# per-feature scales, must share one gain. The 2017 paper and PyTorch keep two, and so does
+# the book's block. (Some of the book's sources share one; see
+# [Sources and errata](../book/sources.md).)
+# :::
 
-# %%
+# %% tags=["hide-cell"]
 torch.manual_seed(0)
 separate = EncoderBlock(64, 4, 256, norm_first=False).eval()
 shared = EncoderBlock(64, 4, 256, norm_first=False).eval()
 shared.load_state_dict(separate.state_dict())
 shared.norm2 = shared.norm1  # one module, called twice
 x = torch.randn(2, 10, 64)
-torch.testing.assert_close(
-    shared(x), separate(x)
-)  # identical at initialization
 saving = count_parameters(separate) - count_parameters(shared)
+print("identical at initialization:", torch.allclose(shared(x), separate(x)))
+print("parameters saved:", saving)
+
+# %% tags=["remove-cell"]
+# identical at initialization
+torch.testing.assert_close(shared(x), separate(x))
 assert saving == 2 * 64
 _ = glue("ch6_shared_saving", saving / count_parameters(separate))
 
@@ -553,15 +574,14 @@ _ = glue("ch6_shared_saving", saving / count_parameters(separate))
 #
 # ```{admonition} Pitfall: dropout after the residual sum
 # :class: warning
-# A post-LN block written as `y = dropout(norm(sublayer(x) + x))` (as in
-# {ref}`the blog post "Transformers Deconstructed" <source-003>`) drops entries of the
-# *residual stream* itself, including the part that is the block's own input. In the paper, dropout is applied to the sublayer's output *before* it is
-# added to the input, so the skip path is never dropped. The skip path is what carries a
-# token's vector through a deep stack; the cell below measures how much of it survives. Both
-# versions get a block whose sublayers output exactly zero, so all a block should do is pass
-# its (normalized) input on, and we stack it up to six times in training mode, comparing each
-# token's output with its normalized input (mean cosine similarity: 1 means intact).
-# `tests/test_transformer.py::test_dropout_never_touches_the_residual_stream` pins the fix.
+# A post-LN block written as `y = dropout(norm(sublayer(x) + x))` drops entries of the
+# *residual stream* itself, including the part that is the block's own input. In the paper,
+# dropout is applied to the sublayer's output *before* it is added to the input, so the skip
+# path is never dropped. The skip path is what carries a token's vector through a deep stack;
+# the cell below measures how much of it survives. Both versions get a block whose sublayers
+# output exactly zero, so all a block should do is pass its (normalized) input on, and we
+# stack it up to six times in training mode, comparing each token's output with its
+# normalized input (mean cosine similarity: 1 means intact).
 # ```
 
 # %% tags=["nbval-ignore-output"]
@@ -592,13 +612,14 @@ survival = pd.DataFrame(
     survival, columns=["right", "misplaced"], index=range(1, 7)
 )
 survival.index.name = "blocks"
-assert (
-    survival["right"] > 0.999
-).all()  # the skip path is intact at every depth
+survival.round(2).T
+
+# %% tags=["remove-cell"]
+# the skip path is intact at every depth
+assert (survival["right"] > 0.999).all()
 assert survival["misplaced"][1] < 0.8 and survival["misplaced"][6] < 0.25
 glue("ch6_survival_1", round(survival["misplaced"][1], 2))
 glue("ch6_survival_6", round(survival["misplaced"][6], 2))
-survival.round(2).T
 
 # %% [markdown]
 # The right blocks hand their input on intact at every depth. The misplaced dropout keeps a
@@ -610,10 +631,9 @@ survival.round(2).T
 # ## The stack
 #
 # An encoder is $L$ blocks in a row (plus the final normalization of a pre-LN stack).
-# `TransformerEncoder.get_attention_maps(x)` returns the attention weights every block
-# computes, one $(B, H, T, T)$ tensor per block; chapter 7 uses it to look inside a trained
-# model. Chapter 9's decoder is a stack too, so the stacking lives in one class,
-# `TransformerStack`, and the encoder only names its block:
+# `get_attention_maps(x)` returns the attention weights every block computes, one
+# $(B, H, T, T)$ tensor per block. A decoder is a stack too, so the stacking lives in one
+# class, `TransformerStack`, and the encoder only names its block:
 
 # %%
 show_source(TransformerStack)
@@ -633,10 +653,14 @@ x = torch.randn(32, 10, 64)
 maps = encoder.get_attention_maps(x, mask=causal_mask(10))
 print("output", tuple(encoder(x, mask=causal_mask(10)).shape))
 print("attention maps", [tuple(m.shape) for m in maps])
+
+# %% tags=["remove-cell"]
 assert all(torch.all(m.triu(1) == 0) for m in maps)  # no weight on the future
 
 # %% tags=["hide-input"]
-fig, axes = plt.subplots(1, 3, figsize=(6.2, 2.6), sharey=True)
+fig, axes = plt.subplots(
+    1, 3, figsize=(6.6, 2.6), sharey=True, layout="constrained"
+)
 for index, (ax, weights) in enumerate(zip(axes, maps, strict=True)):
     helpers.plotting.heatmap(
         weights[0].mean(0), ax=ax, colorbar=False, vmin=0, vmax=1
@@ -647,25 +671,24 @@ for index, (ax, weights) in enumerate(zip(axes, maps, strict=True)):
 for ax in axes[1:]:
     ax.set_ylabel("")
 axes[0].set_ylabel("query")
+fig.colorbar(axes[0].images[0], ax=axes, shrink=0.9, label="attention weight")
 plt.show()
 
 # %% [markdown]
 # **Figure.** Causal attention at initialization (mean over the heads of each block, one
-# sequence): each row (query) spreads its weight almost
-# evenly over the keys it may see, so row $t$ is about $1/(t+1)$ on and left of the diagonal
-# and exactly zero to its right. Nothing has been learned yet.
+# sequence), all three maps on one colour scale from 0 to 1 (colour bar): each row (query)
+# spreads its weight almost evenly over the keys it may see, so row $t$ is about $1/(t+1)$ on
+# and left of the diagonal (bright in the first rows, darker further down) and exactly zero
+# to its right. Nothing has been learned yet.
 #
 # ```{admonition} Pitfall: attention maps of the wrong input
 # :class: warning
 # A tempting way to collect attention maps is to call each block's `self_attn(x, x, x)` on the
 # block's input `x`. In a pre-LN block that is not what the block attends with: it attends
-# with `norm1(x)`. {ref}`The PyTorch Lightning notebook <source-000>` among the book's sources
-# made this mistake in its `get_attention_maps`, so its maps show
-# attention on un-normalized vectors, which the model never computes. The fix is to let the
-# block return the weights of its own forward pass (`return_attention=True`), as
-# `helpers.transformer` does; `test_attention_maps_are_computed_from_the_normalized_input`
-# pins it. The cell below measures how far the wrong maps are from the right ones for inputs
-# with a realistic offset and scale.
+# with `norm1(x)`, so such maps show attention on un-normalized vectors, which the model never
+# computes. The fix is to let the block return the weights of its own forward pass
+# (`return_attention=True`), as the book's blocks do. The cell below measures how far the
+# wrong maps are from the right ones for inputs with a realistic offset and scale.
 # ```
 
 # %%
@@ -675,26 +698,30 @@ with torch.no_grad():
     _, seed_style = first.self_attn(x_raw, x_raw, x_raw, return_attention=True)
 right_maps = encoder.get_attention_maps(x_raw)
 map_error = round((right_maps[0] - seed_style).abs().max().item(), 2)
+print(f"largest error in a block-1 attention weight: {map_error}")
+
+# %% tags=["remove-cell"]
 glue("ch6_map_error", map_error)
 assert map_error > 0.1
-print(f"largest error in a block-1 attention weight: {map_error}")
 
 # %% [markdown]
 # A block-1 attention weight computed the wrong way is off by up to
 # {glue:text}`ch6_map_error` (weights lie between 0 and 1).
 
 # %% [markdown]
-# ## A note on rank
+# ## What the residual connections protect
 #
-# At initialization the attention weights are nearly uniform, so every query receives almost
-# the same average of the values: the output of multi-head attention is close to a low-rank
-# matrix, even though its input is full rank and the query and key projections are too. The
-# residual connection adds the full-rank input back. We measure it with the *stable rank*
-# $\|A\|_F^2 / \|A\|_2^2$ (a smooth count of the significant singular values) for 1024 random
-# tokens of width 128 (`helpers.analysis.stable_rank`, the measure chapter 4 used).
+# Chapter 4 found that at initialization, where the attention weights are nearly uniform,
+# every query receives almost the same average of the values: the output of multi-head
+# attention is close to rank one, as measured by the *stable rank*
+# $\|A\|_F^2 / \|A\|_2^2$ (a smooth count of the significant singular values). For 1024
+# random tokens of width 128 (folded cell below) the output's stable rank is
+# {glue:text}`ch6_rank_mha` against {glue:text}`ch6_rank_input` for its input. What happens
+# when such layers are stacked? Six attention layers (fresh random weights, no FFN, no
+# normalization), with and without residual connections, measured after each:
 
 
-# %%
+# %% tags=["hide-cell"]
 torch.manual_seed(0)
 attention = MultiHeadAttention(128, 8)
 tokens = torch.randn(1, 1024, 128)
@@ -710,22 +737,14 @@ ranks = {
 }
 pd.Series(ranks, name="stable rank").round(1).to_frame()
 
-# %%
+# %% tags=["remove-cell"]
 _ = glue("ch6_rank_mha", round(ranks["MHA(X)"], 1))
 _ = glue("ch6_rank_input", round(ranks["input X"], 1))
 assert ranks["MHA(X)"] < 0.1 * ranks["input X"]
 assert ranks["MHA(X)"] < 0.2 * min(ranks["queries XW_Q"], ranks["keys XW_K"])
-assert (
-    torch.linalg.matrix_rank(queries[0]) == 128
-)  # the projection loses nothing
+# the projection loses nothing
+assert torch.linalg.matrix_rank(queries[0]) == 128
 assert ranks["X + MHA(X)"] > 0.9 * ranks["input X"]
-
-# %% [markdown]
-# Attention's output has stable rank {glue:text}`ch6_rank_mha` against
-# {glue:text}`ch6_rank_input` for its input. The queries and keys are full-rank (their lower
-# stable rank only reflects the spread of a random matrix's singular values); the collapse
-# happens in the attention average. Stack six attention layers (fresh random weights, no FFN,
-# no normalization) with and without residual connections and measure after each:
 
 # %%
 torch.manual_seed(0)
@@ -741,17 +760,18 @@ stack_ranks = pd.DataFrame(
     columns=["without residuals", "with residuals"],
     index=range(1, 7),
 ).rename_axis("layers")
+stack_ranks.round(1)
+
+# %% tags=["remove-cell"]
 _ = glue(
     "ch6_rank_plain_6", round(stack_ranks["without residuals"].iloc[-1], 1)
 )
 _ = glue(
     "ch6_rank_residual_6", round(stack_ranks["with residuals"].iloc[-1], 1)
 )
-assert (
-    stack_ranks["without residuals"].iloc[-1] < 1.5
-)  # collapsed to about one direction
+# collapsed to about one direction
+assert stack_ranks["without residuals"].iloc[-1] < 1.5
 assert stack_ranks["with residuals"].min() > 0.5 * ranks["input X"]
-stack_ranks.round(1)
 
 # %% [markdown]
 # Without residuals the stable rank falls to {glue:text}`ch6_rank_plain_6` after six layers:
@@ -766,14 +786,18 @@ stack_ranks.round(1)
 # - An encoder block = self-attention (across positions) + a position-wise FFN (within a
 #   position), each inside a residual connection with a normalization; dropout on the branch.
 # - Pre-LN puts the norm inside the branch; post-LN after the sum. At initialization post-LN's
-#   gradients are largest near the output and do not shrink with depth, the argument for why it
-#   needs warm-up; pre-LN's shrink. Chapter 7 tests the claim by training
-#   ({ref}`its schedule experiment <ch7-schedule-experiment>`): at that chapter's learning
-#   rate post-LN trains without warm-up; at a larger one, pre-LN trains without warm-up where
-#   post-LN stays at chance, though at a still larger rate pre-LN needs the warm-up too.
+#   gradients are largest near the output and do not shrink with depth, the argument for why
+#   it needs warm-up; pre-LN's shrink. The last block's gradients of the two differ by a
+#   factor {glue:text}`ch6_gap_L2` at depth 2 and {glue:text}`ch6_gap_L32` at depth 32.
+# - The price of pre-LN: its residual stream grows with depth, so the stack ends with one
+#   more normalization.
 # - LayerNorm, not BatchNorm, for sequences; RMSNorm is LayerNorm without centring and bias.
-# - `helpers.transformer.EncoderBlock` matches `torch.nn.TransformerEncoderLayer` weight for
-#   weight (mind the inverted mask).
+# - Dropout goes on each sublayer's output, never on the residual stream; the residual
+#   connections also keep a stack of attention layers from collapsing to rank one (stable
+#   rank {glue:text}`ch6_rank_residual_6` with them after six layers,
+#   {glue:text}`ch6_rank_plain_6` without).
+# - The book's `EncoderBlock` matches `torch.nn.TransformerEncoderLayer` weight for weight
+#   (mind the inverted mask).
 #
 # ## Exercises
 #

@@ -57,10 +57,11 @@ def nadaraya_watson(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Nadaraya-Watson kernel regression with a Gaussian kernel.
 
-    Returns ``(predictions (Tq,), weights (Tq, Tk))``; each row of ``weights`` sums to one.
-    ``mask`` (Tq, Tk) bool, True = may attend, excludes pairs, e.g. ``~torch.eye(n, dtype=bool)``
-    for leave-one-out predictions of the training points themselves. A query whose keys are
-    all masked has no weights to normalize: its row of weights and its prediction are NaN.
+    Returns ``(predictions (Tq,), weights (Tq, Tk))``; each row of ``weights``
+    sums to one. ``mask`` (Tq, Tk) bool, True = may attend, excludes pairs, e.g.
+    ``~torch.eye(n, dtype=bool)`` for leave-one-out predictions of the training
+    points themselves. A query whose keys are all masked has no weights to
+    normalize: its row of weights and its prediction are NaN.
     """
     check.pairs(keys, values)
     scores = kernel_scores(queries, keys, width)
@@ -68,12 +69,12 @@ def nadaraya_watson(
         check.bool_mask(mask)
         if mask.shape != scores.shape:
             raise ValueError(
-                f"mask must have shape {tuple(scores.shape)} (Tq, Tk), got {tuple(mask.shape)}"
+                f"mask must have shape {tuple(scores.shape)} (Tq, Tk), "
+                f"got {tuple(mask.shape)}"
             )
         scores = scores.masked_fill(~mask, float("-inf"))
-    weights = torch.softmax(
-        scores, dim=-1
-    )  # normalize over the KEYS of each query
+    # normalize over the KEYS of each query
+    weights = torch.softmax(scores, dim=-1)
     return weights @ values, weights
 
 
@@ -127,11 +128,11 @@ def fit_width(
     lr: float = 0.05,
     leave_one_out: bool = True,
 ) -> tuple[LearnedWidthRegression, list[float], list[float]]:
-    """Learn the kernel width by gradient descent on the training points' squared error.
+    """Learn the kernel width by gradient descent on the mean squared error.
 
-    With ``leave_one_out=False`` each point may attend to itself, and the loss is minimized by
-    a width shrinking towards zero (every point predicts its own noisy label). Returns the
-    model and the per-step losses and widths.
+    With ``leave_one_out=False`` each point may attend to itself, and the loss
+    is minimized by a width shrinking towards zero (every point predicts its own
+    noisy label). Returns the model and the per-step losses and widths.
     """
     check.pairs(x, y)
     check.positive_int("steps", steps)

@@ -23,9 +23,21 @@
 # was to the new one. Replace "point" by *key*, "new point" by *query* and "how close" by a
 # *score*, and you have the attention mechanism at the heart of every Transformer.
 #
-# This chapter builds that estimator from scratch on a toy problem, watches what its one
-# hyperparameter (the kernel width) does, learns that width by gradient descent, and ends
-# with the step from distance-based scores to the dot-product scores of the next chapters.
+# After this chapter you will be able to:
+#
+# - compute attention as a softmax of scores over keys followed by a weighted average of
+#   values, from scratch, and read it as a *soft* dictionary lookup;
+# - explain what the kernel width does (chasing the noise when narrow, flattening the curve
+#   when wide) and learn it by gradient descent, with a mask that hides each point from itself;
+# - rewrite a distance score as a dot-product score, the form attention takes in Transformers.
+#
+# ```{figure} ../book/_static/diagrams/map_01.svg
+# :alt: The book's map of the Transformer: every attention box, in the encoder and in the decoder, is highlighted.
+# :width: 60%
+# :name: fig-map-01
+#
+# Where this chapter sits in the Transformer: what one attention box computes.
+# ```
 
 # %% tags=["hide-cell"]
 # Setup: on Colab, install the book's helpers; everywhere, import, seed and pick a device.
@@ -85,9 +97,8 @@ x_train, y_train = make_regression_data(
 )
 x_query = torch.linspace(0, 10, 200)  # where we want predictions
 y_true = true_function(x_query)
-print(
-    f"x_train {tuple(x_train.shape)}, y_train {tuple(y_train.shape)}, x_query {tuple(x_query.shape)}"
-)
+print(f"x_train {tuple(x_train.shape)}, y_train {tuple(y_train.shape)}")
+print(f"x_query {tuple(x_query.shape)}")
 
 # %% tags=["hide-input"]
 fig, ax = plt.subplots(figsize=(7, 3))
@@ -108,9 +119,11 @@ plt.show()
 # *keys* $k_j = x_j$):
 #
 # $$
-# \hat f(q) = \sum_{j=1}^{n} a_j(q)\, v_j, \qquad
-# a_j(q) = \frac{K(q - k_j)}{\sum_{l=1}^{n} K(q - k_l)}, \qquad
-# K(d) = \exp\!\left(-\frac{d^2}{2\sigma^2}\right).
+# \begin{aligned}
+# \hat f(q) &= \sum_{j=1}^{n} a_j(q)\, v_j, \qquad
+# a_j(q) = \frac{K(q - k_j)}{\sum_{l=1}^{n} K(q - k_l)}, \\
+# K(d) &= \exp\!\left(-\frac{d^2}{2\sigma^2}\right).
+# \end{aligned}
 # $$
 #
 # The weights are non-negative and sum to one over the keys, so $\hat f(q)$ is a *convex
@@ -130,9 +143,8 @@ plt.show()
 def kernel_regression_from_scratch(queries, keys, values, width):
     differences = queries[:, None] - keys[None, :]  # (Tq, Tk)
     scores = -(differences**2) / (2 * width**2)
-    weights = torch.softmax(
-        scores, dim=1
-    )  # each query's weights sum to one over the keys
+    # one softmax per row: each query's weights sum to one over the keys
+    weights = torch.softmax(scores, dim=1)
     return weights @ values, weights
 
 
@@ -142,13 +154,13 @@ predictions, weights = kernel_regression_from_scratch(
 print(f"weights {tuple(weights.shape)}, predictions {tuple(predictions.shape)}")
 
 # %% [markdown]
-# The book's canonical version lives in `helpers.kernel`. It is the same computation with input
-# checks and an optional mask (which we will need below); from here on we use it.
+# The book's canonical version is the same computation with input checks and an optional mask
+# (which we will need below); from here on we use it.
 
 # %%
 show_source(nadaraya_watson)
 
-# %%
+# %% tags=["remove-cell"]
 package_predictions, package_weights = nadaraya_watson(
     x_query, x_train, y_train, width=0.5
 )
@@ -158,29 +170,47 @@ assert (weights >= 0).all()
 torch.testing.assert_close(weights.sum(dim=1), torch.ones(len(x_query)))
 
 # %% [markdown]
-# The weights are non-negative and every row sums to one, as the formula promises. The softmax
-# form matters in practice too: dividing raw kernel values by their sum gives $0/0$ when a
-# narrow kernel sits far from every key, while the softmax subtracts the largest score first and
-# stays finite.
+# It gives the same weights and predictions as ours. The softmax form matters in practice
+# too: dividing raw kernel values by their sum gives $0/0$ when a narrow kernel sits far from
+# every key, while the softmax subtracts the largest score first and stays finite.
 
 # %%
 far_query = torch.tensor([30.0])  # far outside the data
 raw = gaussian_kernel(far_query[:, None] - x_train[None, :], width=0.1)
-print(
-    "raw kernel sum:",
-    raw.sum().item(),
-    "-> naive normalization:",
-    (raw / raw.sum())[0, 0].item(),
-)
+naive = (raw / raw.sum())[0, 0].item()
+print(f"raw kernel sum: {raw.sum().item()} -> naive normalization: {naive}")
 prediction, _ = nadaraya_watson(far_query, x_train, y_train, width=0.1)
-print(
-    f"softmax form predicts {prediction.item():.3f} (the value of the nearest key)"
-)
-assert raw.sum() == 0 and torch.isfinite(prediction).all()
 nearest = (far_query - x_train).abs().argmin()
+print(f"softmax form predicts {prediction.item():.3f}")
+print(f"the value of the nearest key is {y_train[nearest].item():.3f}")
+
+# %% tags=["remove-cell"]
+assert raw.sum() == 0 and torch.isfinite(prediction).all()
 torch.testing.assert_close(prediction, y_train[nearest : nearest + 1])
 
 # %% [markdown]
+# ## Soft lookup versus hard lookup
+#
+# A dictionary lookup returns the value of the one key that matches. *Nearest-neighbour*
+# regression is its closest numeric cousin: return the value of the closest key, a one-hot
+# weight vector. Attention is the soft version: every key contributes, in proportion to its
+# similarity.
+#
+# ```{figure} ../book/_static/diagrams/soft_lookup.svg
+# :alt: Two panels with the same query, q = 2, and the same four key and value pairs. Top, soft lookup: the query is linked to every key, each key gets a weight from a softmax (0.65 on key 1.6 and 0.34 on key 2.7, the two nearest, almost none on the others), and the output, the sum of the values times their weights, is 0.72. Bottom, hard lookup: only the nearest key, 1.6, gets weight 1, every other key 0, and the output is that key's value, 0.90.
+# :name: fig-soft-lookup
+#
+# One query looked up two ways (Gaussian kernel of width 0.5). The query is drawn in blue,
+# the keys in orange, the values in green; each weight cell is shaded by its weight, from dark
+# purple for 0 to yellow for 1. Look at the weight column: the soft lookup spreads one unit of
+# weight over the keys by closeness, so its output lies between the values of the two nearest
+# keys; the hard lookup puts all of it on the nearest key and returns that key's value
+# unchanged. Dashed lines lead to keys that get (almost) no weight.
+# ```
+#
+# Which of the two predicts better, and how soft should the soft one be? Both answers depend
+# on the kernel width.
+#
 # ## The kernel width is the whole story
 #
 # The only hyperparameter is the width $\sigma$. It decides how many keys a query effectively
@@ -189,7 +219,8 @@ torch.testing.assert_close(prediction, y_train[nearest : nearest + 1])
 # %% tags=["hide-input"]
 widths = [0.1, 0.3, 1.0, 3.0]
 offsets = torch.linspace(-4, 4, 200)
-# One logarithmic colour scale for every row: a peak of 0.5 and one of 0.03 look different.
+# One logarithmic colour scale for every row:
+# a peak of 0.5 and one of 0.03 look different.
 weight_scale = LogNorm(vmin=1e-4, vmax=1)
 fig, axes = plt.subplots(
     4,
@@ -238,16 +269,22 @@ plt.show()
 # **Figure.** Rows are kernel widths. Left: the kernel. Middle: the estimate against the truth.
 # Right: the attention weights, one row per query, one column per training point, on one
 # logarithmic colour scale shared by every row (colour bar). A narrow kernel ($\sigma=0.1$)
-# puts its weight on the two or three nearest points (the effective number of keys per query,
-# $1/\sum_j a_j^2$, has median {glue:text}`ch1_narrow_effective_keys`, and the largest weight
-# of a query is typically {glue:text}`ch1_narrow_peak`), so the estimate jumps with the noise; a
-# wide one ($\sigma=3$) spreads weight over most of the data, at most
-# {glue:text}`ch1_wide_max` per key (a query's largest weight is typically
-# {glue:text}`ch1_wide_peak`), so the estimate is smooth but flattened, missing the
-# sine's peaks and valleys. From top to bottom the band of weights along the diagonal widens
-# and fades.
+# puts a query's weight on the two or three nearest points (its largest weight is typically
+# {glue:text}`ch1_narrow_peak`), so the estimate jumps with the noise. A wide one
+# ($\sigma=3$) spreads weight over most of the data, at most {glue:text}`ch1_wide_max` per key
+# (a query's largest weight is typically {glue:text}`ch1_wide_peak`), so the estimate is smooth
+# but flattened, missing the sine's peaks and valleys. From top to bottom the band of weights
+# along the diagonal widens and fades.
+#
+# ```{admonition} Going deeper: the effective number of keys
+# :class: dropdown
+# How many keys does a query really use? A handy count is $1/\sum_j a_j^2$: if the weight is
+# spread evenly over $m$ keys, each $a_j = 1/m$ and the count is exactly $m$; if one key takes
+# it all, the count is 1; uneven weights land in between. For $\sigma = 0.1$ its median over
+# the queries is {glue:text}`ch1_narrow_effective_keys`: two or three keys per query.
+# ```
 
-# %% tags=["hide-cell"]
+# %% tags=["remove-cell"]
 # The caption's numbers: median over the queries of the effective number of keys and of the
 # largest weight, and the largest weight of the wide kernel over all queries, rounded up.
 _, narrow_weights = nadaraya_watson(x_query, x_train, y_train, width=0.1)
@@ -264,101 +301,16 @@ glue("ch1_narrow_peak", round(narrow_peak, 2))
 glue("ch1_wide_peak", round(wide_peak, 2))
 
 # %% [markdown]
-# ### Bias and variance, measured
-#
-# "Jumps with the noise" is variance; "flattened" is bias. We can measure both: draw many
-# training sets from the same curve, fit each, and split the mean squared error against the truth
-# into the squared bias of the average fit and the variance of the fits around it. (The average
-# of 40 fits still carries a 40th of their variance; we subtract it so that the bias is not
-# inflated where the variance is large.)
-
-# %%
-width_grid = torch.logspace(-1.5, 0.7, 30)  # 0.03 ... 5
-num_datasets = 40
-data_generator = torch.Generator().manual_seed(1)
-datasets = [
-    make_regression_data(80, generator=data_generator)
-    for _ in range(num_datasets)
-]
-rows = []
-for width in width_grid.tolist():
-    fits = torch.stack(
-        [nadaraya_watson(x_query, x, y, width)[0] for x, y in datasets]
-    )
-    variance = fits.var(0, unbiased=False).mean().item()
-    # the mean of the fits is itself noisy: remove the variance it still carries
-    noise_in_mean = fits.var(0, unbiased=True).mean().item() / num_datasets
-    bias_squared = ((fits.mean(0) - y_true) ** 2).mean().item() - noise_in_mean
-    rows.append({"width": width, "bias²": bias_squared, "variance": variance})
-errors = pd.DataFrame(rows)
-errors["error"] = errors["bias²"] + errors["variance"]
-best = errors.loc[errors["error"].idxmin()]
-errors.iloc[::6].round(3)
-
-# %% tags=["hide-input"]
-fig, ax = plt.subplots(figsize=(7, 3.2))
-for column, style in [("bias²", "-"), ("variance", "-"), ("error", "k--")]:
-    ax.plot(errors["width"], errors[column], style, label=column, lw=2)
-ax.axvline(best["width"], color="grey", lw=1)
-ax.set(
-    xscale="log",
-    yscale="log",
-    xlabel=r"kernel width $\sigma$",
-    ylabel="mean squared error",
-)
-ax.legend()
-plt.show()
-
-# %% [markdown]
-# **Figure.** Averaged over 40 training sets: the variance (the fit's sensitivity to the noise
-# it happened to see) falls as the kernel widens (down to its minimum at
-# $\sigma \approx$ {glue:text}`ch1_variance_min_width`, then it creeps back up a little), the
-# squared bias (the average fit's distance from the truth) stays at a small floor up to
-# $\sigma \approx 0.15$ and then rises with the width, steeply once the kernel is wider than
-# the sine's bumps, and their sum, the expected error, is smallest in between (grey line).
-
-# %%
-narrow_to_wide = errors[errors["width"] < 1]
-assert narrow_to_wide["variance"].is_monotonic_decreasing
-assert errors["variance"].iloc[0] > 5 * errors["variance"].iloc[-1]
-assert errors["bias²"].iloc[-1] > 100 * errors["bias²"].iloc[0]
-# Below sigma = 0.15 the squared bias sits at a small floor (what 40 draws leave of the noise);
-# from there on it rises with every step of the width.
-assert errors.loc[errors["width"] < 0.15, "bias²"].max() < 0.02
-assert errors.loc[errors["width"] >= 0.15, "bias²"].is_monotonic_increasing
-variance_min_width = errors.loc[errors["variance"].idxmin(), "width"]
-assert 1 < variance_min_width < 2.5
-assert (
-    errors["variance"].iloc[-1] > 1.2 * errors["variance"].min()
-)  # creeps back up
-assert errors["error"].iloc[0] > best["error"] < errors["error"].iloc[-1]
-
-# %% tags=["hide-cell"]
-# Numbers quoted in the caption and the next paragraph.
-glue("ch1_variance_min_width", round(variance_min_width, 1))
-glue("ch1_best_width", round(best["width"], 2))
-glue("ch1_best_error", round(best["error"], 3))
-glue("ch1_narrow_error", round(errors["error"].iloc[0], 2))
-glue("ch1_wide_error", round(errors["error"].iloc[-1], 2))
-glue("ch1_narrow_width", round(errors["width"].iloc[0], 2))
-glue("ch1_wide_width", round(errors["width"].iloc[-1], 1))
-
-# %% [markdown]
-# The expected error is smallest, {glue:text}`ch1_best_error`, at $\sigma \approx$
-# {glue:text}`ch1_best_width`; at $\sigma=$ {glue:text}`ch1_narrow_width` it is
-# {glue:text}`ch1_narrow_error` (variance dominates) and at $\sigma=$
-# {glue:text}`ch1_wide_width` it is {glue:text}`ch1_wide_error` (bias dominates).
-#
 # ### Scrub the width yourself
 #
 # The chart below was computed in Python for the widths $\sigma = 0.1, 0.2, \dots, 2.0$ and
 # embedded in the page, so it works on the static website with no kernel running. Drag the
-# slider: the estimate (left) and the attention weights of three queries over the training
-# points (right) are redrawn. The queries are marked by dotted lines of their colour on the
-# left.
+# slider: the estimate (top panel) and the attention weights of three queries over the
+# training points (bottom panel) are redrawn. The three queries are marked in the top panel
+# by dotted vertical lines of their colour.
 
-# %%
-# Float64 and four decimals: the embedded numbers come out the same on every CPU.
+# %% tags=["hide-cell"]
+# Float64 and four decimals: the embedded numbers are the same on every CPU.
 tenths = range(1, 21)  # sigma = tenths / 10
 probe_queries = torch.tensor([2.0, 5.0, 8.0], dtype=torch.float64)
 xq = torch.linspace(0, 10, 101, dtype=torch.float64)
@@ -382,9 +334,7 @@ fits_table = pd.DataFrame(fit_rows).round(4)
 weights_table = pd.DataFrame(weight_rows).round(4)
 # The weights axis is fixed, so that a curve that flattens is seen to flatten.
 weight_axis_max = math.ceil(10 * weights_table["weight"].max()) / 10
-print(
-    f"{len(fits_table)} fit rows and {len(weights_table)} weight rows embedded in the chart"
-)
+print(f"{len(fits_table)} fit rows, {len(weights_table)} weight rows")
 
 # %% tags=["hide-input"]
 sigma = alt.param(
@@ -442,15 +392,15 @@ weights_layer = (
     )
     .transform_filter(at_sigma)
 )
-left = (data_layer + truth_layer + probe_layer + fit_layer).properties(
+top = (data_layer + truth_layer + probe_layer + fit_layer).properties(
     width=300, height=200, title="estimate"
 )
-right = weights_layer.properties(
+bottom = weights_layer.properties(
     width=300, height=200, title="weights of the three queries"
 )
 (
     alt.vconcat(
-        left, right
+        top, bottom
     )  # stacked: each panel keeps its size on a phone's column
     .add_params(sigma)
     .resolve_scale(color="shared")
@@ -464,31 +414,105 @@ right = weights_layer.properties(
 # estimate (top) goes from chasing individual points to a smooth, flattened curve. Hover a
 # line for exact values.
 #
-# ## Soft lookup versus hard lookup
+# ### The best width
 #
-# A dictionary lookup returns the value of the one key that matches. *Nearest-neighbour*
-# regression is its closest numeric cousin: return the value of the closest key, a one-hot
-# weight vector. Attention is the soft version: every key contributes, in proportion to its
-# similarity.
+# "Jumps with the noise" is *variance*; "flattened" is *bias*. Drawing many training sets
+# from the same curve and averaging the error of each fit against the truth measures both
+# (Going deeper, below): the expected error is smallest, {glue:text}`ch1_best_error`, at
+# $\sigma \approx$ {glue:text}`ch1_best_width`. At that width, back on our one training set,
+# how do the two lookups compare?
 #
-# ```{figure} ../book/_static/diagrams/soft_lookup.svg
-# :alt: Two panels with the same query, q = 2, and the same four key and value pairs. Top, soft lookup: the query is linked to every key, each key gets a weight from a softmax (most of it on the two nearest keys, 1.6 and 2.7), and the output is the sum of the values times their weights. Bottom, hard lookup: only the nearest key, 1.6, is linked; it gets weight 1, every other key 0, and the output is that key's value.
-# :name: fig-soft-lookup
+# :::{admonition} Going deeper: bias and variance, measured
+# :class: dropdown
+# Draw 40 training sets from the same curve, fit each, and split the mean squared error
+# against the truth into the squared bias of the average fit and the variance of the fits
+# around it. (The average of 40 fits still carries a 40th of their variance; the code
+# subtracts it so that the bias is not inflated where the variance is large.) The two folded
+# cells below hold the code, a table and the figure.
 #
-# One query looked up two ways (Gaussian kernel of width 0.5; blue: the query, orange: keys,
-# green: values; weights coloured as in the book's attention maps). Look at the weight column:
-# the soft lookup spreads one unit of weight over the keys by closeness, so its output lies
-# between the values of the two nearest keys; the hard lookup puts all of it on the nearest key
-# and returns that key's value unchanged. Dashed lines lead to keys that get (almost) no weight.
-# ```
+# Across the 30 widths, the variance (the fit's sensitivity to the noise it happened to see)
+# falls as the kernel widens, down to its minimum at $\sigma \approx$
+# {glue:text}`ch1_variance_min_width`, then creeps back up a little. The squared bias (the
+# average fit's distance from the truth) stays at a small floor up to $\sigma \approx 0.15$
+# and then rises with the width, steeply once the kernel is wider than the sine's bumps.
+# Their sum, the expected error, is smallest in between (grey line in the figure): at
+# $\sigma=$ {glue:text}`ch1_narrow_width` it is {glue:text}`ch1_narrow_error` (variance
+# dominates), at $\sigma=$ {glue:text}`ch1_wide_width` it is {glue:text}`ch1_wide_error` (bias
+# dominates).
+# :::
+
+# %% tags=["hide-cell"]
+width_grid = torch.logspace(-1.5, 0.7, 30)  # 0.03 ... 5
+num_datasets = 40
+data_generator = torch.Generator().manual_seed(1)
+datasets = [
+    make_regression_data(80, generator=data_generator)
+    for _ in range(num_datasets)
+]
+rows = []
+for width in width_grid.tolist():
+    fits = torch.stack(
+        [nadaraya_watson(x_query, x, y, width)[0] for x, y in datasets]
+    )
+    variance = fits.var(0, unbiased=False).mean().item()
+    # the mean of the fits is itself noisy: remove the variance it still carries
+    noise_in_mean = fits.var(0, unbiased=True).mean().item() / num_datasets
+    bias_squared = ((fits.mean(0) - y_true) ** 2).mean().item() - noise_in_mean
+    rows.append({"width": width, "bias²": bias_squared, "variance": variance})
+errors = pd.DataFrame(rows)
+errors["error"] = errors["bias²"] + errors["variance"]
+best = errors.loc[errors["error"].idxmin()]
+errors.iloc[::6].round(3)
+
+# %% tags=["hide-cell"]
+fig, ax = plt.subplots(figsize=(7, 3.2))
+for column, style in [("bias²", "-"), ("variance", "-"), ("error", "k--")]:
+    ax.plot(errors["width"], errors[column], style, label=column, lw=2)
+ax.axvline(best["width"], color="grey", lw=1)
+ax.set(
+    xscale="log",
+    yscale="log",
+    xlabel=r"kernel width $\sigma$",
+    ylabel="mean squared error",
+)
+ax.legend()
+plt.show()
+
+# %% tags=["remove-cell"]
+narrow_to_wide = errors[errors["width"] < 1]
+assert narrow_to_wide["variance"].is_monotonic_decreasing
+assert errors["variance"].iloc[0] > 5 * errors["variance"].iloc[-1]
+assert errors["bias²"].iloc[-1] > 100 * errors["bias²"].iloc[0]
+# Below sigma = 0.15 the squared bias sits at a small floor (what 40 draws leave of the noise);
+# from there on it rises with every step of the width.
+assert errors.loc[errors["width"] < 0.15, "bias²"].max() < 0.02
+assert errors.loc[errors["width"] >= 0.15, "bias²"].is_monotonic_increasing
+variance_min_width = errors.loc[errors["variance"].idxmin(), "width"]
+assert 1 < variance_min_width < 2.5
+assert (
+    errors["variance"].iloc[-1] > 1.2 * errors["variance"].min()
+)  # creeps back up
+assert errors["error"].iloc[0] > best["error"] < errors["error"].iloc[-1]
+# Numbers quoted in the text and the dropdown.
+glue("ch1_variance_min_width", round(variance_min_width, 1))
+glue("ch1_best_width", round(best["width"], 2))
+glue("ch1_best_error", round(best["error"], 3))
+glue("ch1_narrow_error", round(errors["error"].iloc[0], 2))
+glue("ch1_wide_error", round(errors["error"].iloc[-1], 2))
+glue("ch1_narrow_width", round(errors["width"].iloc[0], 2))
+glue("ch1_wide_width", round(errors["width"].iloc[-1], 1))
 
 # %%
+best_width = float(best["width"])
 hard_predictions, hard_weights = nearest_neighbour(x_query, x_train, y_train)
 soft_predictions, soft_weights = nadaraya_watson(
-    x_query, x_train, y_train, width=float(best["width"])
+    x_query, x_train, y_train, width=best_width
 )
 hard_error = ((hard_predictions - y_true) ** 2).mean().item()
 soft_error = ((soft_predictions - y_true) ** 2).mean().item()
+print(f"error against the truth: hard {hard_error:.3f}, soft {soft_error:.3f}")
+
+# %% tags=["remove-cell"]
 assert (hard_weights.sum(1) == 1).all() and (
     hard_weights.max(1).values == 1
 ).all()
@@ -527,30 +551,28 @@ plt.show()
 #
 # ```{admonition} Pitfall: normalizing the kernel over the wrong axis
 # :class: warning
-# A common way to write this estimator ({ref}`a PyTorch Lightning notebook <source-000>` among
-# the book's sources does it) builds the kernel matrix `K` of shape (queries, keys) and
-# normalizes it with `K / K.sum(0)`. `sum(0)` adds up *each column*, that is over the
-# queries, so each key's weights sum to one across the queries, not each query's weights
-# across the keys. The rows, which are what multiply the values, then sum to anything.
-# The cell below runs that version: its row sums are far from one and the estimate is a
-# shrunken, distorted copy of the curve. The fix is `K / K.sum(1, keepdim=True)`, or better a
-# softmax over `dim=-1`. `tests/test_kernel.py::test_weights_normalize_over_keys` pins it.
+# Written by hand, the estimator builds the kernel matrix `K` of shape (queries, keys) and
+# divides it by a sum. `K / K.sum(0)` is an easy slip, and it runs without an error: `sum(0)`
+# adds up *each column*, over the queries, so each key's weights sum to one across the
+# queries, not each query's weights across the keys. The rows, which are what multiply the
+# values, then sum to anything. The cell below runs that version: its row sums are far from
+# one and the estimate is a distorted copy of the curve. The fix is
+# `K / K.sum(1, keepdim=True)`, or better a softmax over `dim=-1`.
 # ```
 
 # %%
 kernel_matrix = gaussian_kernel(
     x_query[:, None] - x_train[None, :], width=0.5
 )  # (200, 80)
-wrong_weights = kernel_matrix / kernel_matrix.sum(
-    0
-)  # normalized over the queries: the bug
-right_weights = kernel_matrix / kernel_matrix.sum(
-    1, keepdim=True
-)  # over the keys
+# the bug: normalized over the queries (each column sums to one)
+wrong_weights = kernel_matrix / kernel_matrix.sum(0)
+# right: normalized over the keys (each row sums to one)
+right_weights = kernel_matrix / kernel_matrix.sum(1, keepdim=True)
 wrong_row_sums = wrong_weights.sum(1)
-print(
-    f"row sums with sum(0): min {wrong_row_sums.min():.3f}, max {wrong_row_sums.max():.3f}"
-)
+low, high = wrong_row_sums.min(), wrong_row_sums.max()
+print(f"row sums with sum(0): min {low:.3f}, max {high:.3f}")
+
+# %% tags=["remove-cell"]
 torch.testing.assert_close(right_weights.sum(1), torch.ones(200))
 torch.testing.assert_close(
     right_weights, nadaraya_watson(x_query, x_train, y_train, 0.5)[1]
@@ -573,17 +595,18 @@ plt.show()
 # %% [markdown]
 # **Figure.** With the columns normalized, no row of weights sums to more than
 # {glue:text}`ch1_wrong_row_sum_max`, so the buggy estimate (green) is a scaled-down, distorted
-# version of the right one (orange): not an average of the values at all.
+# version of the right one (orange): not an average of the values at all. (One of the book's
+# sources makes this slip; see [Sources and errata](../book/sources.md).)
 #
 # ## Learning the width: parametric attention pooling
 #
 # So far we picked $\sigma$ by looking at the truth, which a real problem does not give us. We
 # can instead make $\sigma$ a parameter and minimize the squared error on the training points by
-# gradient descent (`helpers.kernel.LearnedWidthRegression` stores $\log\sigma$ so the width stays
-# positive). One subtlety decides whether this works: each training point is also a key. If a
-# point may attend to itself, the loss is minimized by shrinking $\sigma$ to zero, so that every
-# point predicts its own label perfectly. The fix is a mask that hides each point's own key
-# (*leave-one-out*): the first mask of this book, and the subject of the next chapter.
+# gradient descent (the model stores $\log\sigma$, so the width stays positive). One subtlety
+# decides whether this works: each training point is also a key. If a point may attend to
+# itself, the loss is minimized by shrinking $\sigma$ to zero, so that every point predicts its
+# own label perfectly. The fix is a mask that hides each point's own key (*leave-one-out*): the
+# first mask of this book, and the subject of the next chapter.
 
 # %%
 show_source(fit_width)
@@ -596,6 +619,8 @@ self_model, self_losses, self_widths = fit_width(
     x_train, y_train, initial_width=2.0, steps=400, leave_one_out=False
 )
 learned_width = loo_widths[-1]
+
+# %% tags=["remove-cell"]
 assert (
     0.5 * best["width"] < learned_width < 2 * best["width"]
 )  # near the best width
@@ -625,17 +650,22 @@ plt.show()
 
 # %% [markdown]
 # **Figure.** With leave-one-out masking (blue) the width settles at
-# {glue:text}`ch1_learned_width`, and its error against the truth is
-# {glue:text}`ch1_learned_error`. The best width that we found with access to the truth is
-# {glue:text}`ch1_best_width`. One training set could be lucky, so the code below also
-# learns the width on {glue:text}`ch1_width_sets` more training sets drawn from the same
-# curve: it settles between {glue:text}`ch1_width_min` and {glue:text}`ch1_width_max`, on
-# both sides of the best width and never more than {glue:text}`ch1_width_factor` times away
-# from it. Close, then, with the sample deciding on which side. When each point may attend
-# to itself (orange) the training loss keeps falling because the width collapses (to
-# {glue:text}`ch1_self_width` after 400 steps): a perfect memorizer that has learned nothing.
+# {glue:text}`ch1_learned_width`, near the best width found with access to the truth,
+# {glue:text}`ch1_best_width`, and its error against the truth is
+# {glue:text}`ch1_learned_error`. When each point may attend to itself (orange) the training
+# loss keeps falling because the width collapses (to {glue:text}`ch1_self_width` after 400
+# steps): a perfect memorizer that has learned nothing.
+#
+# :::{admonition} Going deeper: was this training set lucky?
+# :class: dropdown
+# The folded cell below learns the width on {glue:text}`ch1_width_sets` more training sets
+# drawn from the same curve: it settles between {glue:text}`ch1_width_min` and
+# {glue:text}`ch1_width_max`, on both sides of the best width and never more than
+# {glue:text}`ch1_width_factor` times away from it. Close, then, with the sample deciding on
+# which side.
+# :::
 
-# %% tags=["hide-cell"]
+# %% tags=["remove-cell"]
 # Numbers quoted in the caption.
 fit_learned, _ = nadaraya_watson(x_query, x_train, y_train, learned_width)
 learned_error = ((fit_learned - y_true) ** 2).mean().item()
@@ -643,14 +673,18 @@ glue("ch1_learned_width", round(learned_width, 2))
 glue("ch1_learned_error", round(learned_error, 3))
 glue("ch1_self_width", round(self_widths[-1], 3))
 
-# %% tags=["nbval-ignore-output"]
-# The learned width on more training sets: the first five of the bias/variance experiment's.
+# %% tags=["hide-cell", "nbval-ignore-output"]
+# The learned width on more training sets:
+# the first five of the bias/variance experiment's.
 other_widths = [
     fit_width(x, y, initial_width=2.0, steps=400, leave_one_out=True)[2][-1]
     for x, y in datasets[:5]
 ]
 all_widths = torch.tensor([learned_width, *other_widths])
 factors = torch.maximum(all_widths / best["width"], best["width"] / all_widths)
+print("learned widths:", [round(width, 2) for width in all_widths.tolist()])
+
+# %% tags=["remove-cell"]
 assert min(other_widths) < best["width"] < max(other_widths)  # on both sides
 assert (
     factors.max() < 2
@@ -659,7 +693,6 @@ glue("ch1_width_sets", len(other_widths))
 glue("ch1_width_min", round(min(other_widths), 2))
 glue("ch1_width_max", round(max(other_widths), 2))
 glue("ch1_width_factor", math.ceil(factors.max().item() * 10) / 10)
-print("learned widths:", [round(width, 2) for width in all_widths.tolist()])
 
 # %% [markdown]
 # ## From distances to dot products
@@ -682,17 +715,34 @@ print("learned widths:", [round(width, 2) for width in all_widths.tolist()])
 
 # %%
 width = 0.5
-dot_scores = x_query[:, None] * x_train[None, :] / width**2 - x_train[
-    None, :
-] ** 2 / (2 * width**2)
-torch.testing.assert_close(
-    torch.softmax(dot_scores, dim=-1),
-    nadaraya_watson(x_query, x_train, y_train, width)[1],
-)
+dot_scores = x_query[:, None] * x_train[None, :] / width**2  # q k / sigma^2
+key_bias = -(x_train[None, :] ** 2) / (2 * width**2)  # - k^2 / (2 sigma^2)
+dot_weights = torch.softmax(dot_scores + key_bias, dim=-1)
+_, gaussian_weights = nadaraya_watson(x_query, x_train, y_train, width)
+same = torch.allclose(dot_weights, gaussian_weights, rtol=1e-4, atol=1e-5)
+print(f"dot-product weights equal the Gaussian-kernel weights: {same}")
+
+# %% tags=["remove-cell"]
+torch.testing.assert_close(dot_weights, gaussian_weights)
+assert same
 
 # %% [markdown]
-# The next chapter looks at masks, the tool we just used to stop a point from seeing its own
-# label, in general; chapter 3 then builds scaled dot-product attention.
+# ## Summary
+#
+# - Nadaraya-Watson regression predicts a weighted average of the values; with a Gaussian
+#   kernel the weights are a softmax of scores between the query and the keys. That is
+#   attention.
+# - Attention is a *soft* lookup: every key gets some weight, by similarity; nearest-neighbour
+#   regression is the hard lookup, and it copies the noise (error {glue:text}`ch1_hard_error`
+#   against {glue:text}`ch1_soft_error` for the soft lookup at the best width).
+# - The kernel width sets how many keys a query effectively uses: too narrow chases the noise,
+#   too wide flattens the curve; the best width here is about {glue:text}`ch1_best_width`.
+# - The width can be learned by gradient descent (here it settles at
+#   {glue:text}`ch1_learned_width`), but only if a mask stops each training point from
+#   attending to itself; otherwise it collapses towards zero.
+# - A negative squared distance is a dot product plus a per-key bias: the step to the
+#   dot-product attention of Transformers. The next chapter looks at masks in general;
+#   chapter 3 then builds scaled dot-product attention.
 #
 # ## Exercises
 #

@@ -23,11 +23,22 @@
 # encoder's padding too. A **mask** says, for each (query, key) pair, whether the query may
 # attend to that key.
 #
-# This chapter shows where the mask enters (before the softmax, and why not after), the two
-# ways of writing one (boolean and additive) and what `-inf` and large negative numbers do,
-# then builds causal masks, padding masks from sequence lengths and masks for
-# cross-attention, each drawn next to the attention weights it produces. It ends with a trap:
-# a query with no key to attend to needs a defined answer, and implementations disagree on it.
+# After this chapter you will be able to:
+#
+# - apply a mask where it belongs, to the scores before the softmax, in its boolean or its
+#   additive form, and avoid the float-mask trap of PyTorch's `attn_mask`;
+# - build causal masks, padding masks from sequence lengths and cross-attention masks, and
+#   combine them;
+# - say what a query with no allowed key should return, and why NaN is the worst answer.
+#
+# ```{figure} ../book/_static/diagrams/map_02.svg
+# :alt: The book's map of the Transformer: the decoder's masked self-attention box and the padding masks of the encoder and the decoder are highlighted.
+# :width: 60%
+# :name: fig-map-02
+#
+# Where this chapter sits in the Transformer: the masks, causal in the decoder's
+# self-attention, padding in both the encoder and the decoder.
+# ```
 #
 # The book uses one convention everywhere: **a boolean mask, `True` = may attend**, the
 # convention of PyTorch's `torch.nn.functional.scaled_dot_product_attention`.
@@ -59,6 +70,7 @@ device = helpers.get_device()
 
 # %%
 import math
+import textwrap
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -77,8 +89,8 @@ generator = torch.Generator().manual_seed(0)
 
 
 # %% [markdown]
-# Several cells below show an error on purpose. They run inside `helpers.expect_error`, which
-# prints the error and fails loudly if nothing is raised, so each demonstration is also a check.
+# A few cells below show an error on purpose: they run it inside `expect_error`, which prints
+# the error message.
 #
 # ## Where the mask enters
 #
@@ -91,17 +103,13 @@ generator = torch.Generator().manual_seed(0)
 # a_{ij} = \frac{m_{ij} \exp(s_{ij})}{\sum_{l} m_{il} \exp(s_{il})} .
 # $$
 #
-# The diagram of the whole computation in {ref}`chapter 3 <fig-sdpa>` shows this place: the mask
-# comes in after the scores are scaled and before the softmax, as a grey box of the same shape
-# as the scores, $T_q \times T_k$.
-#
-# From scratch, on four queries and four keys with the causal mask (query $i$ may see keys
+# The mask has the shape of the scores, $T_q \times T_k$. From scratch, on four queries and four keys with the causal mask (query $i$ may see keys
 # $0, \dots, i$):
 
 
 # %%
 def masked_softmax(scores, mask):
-    """Softmax over the last axis where mask is True; masked entries get weight 0."""
+    """Softmax over the last axis where mask is True; others get weight 0."""
     return scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)
 
 
@@ -111,21 +119,20 @@ print("mask (True = may attend)\n", mask)
 print("masked scores\n", scores.masked_fill(~mask, float("-inf")))
 weights = masked_softmax(scores, mask)
 print("weights\n", weights)
+
+# %% tags=["remove-cell"]
 assert (weights[~mask] == 0).all()
 torch.testing.assert_close(weights.sum(dim=-1), torch.ones(4))
 
 # %% [markdown]
 # ```{admonition} Pitfall: masking after the softmax
 # :class: warning
-# {ref}`A JAX blog post <source-002>` explains masking as multiplying the attention weights by
-# a 0/1 mask vector. Done literally, after the softmax, that zeroes the forbidden weights but
-# leaves each row with a hidden key summing to less than one, and, worse, the forbidden keys
-# still entered the softmax's denominator: the first query's weight still depends on the
-# scores of future keys. The cell below shows both symptoms, the second through a gradient
-# that should be zero and is not. The fix is to mask the **scores** (as the post's own code
-# then does); `helpers.attention` does so, and the test
-# `test_causal_mha_leaks_nothing_from_the_future` in `tests/test_attention.py` checks through
-# gradients that no output depends on a later position.
+# "Multiply the attention weights by a 0/1 mask" sounds like masking, and it runs. Done after
+# the softmax, it zeroes the forbidden weights but leaves each row with a hidden key summing
+# to less than one, and, worse, the forbidden keys still entered the softmax's denominator:
+# the first query's weight still depends on the scores of future keys. The cell below shows
+# both symptoms, the second through a gradient that should be zero and is not. The fix is to
+# mask the **scores**, as `masked_softmax` does.
 # ```
 
 # %%
@@ -134,13 +141,14 @@ multiplied = scores_leaf.softmax(dim=-1) * mask  # masking after the softmax
 print("row sums after multiplying:", multiplied.sum(dim=-1).detach())
 multiplied[0, 0].backward()
 leak = scores_leaf.grad[0, 1:].abs().max().item()
-print(
-    f"largest gradient of weight (0, 0) with respect to future scores: {leak:.3f}"
-)
-assert leak > 0 and (multiplied.sum(dim=-1)[:-1] < 1).all()
-
+print(f"largest gradient of weight (0, 0) w.r.t. future scores: {leak:.3f}")
 scores_leaf.grad = None
 masked_softmax(scores_leaf, mask)[0, 0].backward()
+fixed_leak = scores_leaf.grad[0, 1:].abs().max().item()
+print(f"the same after masking the scores: {fixed_leak:.3f}")
+
+# %% tags=["remove-cell"]
+assert leak > 0 and (multiplied.sum(dim=-1)[:-1] < 1).all()
 assert (scores_leaf.grad[0, 1:] == 0).all()  # masking the scores: nothing leaks
 
 # %% [markdown]
@@ -154,7 +162,7 @@ assert (scores_leaf.grad[0, 1:] == 0).all()  # masking the scores: nothing leaks
 
 # %%
 def masked_attention(q, k, v, mask=None):
-    """Dot-product attention with a boolean mask (True = may attend): (output, weights)."""
+    """Dot-product attention with a boolean mask (True = may attend)."""
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (..., Tq, Tk)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
@@ -165,19 +173,24 @@ def masked_attention(q, k, v, mask=None):
 # %% [markdown]
 # PyTorch has the same computation built in, `F.scaled_dot_product_attention(q, k, v,
 # attn_mask=mask)`, which returns only the output, and the book's package has it as
-# `helpers.attention.scaled_dot_product_attention(q, k, v, mask)`, which returns the output and
-# the weights and which chapter 3 opens up. On a mask that leaves every query at least one key,
-# all three agree:
+# `scaled_dot_product_attention(q, k, v, mask)`, which returns the output and the weights. On
+# a mask that leaves every query at least one key, all three agree:
 
 # %%
 q, k, v = (torch.randn(2, 4, 8, generator=generator) for _ in range(3))
 ours, ours_weights = masked_attention(q, k, v, mask)
 package, package_weights = scaled_dot_product_attention(q, k, v, mask)
+pytorch = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+agree = torch.allclose(package, ours, atol=1e-6) and torch.allclose(
+    pytorch, ours, atol=1e-6
+)
+print(f"ours, the package's and PyTorch's agree within 1e-6: {agree}")
+
+# %% tags=["remove-cell"]
 torch.testing.assert_close(package, ours)
 torch.testing.assert_close(package_weights, ours_weights)
-torch.testing.assert_close(
-    F.scaled_dot_product_attention(q, k, v, attn_mask=mask), ours
-)
+torch.testing.assert_close(pytorch, ours)
+assert agree
 
 # %% [markdown]
 # ## Boolean and additive masks
@@ -187,13 +200,18 @@ torch.testing.assert_close(
 # it in words, setting the scores of illegal connections to $-\infty$ before the softmax
 # {cite}`vaswani2017attention`; the sum $S + M$ is a common way to write that, and the form
 # PyTorch's float `attn_mask` takes.) The additive form can carry more than yes/no (a finite
-# bias per pair, as ALiBi does in chapter 5). `helpers.masks.additive_mask` converts a
-# boolean mask into it:
+# bias per pair, as ALiBi does in chapter 5). `additive_mask` converts a boolean mask into
+# it, and adding it to the scores gives the same weights as the boolean mask:
 
 # %%
 additive = additive_mask(mask)
 print(additive)
+same = torch.allclose((scores + additive).softmax(dim=-1), weights)
+print("same weights as the boolean mask:", same)
+
+# %% tags=["remove-cell"]
 torch.testing.assert_close((scores + additive).softmax(dim=-1), weights)
+assert same
 
 # %% [markdown]
 # PyTorch's `F.scaled_dot_product_attention` accepts both and tells them apart by dtype: a
@@ -204,11 +222,9 @@ torch.testing.assert_close((scores + additive).softmax(dim=-1), weights)
 # :class: warning
 # `torch.ones(T, T).tril()` is a float tensor. Passed as `attn_mask`, it adds 1 to the allowed
 # scores and 0 to the forbidden ones: it masks nothing, and every query sees the future (the
-# cell below measures how much weight goes to future keys). {ref}`A PyTorch Lightning notebook
-# <source-000>` among the book's sources warns about this in a comment and converts with
-# `mask.bool()`. `helpers.attention` refuses float masks with a `TypeError` that names both
-# fixes, `mask.bool()` for 0/1 indicators and `mask == 0` for an additive mask;
-# `test_sdpa_errors` pins the message.
+# cell below measures how much weight goes to future keys). Convert with `mask.bool()`. The
+# book's `scaled_dot_product_attention` refuses float masks with a `TypeError` that names both
+# fixes, `mask.bool()` for 0/1 indicators and `mask == 0` for an additive mask.
 # ```
 
 # %%
@@ -223,7 +239,17 @@ print(
     f"weight on future keys: float mask {as_float[:, future].sum():.2f}, "
     f"boolean mask {as_bool[:, future].sum():.2f}"
 )
+
+# %% tags=["remove-cell"]
 assert as_float[:, future].sum() > 1 and (as_bool[:, future] == 0).all()
+
+# %%
+try:
+    scaled_dot_product_attention(q, k, identity, float_mask)
+except TypeError as error:
+    print(textwrap.fill(f"TypeError: {error}", width=78))
+
+# %% tags=["remove-cell"]
 with expect_error(TypeError):
     scaled_dot_product_attention(q, k, identity, float_mask)
 
@@ -236,50 +262,39 @@ with expect_error(TypeError):
 
 # %%
 minus_1e9 = scores.masked_fill(~mask, -1e9).softmax(dim=-1)
+print("same weights as with -inf:", torch.equal(minus_1e9, weights))
+
+# %% tags=["remove-cell"]
 assert torch.equal(minus_1e9, weights)
 
 # %% [markdown]
-# ```{admonition} Pitfall: a -1e9 fill, before scaling, in the opposite convention
-# :class: warning
-# {ref}`The blog post "Transformers Deconstructed" <source-003>` fills the *unscaled* scores
-# with $-10^9$ and divides by $\sqrt{d}$ afterwards, with a mask whose True means "hide".
-# Three separate questions:
-#
-# - **Fill before scaling** is harmless: $-10^9/\sqrt{d}$ is still so negative that the
-#   weight underflows to 0 (checked below for $d = 64$).
-# - **The constant $-10^9$** does not fit in float16 (largest magnitude 65504): the fill raises
-#   an overflow error, so the same model cannot run in half precision. $-\infty$ works in every
-#   dtype. `test_masked_keys_get_exactly_zero_weight_even_in_half_precision` pins it.
-# - A **row with every key hidden** gets uniform weights $1/T_k$ from a $-10^9$ fill, silently
-#   averaging the very positions it meant to hide (last section of this chapter). That is
-#   harmless in the post itself, which builds only causal masks (every row keeps at least its
-#   own position), and a bug as soon as padding masks are added;
-#   `test_minus_1e9_fill_averages_fully_masked_rows_uniformly` pins that `helpers` returns
-#   zeros instead.
-#
-# Its mask builder also deserves a look: it creates `torch.full((T, T), float('-inf'),
-# dtype=torch.bool)`, and $-\infty$ cast to bool is `True`, so after `torch.triu(...,
-# diagonal=1)` the mask is right, by accident, in the post's True = hide convention. In this
-# book's convention that mask is `~causal_mask(T)`.
-# ```
+# The constant has two costs that $-\infty$ does not. It does not fit in float16 (largest
+# magnitude 65504), so the fill itself fails and the same model cannot run in half precision,
+# while $-\infty$ works in every dtype. And a row with every key hidden gets uniform weights
+# $1/T_k$ from a $-10^9$ fill, silently averaging the very positions it meant to hide (last
+# section of this chapter). (One of the book's sources fills with $-10^9$ before scaling, in
+# the opposite mask convention; see [Sources and errata](../book/sources.md).)
 
 # %%
 d = 64
 # raw q.k scores have variance d
 unscaled = torch.randn(4, 4, generator=generator) * math.sqrt(d)
+with expect_error(RuntimeError):  # float16 with -1e9
+    unscaled.half().masked_fill(~mask, -1e9)
+half_weights = masked_softmax(unscaled.half(), mask)
+hidden_max = half_weights[~mask].float().abs().max().item()
+print("float16 with -inf: largest weight on a hidden key", hidden_max)
+
+# %% tags=["remove-cell"]
+assert half_weights.dtype == torch.float16 and (half_weights[~mask] == 0).all()
+# The source audit (Sources and errata): filling the unscaled scores with -1e9 and
+# scaling afterwards gives the same weights; the source's mask builder, -inf cast to bool,
+# is right by accident in the True = hide convention.
 fill_then_scale = (unscaled.masked_fill(~mask, -1e9) / math.sqrt(d)).softmax(
     dim=-1
 )
 scale_then_fill = masked_softmax(unscaled / math.sqrt(d), mask)
 torch.testing.assert_close(fill_then_scale, scale_then_fill)
-with expect_error(RuntimeError):  # float16 with -1e9
-    unscaled.half().masked_fill(~mask, -1e9)
-half_weights = masked_softmax(unscaled.half(), mask)
-print(
-    "float16 with -inf: weights on hidden keys",
-    half_weights[~mask].float().abs().max().item(),
-)
-assert half_weights.dtype == torch.float16 and (half_weights[~mask] == 0).all()
 hide_mask_as_built = torch.full((4, 4), float("-inf"), dtype=torch.bool).triu(
     diagonal=1
 )
@@ -289,8 +304,7 @@ assert torch.equal(hide_mask_as_built, ~causal_mask(4))
 # ## Causal masks
 #
 # In a model that predicts the next token, position $t$ may use positions $0, \dots, t$ and
-# nothing later: the mask is lower-triangular, `causal_mask(T)` in `helpers.masks` (the home
-# of every mask of the book, from this chapter's to chapter 11's windows). To see masks at
+# nothing later: the mask is lower-triangular, `causal_mask(T)`. To see masks at
 # work we draw each one next to the weights it produces for random queries and keys. Cells a
 # mask hides are drawn hatched grey in both rows: there the weight is exactly zero, which the
 # colour scale (for weights that are merely small) never shows.
@@ -316,7 +330,7 @@ def hatch_hidden(ax, allowed):
 
 
 def show_mask_and_weights(masks, weights, titles):
-    """One column per example: the mask on top, the attention weights it produces below."""
+    """One column per example: the mask on top, the weights it gives below."""
     columns = len(masks)
     fig, axes = plt.subplots(
         2, columns, figsize=(6.6, 5.8), squeeze=False, layout="constrained"
@@ -380,12 +394,21 @@ show_mask_and_weights(
 
 # %%
 k_leaf, v_leaf = k8.clone().requires_grad_(), v8.clone().requires_grad_()
+largest_leak = 0.0
+for t in range(T - 1):
+    output, _ = masked_attention(q8, k_leaf, v_leaf, causal)
+    k_grad, v_grad = torch.autograd.grad(output[t].sum(), (k_leaf, v_leaf))
+    later = torch.cat([k_grad[t + 1 :], v_grad[t + 1 :]])
+    largest_leak = max(largest_leak, later.abs().max().item())
+print(f"largest gradient w.r.t. a later key or value: {largest_leak}")
+
+# %% tags=["remove-cell"]
+assert largest_leak == 0.0
 for t in range(T):
     output, _ = masked_attention(q8, k_leaf, v_leaf, causal)
     k_grad, v_grad = torch.autograd.grad(output[t].sum(), (k_leaf, v_leaf))
     assert (k_grad[t + 1 :] == 0).all() and (v_grad[t + 1 :] == 0).all()
     assert (v_grad[: t + 1].abs().sum(dim=-1) > 0).all()
-print("output t depends on keys and values 0..t only, for every t")
 
 # %% [markdown]
 # ## Padding masks from sequence lengths
@@ -407,15 +430,17 @@ batch_q, batch_k, batch_v = (
 _, pad_weights = masked_attention(batch_q, batch_k, batch_v, pad[:, 0])
 both = causal & pad[:, 0]  # (T, T) & (B, 1, T) -> (B, T, T)
 _, both_weights = masked_attention(batch_q, batch_k, batch_v, both)
-for b, length in enumerate(lengths):
-    assert (pad_weights[b, :, length:] == 0).all() and (
-        both_weights[b, :, length:] == 0
-    ).all()
 show_mask_and_weights(
     [pad[1, 0].expand(T, T), both[1]],
     [pad_weights[1], both_weights[1]],
     ["padding, length 5", "causal and padding"],
 )
+
+# %% tags=["remove-cell"]
+for b, length in enumerate(lengths):
+    assert (pad_weights[b, :, length:] == 0).all() and (
+        both_weights[b, :, length:] == 0
+    ).all()
 
 # %% [markdown]
 # **Figure.** The sequence of length 5 from the batch. Left: with the padding mask, keys 5 to
@@ -443,10 +468,8 @@ enc_k, enc_v = (
 cross_out, cross_weights = masked_attention(
     dec_q, enc_k, enc_v, encoder_pad[:, 0]
 )
-print(
-    f"queries {tuple(dec_q.shape)}, keys {tuple(enc_k.shape)} -> weights {tuple(cross_weights.shape)}"
-)
-assert (cross_weights[1, :, 3:] == 0).all()
+print(f"queries {tuple(dec_q.shape)}, keys {tuple(enc_k.shape)}")
+print(f"-> weights {tuple(cross_weights.shape)}")
 show_mask_and_weights(
     [
         encoder_pad[0, 0].expand(decoder_len, 6),
@@ -455,6 +478,9 @@ show_mask_and_weights(
     [cross_weights[0], cross_weights[1]],
     ["encoder length 6", "encoder length 3"],
 )
+
+# %% tags=["remove-cell"]
+assert (cross_weights[1, :, 3:] == 0).all()
 
 # %% [markdown]
 # **Figure.** Four decoder queries attend to six encoder positions. Each column of the mask
@@ -519,8 +545,10 @@ behaviour = pd.DataFrame(
         }
     }
 )
-glue("ch2_torch_version", torch.__version__.split("+")[0])
 behaviour
+
+# %% tags=["remove-cell"]
+glue("ch2_torch_version", torch.__version__.split("+")[0])
 
 # %% [markdown]
 # NaN is the worst answer: it spreads through every later layer into the loss, and one
@@ -528,16 +556,13 @@ behaviour
 # wrong, since it reads exactly the positions the mask was meant to hide. PyTorch's fused
 # kernel returns zeros with the version this page was built with
 # ({glue:text}`ch2_torch_version`, on the CPU), but that is version- and backend-dependent:
-# it has not always done so and need not on every device, so the cell below asserts it for
-# this build only. `helpers.attention` therefore fixes the answer itself, on every path: in
-# its `scaled_dot_product_attention`, **a query with no allowed key gets all-zero weights and
-# a zero output**, with finite gradients. The module docstring says so and
-# `test_fully_masked_row_gives_zero_weights_and_zero_output_without_nan` pins it. A layer
-# built on top keeps the zero weights but not necessarily the zero output: chapter 4's
-# multi-head layer sends the zero vector through an output projection, and with a bias that
-# row comes out as the bias.
+# it has not always done so and need not on every device. The book's
+# `scaled_dot_product_attention` therefore fixes the answer itself: **a query with no allowed
+# key gets all-zero weights and a zero output**, with finite gradients. A layer built on top
+# keeps the zero weights but not necessarily the zero output: a layer that sends the zero
+# vector through an output projection with a bias returns the bias for that row.
 
-# %%
+# %% tags=["remove-cell"]
 assert behaviour.loc["masked_attention (-inf fill)"].item() == "NaN"
 assert (
     behaviour.loc["the same with a -1e9 fill"].item()
@@ -561,20 +586,37 @@ k_leaf, v_leaf = k_row.clone().requires_grad_(), v_row.clone().requires_grad_()
 nan_output, _ = masked_attention(q_row, k_leaf, v_leaf, empty_row)
 nan_output.sum().backward()
 nan_fraction = v_leaf.grad.isnan().float().mean().item()
+print(f"masked_attention: {100 * nan_fraction:.0f}% of value gradients are NaN")
+
+# %% tags=["remove-cell"]
 assert nan_fraction == 1.0  # one empty row poisons the gradient of every value
 num_empty, num_rows = int((~empty_row.any(-1)).sum()), empty_row.shape[0]
 glue("ch2_nan_fraction", round(100 * nan_fraction))
 glue("ch2_empty_rows", num_empty)
 glue("ch2_query_rows", num_rows)
-print(
-    f"masked_attention: {100 * nan_fraction:.0f}% of the value gradients are NaN"
-)
 
 # %% [markdown]
 # In the naive version {glue:text}`ch2_empty_rows` empty row out of
 # {glue:text}`ch2_query_rows` already makes {glue:text}`ch2_nan_fraction`% of the gradients
 # of the values NaN, since every value receives gradient through that row's NaN weights; after
 # the next optimizer step, the whole model would be.
+#
+# ## Summary
+#
+# - A mask decides, for each (query, key) pair, whether the query may attend to the key. It
+#   enters before the softmax, as a $-\infty$ score; multiplying the weights after the softmax
+#   leaves rows that do not sum to one and lets the hidden keys leak through the gradient.
+# - The book's masks are boolean, `True` = may attend. The additive form adds $0$ or
+#   $-\infty$ to the scores; PyTorch reads a float `attn_mask` as additive, so a 0/1 float mask
+#   masks nothing.
+# - $-10^9$ instead of $-\infty$ gives the same weights in float32 but fails in float16 and
+#   averages the hidden positions of a fully masked row.
+# - Causal masks are lower-triangular; padding masks come from sequence lengths and broadcast
+#   over the queries; masks combine with a logical *and*; cross-attention masks hide the
+#   encoder's padding.
+# - A query with no allowed key gets NaN from a plain softmax ({glue:text}`ch2_nan_fraction`%
+#   of the value gradients are NaN after one such row); the book's attention returns zero
+#   weights and a zero output instead.
 #
 # ## Exercises
 #

@@ -26,10 +26,22 @@
 # \right) V .
 # $$
 #
-# Chapter 2 already wrote this function, with a mask, to look at masks. This chapter builds it
-# from scratch again, checks it against the book's `helpers` and against PyTorch; asks why the $\sqrt{d}$ is there and answers with an experiment; verifies that
-# every output is a convex combination of values; measures what the computation costs as the
-# sequence grows; and looks closely at what attention dropout does to the weights.
+# After this chapter you will be able to:
+#
+# - write scaled dot-product attention for any batch and head axes, and check it against
+#   PyTorch's fused kernel;
+# - explain, with a measurement, why the scores are divided by $\sqrt{d}$;
+# - say what attention costs in memory as the sequence grows, and what dropout on the weights
+#   does in training and in evaluation.
+#
+# ```{figure} ../book/_static/diagrams/map_03.svg
+# :alt: The book's map of the Transformer: every attention box, in the encoder and in the decoder, is highlighted, for the scaled dot-product attention inside it.
+# :width: 60%
+# :name: fig-map-03
+#
+# Where this chapter sits in the Transformer: the scaled dot-product attention inside every
+# attention box.
+# ```
 
 # %% tags=["hide-cell"]
 # Setup: on Colab, install the book's helpers; everywhere, import, seed and pick a device.
@@ -58,6 +70,7 @@ device = helpers.get_device()
 
 # %%
 import math
+import textwrap
 
 import matplotlib.pyplot as plt
 import pandas as pd
@@ -67,17 +80,11 @@ import torch.nn.functional as F
 
 from helpers import expect_error, glue, show_source
 from helpers.analysis import peak_cpu_bytes
-from helpers.attention import (
-    SingleHeadAttention,
-    scaled_dot_product_attention,
-)
+from helpers.attention import scaled_dot_product_attention
 from helpers.checks import check_attention
 from helpers.plotting import heatmap
 
 # %% [markdown]
-# Several cells below show an error on purpose. They run inside `helpers.expect_error`, which
-# prints the error and fails loudly if nothing is raised, so each demonstration is also a check.
-#
 # ## The formula and its shapes
 #
 # There are $T_q$ queries and $T_k$ keys, each a vector of width $d$, and one value of width
@@ -139,33 +146,40 @@ def attention_einsum(q, k, v):
     return torch.einsum("...ij,...jd->...id", weights, v), weights
 
 
+einsum_output, einsum_weights = attention_einsum(q, k, v)
+print("einsum version agrees:", torch.allclose(einsum_output, output))
+
+# %% tags=["remove-cell"]
 torch.testing.assert_close(attention_einsum(q, k, v), (output, weights))
 
 # %% [markdown]
 # ```{admonition} Pitfall: an einsum without an ellipsis works for one sequence only
 # :class: warning
-# {ref}`A PyTorch Lightning notebook <source-000>` among the book's sources writes its scores
-# as `einsum("ik, jk -> ij", q, k)` and checks that the mask has exactly the scores' shape.
-# Both are fine for a single unbatched sequence, which is all that notebook runs them on, but the subscripts name exactly two axes, so a batch of sequences or of
-# heads is an error (below), and an exact-shape check rejects a `(Tq, Tk)` mask that would
-# broadcast. The ellipsis `...` lets leading axes ride along. `helpers` accepts any leading
-# axes and broadcasting masks; `test_sdpa_matches_pytorch` draws random shapes with zero to two
-# batch axes, and `test_mask_shapes_2d_3d_4d_broadcast` pins the broadcasting.
+# Subscripts such as `einsum("ik,jk->ij", q, k)` name exactly two axes. That is fine for one
+# unbatched sequence, but a batch of sequences or of heads is then an error (below). The
+# ellipsis `...` lets leading axes ride along. In the same way, a check that the mask has
+# exactly the scores' shape rejects a `(Tq, Tk)` mask that would broadcast over the batch.
 # ```
 
 # %%
 batched_q = torch.randn(2, 3, 4, generator=generator)  # a batch of 2 sequences
+try:
+    torch.einsum("ik,jk->ij", batched_q, batched_q)  # no ellipsis
+except RuntimeError as error:
+    print(textwrap.fill(f"RuntimeError: {error}", width=78))
+with_ellipsis = torch.einsum("...ik,...jk->...ij", batched_q, batched_q)
+print("with ...:", tuple(with_ellipsis.shape))
+
+# %% tags=["remove-cell"]
 with expect_error(RuntimeError):
     torch.einsum("ik,jk->ij", batched_q, batched_q)
-print(
-    "with ...:",
-    tuple(torch.einsum("...ik,...jk->...ij", batched_q, batched_q).shape),
-)
 
 # %% [markdown]
-# The book's version in `helpers.attention` adds input checks, a boolean mask (chapter 2),
-# attention dropout (the end of this chapter) and a defined result for queries that may see no
-# key at all. Its source:
+# (One of the book's sources writes its scores without the ellipsis; see
+# [Sources and errata](../book/sources.md).)
+#
+# The book's version adds input checks, a boolean mask (chapter 2), attention dropout (the end
+# of this chapter) and a defined result for queries that may see no key at all. Its source:
 
 # %%
 show_source(scaled_dot_product_attention)
@@ -180,10 +194,18 @@ k4 = torch.randn(2, 3, 7, 8, generator=generator)  # (B, H, Tk, d)
 v4 = torch.randn(2, 3, 7, 5, generator=generator)  # (B, H, Tk, dv)
 ours, ours_weights = attention_from_scratch(q4, k4, v4)
 package, package_weights = scaled_dot_product_attention(q4, k4, v4)
+pytorch = F.scaled_dot_product_attention(q4, k4, v4)
+print(f"output {tuple(package.shape)}, weights {tuple(package_weights.shape)}")
+agree = torch.allclose(package, ours, atol=1e-6) and torch.allclose(
+    pytorch, ours, atol=1e-6
+)
+print(f"ours, the package's and PyTorch's agree within 1e-6: {agree}")
+
+# %% tags=["remove-cell"]
 torch.testing.assert_close(package, ours)
 torch.testing.assert_close(package_weights, ours_weights)
-torch.testing.assert_close(F.scaled_dot_product_attention(q4, k4, v4), ours)
-print(f"output {tuple(package.shape)}, weights {tuple(package_weights.shape)}")
+torch.testing.assert_close(pytorch, ours)
+assert agree
 
 # %% [markdown]
 # From here on the chapter uses `scaled_dot_product_attention` from `helpers`.
@@ -195,13 +217,16 @@ print(f"output {tuple(package.shape)}, weights {tuple(package_weights.shape)}")
 # of an output lies between the smallest and the largest value in that coordinate.
 
 # %%
+by_hand = sum(weights[2, j] * v[j] for j in range(5))  # query 2, written out
+print("weights of query 2:", [round(w, 3) for w in weights[2].tolist()])
+print("written out, equals output row 2:", torch.allclose(by_hand, output[2]))
+
+# %% tags=["remove-cell"]
 assert (weights >= 0).all()
 torch.testing.assert_close(weights.sum(dim=-1), torch.ones(3))
-by_hand = sum(weights[2, j] * v[j] for j in range(5))  # query 2, written out
 torch.testing.assert_close(by_hand, output[2])
 assert (output >= v.min(dim=0).values - 1e-6).all()
 assert (output <= v.max(dim=0).values + 1e-6).all()
-print("weights of query 2:", [round(w, 3) for w in weights[2].tolist()])
 
 # %% tags=["hide-input"]
 fig, (ax_weights, ax_points) = plt.subplots(1, 2, figsize=(7, 3.2))
@@ -233,27 +258,15 @@ plt.show()
 # keys. Right: the outputs (stars) all land inside the region spanned by the five values
 # (squares); a query whose weights concentrate on one key lands near that key's value.
 #
-# ```{admonition} Pitfall: undefined names, and queries and keys swapped
-# :class: warning
-# {ref}`The blog post "Transformers Deconstructed" <source-003>`, one of the book's sources,
-# writes its attention function with parameters `q, k, v` but
-# computes the scores from `query` and `key`, names that exist nowhere in the function (a
-# `NameError` on the first call; the same function also writes `is Not None`, a
-# `SyntaxError`). Once those are corrected just enough to run, its self-attention module calls
-# the function as `attention(k, q, v)`: keys in the queries' place. The cells below show when
-# that is harmless and when it is a bug. The fix is the order `attention(q, k, v)`, which
-# `SingleHeadAttention` in `helpers.attention` uses; the test
-# `test_queries_and_keys_are_not_swapped` in `tests/test_attention.py` runs
-# `SingleHeadAttention`, `MultiHeadAttention` and `PerHeadMultiHeadAttention` on
-# cross-attention with $T_q = T_k$, where a swap would run silently, and pins that nudging one
-# query token moves only that query's output row (and, as a control, that the swapped call
-# moves every row).
-# ```
-#
-# First the symptom as written: the function fails before computing anything.
+# (A source of the book calls its attention function with names that do not exist in it, and
+# with queries and keys swapped; see [Sources and errata](../book/sources.md).)
+
+# %% tags=["remove-cell"]
+# A source audit (Sources and errata): the attention function as a source wrote it,
+# and its swapped call attention(k, q, v).
+from helpers.attention import SingleHeadAttention
 
 
-# %%
 def attention_as_written(q, k, v):
     scores = torch.bmm(query, key.transpose(1, 2))  # noqa: F821 (the post's names)
     return (scores / q.shape[-1] ** 0.5).softmax(dim=-1) @ v
@@ -265,16 +278,7 @@ with expect_error(SyntaxError):
     compile("if mask is Not None:\n    pass", "<blog post>", "exec")
 
 
-# %% [markdown]
-# Now the swapped call. A swapped head computes $\operatorname{softmax}(K Q^\top/\sqrt d)V$
-# with its projections $W_K$ and $W_Q$. In **self-attention** queries and keys are
-# projections of the same tokens, so that is exactly a correct head whose $W_Q$ and $W_K$ trade
-# places: the same family of functions with the two matrices relabeled. A model trained that
-# way learns the relabeled weights, and nothing is lost. The cell checks this on a causal
-# self-attention head.
-
-
-# %%
+# %% tags=["remove-cell"]
 def swapped_head(head, query, key, value, mask=None):
     return scaled_dot_product_attention(
         head.key(key), head.query(query), head.value(value), mask
@@ -298,25 +302,13 @@ torch.testing.assert_close(
 )
 print("self-attention: swapped head == correct head with W_Q and W_K exchanged")
 
-# %% [markdown]
-# In **cross-attention** the queries come from one sequence (a decoder's tokens) and the keys
-# and values from another (the encoder's). Swapping them is a genuine bug. When the lengths
-# differ it cannot run: the weights come out $T_k \times T_q$ and no longer match the $T_k$
-# values (with the post's plain `torch.bmm` a shape error; here `helpers` says which shapes
-# disagree):
-
-# %%
+# %% tags=["remove-cell"]
 decoder_tokens = torch.randn(2, 3, 8)  # Tq = 3
 encoder_tokens = torch.randn(2, 5, 8)  # Tk = 5
 with expect_error(ValueError):
     swapped_head(head, decoder_tokens, encoder_tokens, encoder_tokens)
 
-# %% [markdown]
-# When they happen to be equal it runs silently, and worse: output row $i$ is now driven by
-# key $i$ of the *encoder*, not by query $i$ of the decoder. Change the first decoder token and
-# compare which output rows move.
-
-# %%
+# %% tags=["remove-cell"]
 decoder_tokens = torch.randn(1, 5, 8)
 nudged = decoder_tokens.clone()
 nudged[0, 0] += 1.0
@@ -343,19 +335,18 @@ assert all(moved["swapped"])
 # $\partial a_i / \partial s_j = a_i(\delta_{ij} - a_j)$, is nearly zero. Dividing by
 # $\sqrt{d}$ brings the variance back to 1 whatever the width. The experiment below measures
 # these effects for widths from {glue:text}`ch3_width_min` to {glue:text}`ch3_width_max`, with
-# {glue:text}`ch3_num_keys` keys per query, and adds one more column: the gradient of the
-# weights with respect to the query vector $q$ itself, which is where learning actually acts.
-# Row $j$ of that Jacobian is $c\, a_j (k_j - \bar k)$, with $c$ the scale ($1$ or
-# $1/\sqrt{d}$) and $\bar k = \sum_l a_l k_l$ the weighted mean key, so its Frobenius norm is
-# $c \sqrt{\sum_j a_j^2 \lVert k_j - \bar k \rVert^2}$.
+# {glue:text}`ch3_num_keys` keys per query: the variance of the scores, the average largest
+# weight, and the size of the softmax's gradient (the norm of its Jacobian, in the folded
+# cell), with and without the scaling. One more column, the gradient with respect to the query
+# vector itself, is explained under "Going deeper" below.
 
-# %%
+# %% tags=["hide-input"]
 widths = [4, 16, 64, 256, 1024]
 num_queries, num_keys = 2000, 16
 
 
 def softmax_jacobian_norm(weights):
-    """Frobenius norm of diag(a) - a a^T, the softmax's Jacobian, for each row a."""
+    """Frobenius norm of the softmax's Jacobian diag(a) - a a^T, per row a."""
     squares = weights.pow(2).sum(-1)
     return (
         (squares - 2 * weights.pow(3).sum(-1) + squares**2).clamp_min(0).sqrt()
@@ -363,16 +354,14 @@ def softmax_jacobian_norm(weights):
 
 
 def query_jacobian_norm(weights, keys, scale):
-    """Frobenius norm of d(weights)/d(q) = scale * (diag(a) - a a^T) K, for each query."""
+    """Norm of d(weights)/d(q) = scale (diag(a) - a a^T) K, per query."""
     mean_key = (weights[..., None] * keys).sum(dim=-2, keepdim=True)
     spread = (keys - mean_key).pow(2).sum(-1)  # ||k_j - k_bar||^2
     return scale * (weights.pow(2) * spread).sum(-1).sqrt()
 
 
-# %% [markdown]
-# The closed form is checked against autograd's Jacobian for one query:
-
-# %%
+# %% tags=["remove-cell"]
+# The closed form of the query Jacobian's norm, checked against autograd for one query.
 q_check, k_check = (
     torch.randn(8, generator=generator),
     torch.randn(5, 8, generator=generator),
@@ -455,11 +444,10 @@ plt.show()
 # towards 1 without scaling, the softmax turning into a hard maximum, while scaled weights
 # keep the same spread at every width. Bottom left: the softmax's own gradient, with respect
 # to its scores, shrinks as it saturates. Bottom right: the gradient with respect to the query
-# is *larger* without scaling at every width here, because unscaled scores change $\sqrt{d}$
-# times faster with $q$; it rises with $d$ and only at the widest heads starts to fall as the
-# saturation catches up. With the scaling it is the same at every width.
+# (Going deeper, below) is the same at every width with the scaling, and depends on the width
+# without it.
 
-# %%
+# %% tags=["remove-cell"]
 # The figure's claims, checked.
 at = scaling_table.set_index(["d", "scaling"])
 unscaled, scaled = (
@@ -487,7 +475,7 @@ assert (
 assert q_grads["none"].max() / q_grads["none"].min() > 1.5
 assert q_grads["none"].iloc[-1] < q_grads["none"].max()
 
-# %% tags=["hide-cell"]
+# %% tags=["remove-cell"]
 # Numbers quoted in the prose of this section.
 glue("ch3_width_min", widths[0])
 glue("ch3_width_max", widths[-1])
@@ -507,17 +495,29 @@ glue("ch3_qgrad_scaled", round(float(scaled["Jacobian w.r.t. q"]), 2))
 # {glue:text}`ch3_maxw_scaled:.2f`), and the softmax's gradient with respect to the scores is
 # {glue:text}`ch3_gradient_ratio:.1f` times larger with the scaling than without.
 #
-# The last column keeps the claim honest. With respect to the query, the unscaled Jacobian is
+# With $\partial a_i / \partial s_j = a_i(\delta_{ij} - a_j)$, the weight of a key that lost
+# the hard maximum moves in proportion to its own tiny weight: attention sits on one key, and
+# learning that some other key matters stalls. The scale is not about the values being large;
+# it is about keeping the softmax in the range where it still compares keys rather than just
+# picking one.
+#
+# :::{admonition} Going deeper: the gradient with respect to the query
+# :class: dropdown
+# Learning acts on the query vector $q$ (and the keys), not on the scores directly, so the
+# experiment's last column is the Jacobian of the weights with respect to $q$. Row $j$ of that
+# Jacobian is $c\, a_j (k_j - \bar k)$, with $c$ the scale ($1$ or $1/\sqrt{d}$) and
+# $\bar k = \sum_l a_l k_l$ the weighted mean key, so its Frobenius norm (the square root of
+# the sum of its squared entries) is $c \sqrt{\sum_j a_j^2 \lVert k_j - \bar k \rVert^2}$;
+# the folded code checks this closed form against autograd.
+#
+# At $d =$ {glue:text}`ch3_width_max` the unscaled Jacobian is
 # {glue:text}`ch3_qgrad_unscaled:.2f` against {glue:text}`ch3_qgrad_scaled:.2f` scaled: the
 # $\sqrt{d}$ that the scaling removes from the scores also removes it from their sensitivity
 # to $q$, so in this range a wide unscaled head does not simply stop receiving gradient
 # (only at the widest heads does the saturation start to pull it down). What goes wrong is
-# *what* the gradient can do. With $\partial a_i / \partial s_j = a_i(\delta_{ij} - a_j)$,
-# the weight of a key that lost the hard maximum moves in proportion to its own tiny weight:
-# attention sits on one key, and learning that some other key matters stalls. The unscaled
-# gradient's size also changes with $d$, so the same learning rate would not suit every width.
-# The scale is not about the values being large; it is about keeping the softmax in the range
-# where it still compares keys rather than just picking one.
+# *what* the gradient can do, as above. The unscaled gradient's size also changes with $d$,
+# so the same learning rate would not suit every width.
+# :::
 #
 # ## What it costs as sequences grow
 #
@@ -528,12 +528,17 @@ glue("ch3_qgrad_scaled", round(float(scaled["Jacobian w.r.t. q"]), 2))
 # weights at a time, when the weights are not asked for. So the two should differ in memory,
 # and the cell below measures it for one sequence with {glue:text}`ch3_mem_heads` heads of
 # width {glue:text}`ch3_mem_width`, at lengths up to {glue:text}`ch3_longest`: the bytes of
-# storage behind the weights tensor the from-scratch version returns (read from the tensor,
-# `untyped_storage().nbytes()`, and checked against $4HT^2$), and the peak memory each
-# version allocates during one call. The peak comes from `helpers.analysis.peak_cpu_bytes`,
-# which replays the allocations and frees that PyTorch's profiler records on the CPU: it
-# counts the tensors and the kernels' scratch buffers that PyTorch allocates, not the
+# storage behind the weights tensor the from-scratch version returns, and the peak memory each
+# version allocates during one call.
+#
+# ```{admonition} Going deeper: how the peak is measured
+# :class: dropdown
+# `peak_cpu_bytes` replays the allocations and frees that PyTorch's profiler records on the
+# CPU: it counts the tensors and the kernels' scratch buffers that PyTorch allocates, not the
 # process's resident memory. (On a GPU, `torch.cuda.max_memory_allocated` measures the same.)
+# The size of the weights tensor is read from the tensor itself,
+# `untyped_storage().nbytes()`.
+# ```
 
 # %%
 num_heads, d_head = 4, 64
@@ -541,9 +546,8 @@ lengths = [128, 256, 512, 1024, 2048]
 mib = 2**20
 rows = []
 threads = torch.get_num_threads()
-torch.set_num_threads(
-    1
-)  # a fused kernel's scratch space grows with its threads
+# a fused kernel's scratch space grows with its threads: use one
+torch.set_num_threads(1)
 try:
     with torch.inference_mode():
         for T in lengths:
@@ -551,12 +555,8 @@ try:
                 torch.randn(1, num_heads, T, d_head) for _ in range(3)
             )
             _, weights_b = attention_from_scratch(q_b, k_b, v_b)
-            weight_bytes = (
-                weights_b.untyped_storage().nbytes()
-            )  # what it occupies
-            assert (
-                weight_bytes == 4 * num_heads * T * T
-            )  # float32, nothing shared
+            # what the weights tensor occupies
+            weight_bytes = weights_b.untyped_storage().nbytes()
             scratch_peak = peak_cpu_bytes(attention_from_scratch, q_b, k_b, v_b)
             fused_peak = peak_cpu_bytes(
                 F.scaled_dot_product_attention, q_b, k_b, v_b
@@ -615,10 +615,12 @@ plt.show()
 # output, $4HTd$ bytes, not with the weight matrix, and at $T =$ {glue:text}`ch3_longest` it is
 # {glue:text}`ch3_fused_peak_mib:.1f` MiB against {glue:text}`ch3_scratch_peak_mib:.0f` MiB for
 # the from-scratch version. That quadratic term in memory is what fused kernels remove; the
-# number of operations stays quadratic in $T$ for both (chapter 11 measures the time too).
+# number of operations stays quadratic in $T$ for both.
 
-# %% tags=["nbval-ignore-output"]
+# %% tags=["remove-cell", "nbval-ignore-output"]
 # The caption's claims, checked with margins (the peaks depend on PyTorch's kernels).
+for T in lengths:  # float32, nothing shared: exactly 4 H T^2 bytes
+    assert memory.loc[T, "weights tensor"] * mib == 4 * num_heads * T * T
 longest = memory.loc[lengths[-1]]
 growth = memory.loc[lengths[-1]] / memory.loc[lengths[-2]]  # one doubling of T
 assert (
@@ -635,7 +637,7 @@ glue(
 glue("ch3_fused_peak_mib", round(longest["peak, fused kernel"], 1))
 glue("ch3_scratch_peak_mib", round(longest["peak, from scratch"]))
 
-# %% tags=["hide-cell"]
+# %% tags=["remove-cell"]
 glue("ch3_mem_heads", num_heads)
 glue("ch3_mem_width", d_head)
 glue("ch3_longest", lengths[-1])
@@ -660,9 +662,8 @@ q_d = torch.randn(n_tokens, width_d, generator=generator)
 k_d = torch.randn(n_tokens, width_d, generator=generator)
 identity = torch.eye(n_tokens)  # output = weights @ I = weights
 clean, _ = scaled_dot_product_attention(q_d, k_d, identity)
-q_draws = q_d.expand(
-    draws, n_tokens, width_d
-)  # the same queries, one row per draw
+# the same queries, once per draw
+q_draws = q_d.expand(draws, n_tokens, width_d)
 dropped, _ = scaled_dot_product_attention(
     q_draws, k_d, identity, dropout_p=p_drop, generator=generator
 )
@@ -674,7 +675,7 @@ train_totals = dropped.sum(dim=-1).flatten()
 eval_totals = evaluated.sum(dim=-1).flatten()
 kept = dropped != 0
 
-# %%
+# %% tags=["remove-cell"]
 torch.testing.assert_close(
     dropped[kept], clean.expand_as(dropped)[kept] / (1 - p_drop)
 )
@@ -715,17 +716,36 @@ plt.show()
 # {glue:text}`ch3_mean_total_train:.3f` in training against
 # {glue:text}`ch3_mean_total_eval:.3f` in evaluation: correct on average, noisy per step. The
 # average of the dropped weight matrices also matches the clean one entry by entry, within
-# four standard errors (asserted above).
+# four standard errors.
 #
-# The same holds for a whole attention layer, because the output is linear in the weights: the
-# average of many training-mode outputs approaches the evaluation-mode output.
-# {ref}`The PyTorch Lightning notebook <source-000>` shows this with histograms labelled
-# "output norm" that in fact sum the outputs; here we compare the outputs themselves, for a
-# head with its own projections (the `SingleHeadAttention` of the pitfall above) and dropout
-# {glue:text}`ch3_mha_dropout` on its weights.
+# The same holds for the outputs, because the output is linear in the weights: the average of
+# many training-mode outputs approaches the evaluation-mode output. Here with random values
+# and dropout {glue:text}`ch3_mha_dropout` on the weights:
 
 # %%
 head_dropout = 0.5
+values_d = torch.randn(n_tokens, width_d, generator=generator)
+train_outputs, _ = scaled_dot_product_attention(
+    q_draws, k_d, values_d, dropout_p=head_dropout, generator=generator
+)
+eval_output, _ = scaled_dot_product_attention(
+    q_d, k_d, values_d, dropout_p=head_dropout, training=False
+)
+# one training output against evaluation, and the mean of all of them
+spread = train_outputs.std(dim=0).mean().item()
+gap = (train_outputs.mean(dim=0) - eval_output).abs().max().item()
+print(f"typical deviation of one training output: {spread:.2f}")
+print(f"mean of {draws} training outputs, off by at most: {gap:.3f}")
+
+# %% tags=["remove-cell"]
+assert gap < 0.1 * spread
+eval_again, _ = scaled_dot_product_attention(
+    q_d, k_d, values_d, dropout_p=head_dropout, training=False
+)
+assert torch.equal(eval_output, eval_again)  # evaluation is deterministic
+# The same for a head with its own projections (a source audit: Sources and errata).
+from helpers.attention import SingleHeadAttention
+
 torch.manual_seed(0)
 drop_head = SingleHeadAttention(d_model=width_d, d_head=width_d)
 
@@ -744,15 +764,17 @@ batch = tokens.expand(
     draws, n_tokens, width_d
 )  # the same sequence, many dropout patterns
 with torch.no_grad():
-    train_outputs = head_with_dropout(batch, training=True)
-    eval_output = head_with_dropout(tokens, training=False)
-    eval_again = head_with_dropout(tokens, training=False)
-assert torch.equal(eval_output, eval_again)  # evaluation is deterministic
-gap = (train_outputs.mean(dim=0) - eval_output[0]).abs().max().item()
-spread = train_outputs.std(dim=0).mean().item()
-assert gap < 0.1 * spread
+    head_train_outputs = head_with_dropout(batch, training=True)
+    head_eval_output = head_with_dropout(tokens, training=False)
+    head_eval_again = head_with_dropout(tokens, training=False)
+assert torch.equal(head_eval_output, head_eval_again)  # deterministic
+head_gap = (
+    (head_train_outputs.mean(dim=0) - head_eval_output[0]).abs().max().item()
+)
+head_spread = head_train_outputs.std(dim=0).mean().item()
+assert head_gap < 0.1 * head_spread
 
-# %% tags=["hide-cell"]
+# %% tags=["remove-cell"]
 # Numbers quoted in the prose of this section.
 glue("ch3_drop_p", p_drop)
 glue("ch3_draws", draws)
@@ -776,11 +798,30 @@ glue("ch3_mha_spread", round(spread, 2))
 # noise during training, unbiased on average, switched off in evaluation (for a module, by
 # `model.eval()`).
 #
+# ## Summary
+#
+# - Scaled dot-product attention is $\operatorname{softmax}(QK^\top/\sqrt{d})\,V$: scores for
+#   every (query, key) pair, a softmax over the keys, a weighted average of the values. Written
+#   with `k.transpose(-2, -1)` or an `einsum` with `...`, it runs on any batch and head axes
+#   and agrees with PyTorch's fused kernel.
+# - Every output is a convex combination of the values.
+# - Dot products of $d$ independent unit-variance entries have variance $d$; without the
+#   $1/\sqrt{d}$ the softmax saturates (largest weight {glue:text}`ch3_maxw_unscaled:.2f` at
+#   $d =$ {glue:text}`ch3_width_max`, against {glue:text}`ch3_maxw_scaled:.2f` scaled) and
+#   stops comparing keys.
+# - The weight matrix has $T_q \times T_k$ entries per head: a from-scratch version's memory
+#   grows with $T^2$, while a fused kernel that does not return the weights grows with $T$
+#   ({glue:text}`ch3_fused_peak_mib:.1f` MiB against {glue:text}`ch3_scratch_peak_mib:.0f` MiB
+#   at $T =$ {glue:text}`ch3_longest`).
+# - Attention dropout zeroes weights and rescales the survivors by $1/(1-p)$ without
+#   renormalizing: each row's total is noisy in training, correct on average, and exactly 1 in
+#   evaluation.
+#
 # ## Exercises
 #
 # 1. Write `my_attention(q, k, v)` for inputs with any number of leading batch dimensions,
 #    using `torch.einsum` or `@`, and check it with `check_attention(my_attention)` from
-#    `helpers.attention`. The checker names the usual mistakes (unscaled scores, a softmax
+#    `helpers.checks`. The checker names the usual mistakes (unscaled scores, a softmax
 #    over the wrong axis, `k.T` on batched inputs).
 # 2. Divide the scores by $d$ instead of $\sqrt{d}$. With the assumptions of the scaling
 #    experiment, what is the variance of the scores then, and what happens to the weights as

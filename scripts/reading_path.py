@@ -25,7 +25,10 @@ LIMITS = {"words": 3000, "asserts": 8, "glue": 0, "wide_code": 0, "cut_math": 0}
 READING_PATH = r"""
 () => {
   const article = document.querySelector("article.bd-article");
-  const shown = (e) => e.getClientRects().length > 0;
+  // Inside a closed <details> (folded code, a dropdown) nothing is on the reading path,
+  // even where the theme keeps the folded content laid out.
+  const shown = (e) => e.getClientRects().length > 0 && !e.closest("details:not([open])")
+    && getComputedStyle(e).visibility !== "hidden";
   const cells = [...article.querySelectorAll("div.cell")];
   const inputs = cells.map((c) => c.querySelector("div.cell_input")).filter((i) => i && shown(i));
   const code = inputs.map((i) => i.innerText).join("\n").split("\n");

@@ -127,7 +127,10 @@ def show_source(obj) -> object:
     """
     try:
         lines, first = inspect.getsourcelines(obj)
-        path = pathlib.Path(inspect.getsourcefile(obj)).resolve()
+        # a decorated function (``@torch.no_grad()``) lives where it was written
+        path = pathlib.Path(
+            inspect.getsourcefile(inspect.unwrap(obj))
+        ).resolve()
     except (TypeError, OSError) as error:
         raise TypeError(
             f"cannot show the source of {obj!r}: pass a function, class or module "

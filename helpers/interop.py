@@ -174,8 +174,100 @@ def load_decoder_block(block, layer: nn.TransformerDecoderLayer):
     return block
 
 
+# transformers' names for the activations the book's GPT has (gelu_new and
+# gelu_pytorch_tanh are two codings of GELU's tanh approximation)
+_GPT2_ACTIVATIONS = {
+    "gelu_new": "gelu_tanh",
+    "gelu_pytorch_tanh": "gelu_tanh",
+    "gelu": "gelu",
+    "relu": "relu",
+}
+
+
+def _gpt2_prefix(state_dict) -> str:
+    """``"transformer."`` for ``GPT2LMHeadModel``'s keys, ``""`` for ``GPT2Model``'s (and the
+    released ``gpt2`` weights file's); refuse anything else."""
+    if not hasattr(state_dict, "keys"):
+        raise TypeError(
+            f"state_dict must be a mapping of names to tensors (GPT2LMHeadModel(...)."
+            f"state_dict()), got {type(state_dict).__name__}"
+        )
+    for prefix in ("transformer.", ""):
+        if f"{prefix}wte.weight" in state_dict:
+            return prefix
+    raise ValueError(
+        "the state dict has no 'transformer.wte.weight' (nor 'wte.weight'): load_gpt2 "
+        "reads the layout of transformers' GPT2LMHeadModel ('transformer.h.0.attn.c_attn."
+        "weight', ...) or GPT2Model ('h.0.attn.c_attn.weight', ...)"
+    )
+
+
+def _gpt2_heads(config, num_heads) -> int:
+    """The checkpoint's head count, from ``config`` or ``num_heads`` (one is required)."""
+    if config is None and num_heads is None:
+        raise TypeError(
+            "load_gpt2 needs the checkpoint's configuration, which a state dict does not "
+            "record: pass config=GPT2Config (e.g. GPT2LMHeadModel.config) to have all of it "
+            "checked, or at least num_heads=<its n_head> (GPT-2 small: 12)"
+        )
+    if config is None:
+        return num_heads
+    if not hasattr(config, "n_head"):
+        raise TypeError(
+            f"config must be a transformers GPT2Config, got {type(config).__name__}"
+        )
+    if num_heads is not None and num_heads != config.n_head:
+        raise ValueError(
+            f"num_heads={num_heads} contradicts config.n_head={config.n_head}; pass one"
+        )
+    return config.n_head
+
+
+def _check_gpt2_config(model, config) -> None:
+    """Refuse a model that lacks a choice the checkpoint's ``GPT2Config`` records."""
+    activation = _GPT2_ACTIVATIONS.get(config.activation_function)
+    if activation is None:
+        raise ValueError(
+            f"activation mismatch: the checkpoint uses {config.activation_function!r}, "
+            f"which the book's GPT does not have ({', '.join(_GPT2_ACTIVATIONS)})"
+        )
+    eps = getattr(model.final_norm, "eps", None)
+    ffn_width = config.n_inner or 4 * config.n_embd
+    build = "build it with"
+    recorded = [  # (name, the checkpoint's, the model's, what to do)
+        ("activation", activation, model.config.activation,
+         f"{build} activation={activation!r}"),
+        ("scale_attn_weights", config.scale_attn_weights, True,
+         "the book's attention always scales by 1/sqrt(d_head)"),
+        ("scale_attn_by_inverse_layer_idx", config.scale_attn_by_inverse_layer_idx,
+         False, "the book's attention never scales by the layer index"),
+        ("layer_norm_epsilon", config.layer_norm_epsilon, eps,
+         "the book's LayerNorm has eps=1e-5"),
+        ("tie_word_embeddings", config.tie_word_embeddings, True,
+         "the book's GPT-2 configuration ties its head"),
+        ("add_cross_attention", config.add_cross_attention, False,
+         "the book's GPT has no cross-attention"),
+        ("n_layer", config.n_layer, len(model.blocks),
+         f"{build} num_layers={config.n_layer}"),
+        ("n_embd", config.n_embd, model.config.d_model,
+         f"{build} d_model={config.n_embd}"),
+        ("n_inner", ffn_width, model.blocks[0].ffn.linear1.out_features,
+         f"{build} ffn_width={ffn_width}"),
+        ("vocab_size", config.vocab_size, model.vocab_size,
+         f"{build} vocab_size={config.vocab_size}"),
+        ("n_positions", config.n_positions, model.context_length,
+         f"{build} context_length={config.n_positions}"),
+    ]  # fmt: skip
+    for name, theirs, mine, fix in recorded:
+        if theirs != mine:
+            raise ValueError(
+                f"{name} mismatch: the checkpoint's config has {theirs!r}, the model "
+                f"{mine!r}; {fix}"
+            )
+
+
 def _gpt2_plan(
-    model, state_dict, num_heads
+    model, state_dict, num_heads, config=None
 ) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
     """Pair each of ``model``'s tensors with its GPT-2 tensor, as ``(name, ours, theirs)``
     with ``theirs`` already in our layout; refuse what differs (shapes checked too)."""
@@ -183,26 +275,17 @@ def _gpt2_plan(
         raise TypeError(
             f"model must be a helpers.gpt.GPT, got {type(model).__name__}"
         )
-    if not hasattr(state_dict, "keys"):
-        raise TypeError(
-            f"state_dict must be a mapping of names to tensors (GPT2LMHeadModel(...)."
-            f"state_dict()), got {type(state_dict).__name__}"
-        )
-    if "transformer.wte.weight" not in state_dict:
-        raise ValueError(
-            "the state dict has no 'transformer.wte.weight': load_gpt2 reads the layout of "
-            "transformers' GPT2LMHeadModel (keys 'transformer.wte.weight', 'transformer.h.0."
-            "attn.c_attn.weight', ...); pass GPT2LMHeadModel.state_dict(), not GPT2Model's"
-        )
+    prefix = _gpt2_prefix(state_dict)
+    num_heads = _gpt2_heads(config, num_heads)
     layers = {
         int(m.group(1))
         for k in state_dict
-        if (m := re.match(r"transformer\.h\.(\d+)\.", k))
+        if (m := re.match(rf"{re.escape(prefix)}h\.(\d+)\.", k))
     }
-    vocab, width = state_dict["transformer.wte.weight"].shape
-    context = state_dict["transformer.wpe.weight"].shape[0]
+    vocab, width = state_dict[f"{prefix}wte.weight"].shape
+    context = state_dict[f"{prefix}wpe.weight"].shape[0]
     block = model.blocks[0]
-    if num_heads is not None and num_heads != block.self_attn.num_heads:
+    if num_heads != block.self_attn.num_heads:
         raise ValueError(
             f"num_heads mismatch: the checkpoint has {num_heads} heads, the model "
             f"{block.self_attn.num_heads}; build it with num_heads={num_heads}"
@@ -248,11 +331,13 @@ def _gpt2_plan(
             f"norm mismatch: GPT-2 uses LayerNorm(eps=1e-5), the model "
             f"{model.final_norm}; {gpt2_like}"
         )
-    if model.config.activation != "gelu_tanh":
+    if config is None and model.config.activation != "gelu_tanh":
         raise ValueError(
             f"activation mismatch: GPT-2's feed-forward network applies GELU's "
             f"tanh approximation, the model {model.config.activation!r}; {gpt2_like}"
         )
+    if config is not None:
+        _check_gpt2_config(model, config)
     if model.head.weight is not model.token_embedding.weight:
         raise ValueError(
             "head mismatch: GPT-2's output head is tied to its token embedding, "
@@ -260,7 +345,7 @@ def _gpt2_plan(
         )
     head = state_dict.get("lm_head.weight")
     if head is not None and not torch.equal(
-        head, state_dict["transformer.wte.weight"]
+        head, state_dict[f"{prefix}wte.weight"]
     ):
         raise ValueError(
             "the state dict's lm_head.weight differs from transformer.wte.weight: "
@@ -286,13 +371,17 @@ def _gpt2_plan(
                 )
     pairs = []
     for name, param, key in plan:
-        key = f"transformer.{key}"
+        key = f"{prefix}{key}"
         if key not in state_dict:
             raise ValueError(
                 f"the state dict has no {key!r} (for the model's {name})"
             )
         tensor = state_dict[key]
-        if name.endswith("weight") and ".h." in key and "ln_" not in key:
+        if (
+            name.endswith("weight")
+            and key.startswith(f"{prefix}h.")
+            and "ln_" not in key
+        ):
             tensor = (
                 tensor.t()
             )  # GPT-2's Conv1D stores (in, out); nn.Linear holds (out, in)
@@ -307,17 +396,27 @@ def _gpt2_plan(
 
 
 @torch.no_grad()
-def load_gpt2(model, state_dict, *, num_heads: int | None = None):
-    """Copy a ``transformers`` ``GPT2LMHeadModel``'s state dict into a :class:`GPT`; return it.
+def load_gpt2(model, state_dict, *, config=None, num_heads: int | None = None):
+    """Copy a ``transformers`` GPT-2 state dict into a :class:`GPT`; return it.
 
-    The model must be configured as GPT-2: learned positions, LayerNorm (eps 1e-5) with
-    biases, ``activation="gelu_tanh"``, a tied head, the checkpoint's layers, width,
-    vocabulary and context length. GPT-2's ``Conv1D`` layers store ``(in, out)`` matrices,
-    the transpose of ``nn.Linear``'s, so those are transposed; ``c_attn`` stacks the query,
-    key and value projections as ``qkv_proj`` does. A state dict does not record the number
-    of heads: pass ``num_heads=config.n_head`` to have it checked. Every check runs before
-    any weight is copied, so a refused model is left as it was.
+    ``state_dict``: ``GPT2LMHeadModel``'s (keys ``transformer.h.0...``) or ``GPT2Model``'s
+    and the released weights file's (keys ``h.0...``). A state dict records the shapes, not
+    the choices that shaped them, so pass the checkpoint's ``config`` (a ``GPT2Config``,
+    e.g. ``GPT2LMHeadModel.config``), or at least ``num_heads``; one of them is required.
+
+    Checked from the state dict against the model: layers, width, vocabulary, context length,
+    every tensor's shape (so the feed-forward width), biases, a tied head. Checked against the
+    model always: learned positions, LayerNorm, as many key/value heads as query heads, no
+    window, the head count. With ``config``, also: ``activation_function`` (``gelu_new`` is
+    ``activation="gelu_tanh"``), ``scale_attn_weights=True``,
+    ``scale_attn_by_inverse_layer_idx=False``, ``layer_norm_epsilon`` equal to the model's,
+    ``n_inner``, ``tie_word_embeddings=True``, ``add_cross_attention=False``. With
+    ``num_heads`` alone, those are taken to be GPT-2's own: GELU's tanh approximation,
+    scores scaled by 1/sqrt(d_head), eps 1e-5. GPT-2's ``Conv1D`` layers store ``(in, out)``
+    matrices, the transpose of ``nn.Linear``'s, so those are transposed; ``c_attn`` stacks
+    the query, key and value projections as ``qkv_proj`` does. Every check runs before any
+    weight is copied, so a refused model is left as it was.
     """
-    for _, param, tensor in _gpt2_plan(model, state_dict, num_heads):
+    for _, param, tensor in _gpt2_plan(model, state_dict, num_heads, config):
         param.copy_(tensor)
     return model

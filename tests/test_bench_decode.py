@@ -6,6 +6,7 @@ reads no value back), whatever its timings."""
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 from conftest import ROOT
 from conftest import run_script as run_script_named
 
@@ -61,3 +62,44 @@ def test_cuda_when_absent_is_refused_without_writing(tmp_path):
     done = run_script("--device", "cuda", "--out", str(out))
     assert done.returncode == 2 and "CUDA is not available" in done.stderr
     assert not out.exists()
+
+
+def check_shipped(table: pd.DataFrame, device: str) -> None:
+    """What every shipped decode benchmark must hold, whatever its timings."""
+    assert list(table.columns) == COLUMNS
+    assert (table["device"] == device).all()
+    assert table["machine"].str.contains("torch").all()
+    assert (
+        table["command"].str.startswith("python scripts/bench_decode.py").all()
+    )
+    assert (table["seconds_per_step"] > 0).all()
+    for _, cached in table[table["mode"] == "cache"].groupby("model"):
+        for column in (
+            "ops_per_step",
+            "non_view_ops_per_step",
+            "elements_written_per_step",
+        ):
+            assert cached[column].nunique() == 1, (
+                column
+            )  # the same at every context
+        assert (cached["syncs_per_step"] == 0).all()
+
+
+def test_the_shipped_measurements_hold_what_a_cached_step_promises():
+    """book/bench_decode.csv (one CPU thread) and book/bench_decode_gpu.csv (an H100), which
+    chapter 10 draws side by side."""
+    check_shipped(pd.read_csv(ROOT / "book" / "bench_decode.csv"), "cpu")
+    gpu = pd.read_csv(ROOT / "book" / "bench_decode_gpu.csv")
+    check_shipped(gpu, "cuda")
+    assert gpu["machine"].str.contains("H100").all()
+    assert "--device cuda" in gpu["command"].iloc[0]
+
+
+def test_the_shipped_check_fails_on_a_cached_step_that_grows():
+    table = pd.read_csv(ROOT / "book" / "bench_decode_gpu.csv")
+    cached = table["mode"] == "cache"
+    table.loc[cached, "elements_written_per_step"] += table.loc[
+        cached, "context"
+    ]
+    with pytest.raises(AssertionError, match="elements_written_per_step"):
+        check_shipped(table, "cuda")

@@ -147,7 +147,7 @@ def test_load_returns_the_model_and_accepts_a_state_dict_without_lm_head():
     ref = reference()
     state = {k: v for k, v in ref.state_dict().items() if k != "lm_head.weight"}
     model = book_model(ref.config)
-    assert load_gpt2(model, state) is model
+    assert load_gpt2(model, state, config=ref.config) is model
     torch.testing.assert_close(
         model.head.weight, ref.lm_head.weight, atol=0, rtol=0
     )
@@ -202,7 +202,7 @@ def test_a_shape_mismatch_in_the_last_layer_leaves_the_first_untouched():
     with pytest.raises(
         ValueError, match=r"shape mismatch at transformer\.h\.1\.mlp\.c_proj"
     ):
-        load_gpt2(model, state)
+        load_gpt2(model, state, num_heads=4)
     assert torch.equal(model.blocks[0].self_attn.qkv_proj.weight, before)
 
 
@@ -210,19 +210,109 @@ def test_bad_state_dicts_are_refused():
     ref = reference()
     model = book_model(ref.config)
     with pytest.raises(TypeError, match="model must be a helpers.gpt.GPT"):
-        load_gpt2(ref, ref.state_dict())
+        load_gpt2(ref, ref.state_dict(), num_heads=4)
     with pytest.raises(TypeError, match="state_dict must be a mapping"):
-        load_gpt2(model, ref)
-    gpt2_model_layout = {
-        k.removeprefix("transformer."): v for k, v in ref.state_dict().items()
-    }
+        load_gpt2(model, ref, num_heads=4)
+    no_embedding = {k: v for k, v in ref.state_dict().items() if "wte" not in k}
     with pytest.raises(ValueError, match="no 'transformer.wte.weight'"):
-        load_gpt2(model, gpt2_model_layout)
+        load_gpt2(model, no_embedding, num_heads=4)
     missing = {
         k: v for k, v in ref.state_dict().items() if "h.1.ln_2.bias" not in k
     }
     with pytest.raises(ValueError, match=r"no 'transformer\.h\.1\.ln_2\.bias'"):
-        load_gpt2(model, missing)
+        load_gpt2(model, missing, num_heads=4)
     untied = dict(ref.state_dict(), **{"lm_head.weight": torch.zeros(64, 32)})
     with pytest.raises(ValueError, match="untied head"):
-        load_gpt2(model, untied)
+        load_gpt2(model, untied, num_heads=4)
+
+
+def test_a_state_dict_without_the_transformer_prefix_loads():
+    """GPT2Model's keys, and the released ``gpt2`` weights file's: ``h.0...``, no prefix."""
+    ref = reference(4)
+    prefixless = {
+        k.removeprefix("transformer."): v
+        for k, v in ref.state_dict().items()
+        if k != "lm_head.weight"
+    }
+    assert "h.0.attn.c_attn.weight" in prefixless
+    model = load_gpt2(book_model(ref.config), prefixless, config=ref.config)
+    tokens = torch.randint(
+        0, 64, (2, 16), generator=torch.Generator().manual_seed(4)
+    )
+    with torch.no_grad():
+        error = (model(tokens) - ref(tokens).logits).abs().max().item()
+    assert error < 1e-4
+
+
+@pytest.mark.parametrize("model_heads", [2, 8])
+def test_the_head_count_is_required(model_heads):
+    """A state dict does not record heads: a 2- or 8-head model fits a 4-head checkpoint's
+    tensors, and would load it silently with wrong logits; without a head count it is refused."""
+    ref = reference()
+    model = book_model(ref.config, num_heads=model_heads)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(TypeError, match="needs the checkpoint's configuration"):
+        load_gpt2(model, ref.state_dict())
+    for kwargs in (dict(config=ref.config), dict(num_heads=4)):
+        with pytest.raises(ValueError, match="num_heads mismatch"):
+            load_gpt2(model, ref.state_dict(), **kwargs)
+    for key, value in model.state_dict().items():
+        assert torch.equal(value, before[key])
+    with pytest.raises(ValueError, match="contradicts config.n_head"):
+        load_gpt2(model, ref.state_dict(), config=ref.config, num_heads=2)
+    with pytest.raises(
+        TypeError, match="config must be a transformers GPT2Config"
+    ):
+        load_gpt2(model, ref.state_dict(), config=dict(n_layer=2))
+
+
+CONFIG_MISMATCHES = [  # GPT2Config overrides the tensors cannot show, and the message
+    (dict(activation_function="relu"), "activation mismatch"),
+    (dict(activation_function="gelu"), "activation mismatch"),
+    (dict(activation_function="silu"), "activation mismatch"),
+    (dict(scale_attn_weights=False), "scale_attn_weights mismatch"),
+    (
+        dict(scale_attn_by_inverse_layer_idx=True),
+        "scale_attn_by_inverse_layer_idx",
+    ),
+    (dict(layer_norm_epsilon=1e-3), "layer_norm_epsilon mismatch"),
+]
+
+
+@pytest.mark.parametrize("config_overrides, message", CONFIG_MISMATCHES)
+def test_a_config_records_what_the_tensors_do_not(config_overrides, message):
+    """Each of these checkpoints fits a GPT-2-like model's tensors and gives other logits;
+    with its config it is refused, before anything is copied."""
+    ref = reference(**config_overrides)
+    model = book_model(ref.config)
+    with (
+        torch.no_grad()
+    ):  # the counter-case: loaded on the tensors alone, it is wrong
+        silent = load_gpt2(
+            book_model(ref.config), ref.state_dict(), num_heads=4
+        )
+        tokens = torch.randint(
+            0, 64, (2, 16), generator=torch.Generator().manual_seed(0)
+        )
+        error = (silent(tokens) - ref(tokens).logits).abs().max().item()
+    assert error > 1e-4
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(ValueError, match=message):
+        load_gpt2(model, ref.state_dict(), config=ref.config)
+    for key, value in model.state_dict().items():
+        assert torch.equal(value, before[key])
+
+
+def test_a_config_with_another_activation_loads_into_a_model_built_with_it():
+    ref = reference(5, activation_function="relu")
+    model = load_gpt2(
+        book_model(ref.config, activation="relu"),
+        ref.state_dict(),
+        config=ref.config,
+    )
+    tokens = torch.randint(
+        0, 64, (2, 16), generator=torch.Generator().manual_seed(5)
+    )
+    with torch.no_grad():
+        error = (model(tokens) - ref(tokens).logits).abs().max().item()
+    assert error < 1e-4

@@ -54,6 +54,12 @@ def test_show_source_renders_a_python_code_block():
 
     method = helpers.show_source(MultiHeadAttention.forward).data
     assert method.splitlines()[1].startswith("# helpers/attention.py, lines ")
+    from helpers.transformer import EncoderDecoderTransformer
+
+    decorated = helpers.show_source(EncoderDecoderTransformer.generate).data
+    assert decorated.splitlines()[1].startswith(
+        "# helpers/transformer.py, lines "
+    )
     with pytest.raises(TypeError, match="cannot show the source"):
         helpers.show_source(3)
 

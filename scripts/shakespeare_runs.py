@@ -9,7 +9,8 @@ given number of steps (the schedule stretched to it) and seed; every evaluation 
 held-out loss is a row: ``steps`` (the run's length), ``seed``, ``step``, ``train_loss``,
 and ``val_loss`` (nats per character), and the run's ``threads``, ``machine`` and
 ``command``. Losses do not depend on how busy the machine is; times do, so none are kept
-(the chapter measures its own). The chapter draws these rows and asserts that its live run falls among them.
+(the chapter measures its own). The chapter draws these rows and asserts that its live
+run falls among them.
 """
 
 from __future__ import annotations

@@ -860,6 +860,14 @@ def seq2seq_generation(
                 f"{name}={value} is not a token of the target vocabulary (0 .. {vocab - 1})"
             )
     positive_int("num_steps", num_steps)
+    max_len = model.positional.max_len
+    # the last step reads the start token and num_steps - 1 written ones
+    if num_steps > max_len:
+        raise ValueError(
+            f"num_steps={num_steps} makes the decoder read {num_steps} tokens at its last step, "
+            f"more than the model's max_len={max_len}; ask for at most {max_len} steps, or "
+            "build the model with a larger max_len"
+        )
     positive_int("beam_size", beam_size)
     non_negative_number(
         "length_penalty", length_penalty, "use 0.0 to rank by total log-prob"
@@ -926,6 +934,8 @@ def self_attention_input(layer: nn.Module, x, cache, cache_type: type) -> None:
             f"cache must be a {cache_type.__module__}.{cache_type.__name__} or None, got "
             f"{type(cache).__name__}; make one per layer with model.new_caches(batch_size)"
         )
+    if cache is not None:
+        cache_window(cache, layer.window, type(layer).__name__)
     held = (
         None if cache is None else cache.entry_shape
     )  # read without slicing the buffers
@@ -933,6 +943,21 @@ def self_attention_input(layer: nn.Module, x, cache, cache_type: type) -> None:
         raise ValueError(
             f"the cache holds {held[0]} sequences but x has {x.shape[0]}; "
             "use one cache per batch (model.new_caches(batch_size))"
+        )
+
+
+def cache_window(cache, window: int | None, layer: str) -> None:
+    """A rolling cache keeps no fewer positions than its layer reads (``window``; None: all)."""
+    if cache.window is not None and (window is None or cache.window < window):
+        reads = (
+            "every earlier key (no window)"
+            if window is None
+            else f"the last {window} keys"
+        )
+        raise ValueError(
+            f"a KVCache(window={cache.window}) keeps only the last {cache.window} positions, "
+            f"but this {layer} reads {reads}: the keys it drops would silently be missing; "
+            "make the caches with model.new_caches(batch_size), which match each layer"
         )
 
 
@@ -1023,6 +1048,18 @@ def gpt_input(model, tokens_in, caches) -> int:
                 f"caches must be a list of one KVCache per layer ({len(model.blocks)}), got "
                 f"{type(caches).__name__}; make them with model.new_caches(batch_size)"
             )
+        if len({id(cache) for cache in caches}) != len(caches):
+            raise ValueError(
+                "caches holds the same KVCache object more than once (as "
+                "[KVCache()] * num_layers makes): every layer would write its keys into one "
+                "cache; make one per layer with model.new_caches(batch_size) or "
+                "[KVCache() for _ in range(num_layers)]"
+            )
+        for index, (cache, block) in enumerate(
+            zip(caches, model.blocks, strict=True)
+        ):
+            if hasattr(cache, "window"):  # (a wrong type: the layer names it)
+                cache_window(cache, block.self_attn.window, f"layer {index}")
         lengths = {cache.length for cache in caches}
         if len(lengths) != 1:
             raise ValueError(
@@ -1133,13 +1170,24 @@ def images(x, channels: int | None, image_size: int | None, who: str) -> Tensor:
             f"{tuple(x.shape)}; a batch of grey images (B, H, W) needs images.unsqueeze(1)"
         )
     if channels is not None and x.shape[1] != channels:
+        built = f"{who} was built for {channels} channel(s) but the images have {x.shape[1]}"
+        if x.shape[-1] == channels:  # (B, H, W, C): channels last
+            raise ValueError(
+                f"{built} in dimension 1: shape {tuple(x.shape)} looks channels-last "
+                f"(B, H, W, C={channels}); the model reads (B, C, H, W): convert them "
+                "with images.permute(0, 3, 1, 2)"
+            )
         raise ValueError(
-            f"{who} was built for {channels} channel(s) but the images have {x.shape[1]} "
-            f"(shape {tuple(x.shape)}, channels second); build it with channels={x.shape[1]} "
-            "or convert the images (channels last? use images.permute(0, 3, 1, 2))"
+            f"{built} (shape {tuple(x.shape)}, channels second); build it with "
+            f"channels={x.shape[1]} or convert the images to {channels} channel(s)"
         )
     height, width = x.shape[-2:]
-    if image_size is not None and (height, width) != (image_size, image_size):
+    if image_size is not None and height != width:
+        raise ValueError(
+            f"{who} reads square {image_size} x {image_size} images, got {height} x {width}; "
+            f"crop or pad them to a square, then resize them to {image_size} x {image_size}"
+        )
+    if image_size is not None and height != image_size:
         raise ValueError(
             f"{who} was built for {image_size} x {image_size} images, got {height} x {width}; "
             f"resize them or build it with image_size={height}"

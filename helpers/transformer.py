@@ -304,18 +304,19 @@ class TransformerEncoder(TransformerStack):
 
 
 class DecoderBlock(nn.Module):
-    """One decoder block: masked self-attention, cross-attention and a feed-forward network.
+    """A decoder block: masked self-attention, cross-attention, feed-forward.
 
-    The arguments are those of :class:`EncoderBlock`; both norm placements match
-    ``torch.nn.TransformerDecoderLayer`` (activation ReLU, ``batch_first=True``). The second
-    sublayer is *cross*-attention: queries from the target stream, keys and values from the
-    encoder's output ``memory``.
+    The arguments are those of :class:`EncoderBlock`; both norm placements
+    match ``torch.nn.TransformerDecoderLayer`` (ReLU, ``batch_first=True``).
+    The second sublayer is *cross*-attention: queries from the target stream,
+    keys and values from the encoder's output ``memory``.
 
-    ``forward(target, memory, target_mask=None, memory_mask=None, return_attention=False)``:
-    ``target`` is ``(B, Tt, D)``, ``memory`` is ``(B, Ts, D)``. Masks are boolean, True = may
-    attend: ``target_mask`` broadcastable to ``(B, H, Tt, Tt)`` (usually
-    ``causal_mask(Tt)``), ``memory_mask`` to ``(B, H, Tt, Ts)`` (usually a source padding
-    mask). Returns ``(B, Tt, D)``, or ``(output, (self_weights, cross_weights))`` with
+    ``forward(target, memory, target_mask=None, memory_mask=None,
+    return_attention=False)``: ``target`` is ``(B, Tt, D)``, ``memory`` is
+    ``(B, Ts, D)``. Masks are boolean, True = may attend: ``target_mask``
+    broadcastable to ``(B, H, Tt, Tt)`` (usually ``causal_mask(Tt)``),
+    ``memory_mask`` to ``(B, H, Tt, Ts)`` (usually a source padding mask).
+    Returns ``(B, Tt, D)``, or ``(output, (self_weights, cross_weights))`` with
     weights ``(B, H, Tt, Tt)`` and ``(B, H, Tt, Ts)`` if ``return_attention``.
     """
 
@@ -429,10 +430,12 @@ class Seq2SeqInference:
     ) -> torch.Tensor:
         """``(B, 1 + num_steps)`` tokens: ``start_id``, then the decoded ones.
 
-        ``beam_size=1`` is greedy decoding: one step at a time, the decoder re-reads the whole
-        prefix it has written so far (no cache) and appends the arg-max of the last position's
-        logits. ``beam_size=k > 1`` is beam search (:meth:`_beam_search`). With ``end_id``, a
-        sequence that has written ``end_id`` stops: its later positions hold ``pad_id``.
+        ``beam_size=1`` is greedy decoding: one step at a time, the decoder
+        re-reads the whole prefix it has written so far (no cache) and appends
+        the arg-max of the last position's logits. ``beam_size=k > 1`` is beam
+        search (:meth:`_beam_search`). With ``end_id``, a sequence that has
+        written ``end_id`` stops: its later positions hold ``pad_id``.
+        ``num_steps`` is at most the model's ``max_len`` (checked first).
         """
         check.seq2seq_generation(
             self, start_id, num_steps, end_id, beam_size, length_penalty
@@ -466,12 +469,13 @@ class Seq2SeqInference:
     def _beam_search(
         self, memory, source_mask, start_id, num_steps, end_id, beam_size, alpha
     ):
-        """Keep the ``beam_size`` prefixes of highest total log-probability at every step.
+        """Keep the ``beam_size`` prefixes of highest total log-prob at each step.
 
-        A finished hypothesis (it wrote ``end_id``) goes on with ``pad_id`` at no cost, so it
-        competes with the live ones on its final score. The returned one has the highest
-        ``total log-prob / length**alpha`` (``length``: tokens written, ``end_id`` included;
-        ``alpha = length_penalty``, 0 ranks by the total, larger values favour longer ones).
+        A finished hypothesis (it wrote ``end_id``) goes on with ``pad_id`` at no
+        cost, so it competes with the live ones on its final score. The returned
+        one has the highest ``total log-prob / length**alpha`` (``length``: tokens
+        written, ``end_id`` included; ``alpha = length_penalty``: 0 ranks by the
+        total, larger values favour longer ones).
         """
         (batch, _, _), k, vocab = memory.shape, beam_size, self.target_vocab
         memory = memory.repeat_interleave(
@@ -533,10 +537,11 @@ class Seq2SeqInference:
 
 
 class EncoderDecoderTransformer(Seq2SeqInference, nn.Module):
-    """The encoder-decoder Transformer on tokens: embeddings, positions, two stacks, logits.
+    """The encoder-decoder on tokens: embeddings, positions, two stacks, logits.
 
-    ``forward(source (B, Ts), target (B, Tt))``: int64 token ids (``target``: the decoder's
-    input, the shifted target) -> logits ``(B, Tt, target_vocab)``; ``pad_id`` is never a key.
+    ``forward(source (B, Ts), target (B, Tt))``: int64 token ids (``target``:
+    the decoder's input, the shifted target) -> logits
+    ``(B, Tt, target_vocab)``; ``pad_id`` is never a key.
     """
 
     def __init__(
@@ -600,7 +605,7 @@ class EncoderDecoderTransformer(Seq2SeqInference, nn.Module):
     def encode(
         self, source: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The encoder's output ``memory (B, Ts, D)`` and the source's key mask."""
+        """The encoder's output ``memory (B, Ts, D)``, the source key mask."""
         x = self._embed(self.source_embedding, source)
         source_mask = token_padding_mask(
             source, self.pad_id
@@ -608,7 +613,10 @@ class EncoderDecoderTransformer(Seq2SeqInference, nn.Module):
         return self.encoder(x, source_mask), source_mask
 
     def decode(self, target, memory, source_mask=None) -> torch.Tensor:
-        """Logits ``(B, Tt, target_vocab)`` for the decoder input ``target`` given ``memory``."""
+        """Logits ``(B, Tt, target_vocab)`` for the decoder input ``target``.
+
+        ``memory`` is the encoder's output, ``source_mask`` its key mask.
+        """
         x = self._embed(self.target_embedding, target)
         target_mask = causal_padding_mask(
             target, self.pad_id

@@ -604,6 +604,21 @@ def test_generate_refuses_bad_arguments(kwargs, error, message):
         model.generate(_sources(), **arguments)
 
 
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_generate_refuses_more_steps_than_max_len_before_any_work(
+    beam_size, monkeypatch
+):
+    model = _tiny_model(max_len=8)
+    assert model.generate(_sources(), 1, 8, beam_size=beam_size).shape == (6, 9)
+    calls = []
+    monkeypatch.setattr(model, "decode", lambda *a: calls.append(a))
+    with pytest.raises(
+        ValueError, match="num_steps=9 .* max_len=8; ask for at most 8"
+    ):
+        model.generate(_sources(), 1, 9, beam_size=beam_size)
+    assert not calls  # refused up front, not at step 8
+
+
 def test_an_end_token_needs_a_model_with_padding():
     torch.manual_seed(0)
     model = EncoderDecoderTransformer(12, 12, 16, 2, 1, 1, 32).eval()

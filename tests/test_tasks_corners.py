@@ -11,6 +11,7 @@ from helpers.tasks.corners import (
     CornerConfig,
     CornerTransformer,
     follows_the_rule,
+    follows_the_rule_by_case,
     free_running_mse,
     make_corner_sequences,
     reflection_rule,
@@ -135,6 +136,26 @@ def test_follows_the_rule_tells_the_rule_from_a_guess():
     torch.manual_seed(0)
     untrained = CornerTransformer().eval()
     assert follows_the_rule(untrained, points, _generator(5)) < 0.6
+
+
+class _SecondPointModel:
+    """A stand-in whose point 3 depends on point 2 alone: point 2's own corner."""
+
+    def generate(self, source, num_points):
+        return source[:, 1:2].sign()
+
+
+def test_the_two_undirected_cases_tell_point_1_readers_from_the_rest():
+    points, _ = make_corner_sequences(400, _generator(4))
+    rule = follows_the_rule_by_case(_RuleModel(), points, _generator(5))
+    assert rule == {"adjacent": 1.0, "same": 1.0, "opposite": 1.0}
+    # reading point 2 alone, it is right in one of the two cases at most: here, always
+    # in "opposite" (the rule's corner is point 2's own), never in "same"
+    blind = follows_the_rule_by_case(_SecondPointModel(), points, _generator(5))
+    assert blind == {"adjacent": 0.0, "same": 0.0, "opposite": 1.0}
+    # the same draws as follows_the_rule: a quarter of them are "opposite"
+    overall = follows_the_rule(_SecondPointModel(), points, _generator(5))
+    assert 0.15 < overall < 0.35
 
 
 @pytest.mark.parametrize(

@@ -15,6 +15,7 @@ from helpers.tasks.sorting import (
     exposure_bias,
     generated_accuracy,
     make_sorting_dataset,
+    next_to_write,
     seed_results,
     sequence_accuracy,
     sequence_log_probs,
@@ -122,6 +123,76 @@ def test_exposure_bias_of_an_untrained_model():
     assert abs(result["after_tf"] - result["after_generated"]) < 0.3
 
 
+def test_next_to_write_is_the_target_after_the_true_prefix():
+    source, _, target = make_sorting_dataset(300, 6, _generator(3)).tensors
+    real = target != PAD
+    assert torch.equal(next_to_write(source, target)[real], target[real])
+
+
+def _ids(*digits):
+    return [digit + 3 for digit in digits]
+
+
+def test_next_to_write_continues_the_sort_after_a_skip_or_a_repeat():
+    source = torch.tensor([_ids(1, 1, 2, 3), _ids(1, 2, 3, 9)])
+    written = torch.tensor(
+        [
+            [*_ids(1, 2, 3), EOS, PAD],  # a 1 skipped
+            [*_ids(1, 1, 2, 3), EOS],  # a 1 repeated (9 then lost)
+        ]
+    )
+    assert next_to_write(source, written).tolist() == [
+        [*_ids(1, 1, 3), EOS, EOS],
+        _ids(1, 2, 2, 3, 9),
+    ]
+
+
+class _Continues:
+    """A stand-in that generates fixed tokens and whose logits name the sorted continuation
+    of whatever prefix it reads (so teacher forcing is always right)."""
+
+    def __init__(self, written):
+        self.written = written
+
+    def generate(self, source, start_id, num_steps, end_id=None):
+        start = torch.full((len(source), 1), start_id)
+        return torch.cat([start, self.written], dim=1)
+
+    def __call__(self, source, decoder_input):
+        read = torch.cat([decoder_input[:, 1:], decoder_input[:, :1]], dim=1)
+        wanted = next_to_write(source, read)  # position t: after read[:, :t]
+        return torch.nn.functional.one_hot(wanted, VOCAB_SIZE).float() * 10
+
+
+def test_exposure_bias_aligns_after_a_skip_and_stops_at_the_model_end():
+    source = torch.tensor([_ids(1, 1, 2, 3), [*_ids(1, 2), PAD, PAD]])
+    target = torch.tensor(
+        [[*_ids(1, 1, 2, 3), EOS], [*_ids(1, 2), EOS, PAD, PAD]]
+    )
+    decoder_input = torch.cat([torch.full((2, 1), BOS), target[:, :-1]], dim=1)
+    data = torch.utils.data.TensorDataset(source, decoder_input, target)
+    written = torch.tensor(
+        [
+            [*_ids(1, 2, 3), EOS, PAD],  # skips a 1, then sorts on
+            [
+                _ids(1)[0],
+                EOS,
+                *_ids(7, 7, 7),
+            ],  # ends early: the 7s are not read
+        ]
+    )
+    result = exposure_bias(_Continues(written), data)
+    # after the first mistakes: the 3 and EOS of the first row, which continue the sort,
+    # and nothing of the second (the 7s come after its own end)
+    assert result["num_after"] == 2 and result["after_generated"] == 1.0
+    # position by position, each would be compared with a shifted slot
+    assert result["after_by_position"] == 0.0
+    assert result["token_tf"] == result["after_tf"] == 1.0
+    assert result["sequence_tf"] == 1.0 and result["sequence_generated"] == 0.0
+    # of the six tokens written up to each row's end, the skip and the early end are wrong
+    assert result["token_generated"] == pytest.approx(4 / 6)
+
+
 def test_calibration_of_hand_built_predictions():
     _, _, target = make_sorting_dataset(50, 5, _generator()).tensors
     # probability 0.9 on the right token for every real token: confidence 0.9, accuracy 1
@@ -208,6 +279,9 @@ def test_the_shipped_seed_results_hold_what_chapter_9_reads():
     for column in [
         "model - rule mse",
         "follows the rule",
+        "rule, point 2 adjacent",
+        "rule, same + opposite",
+        "cross-attention focus",
         "full: ece",
         "full ls=0.1: ece",
         "full ls=0.1: confidence",

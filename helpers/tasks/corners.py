@@ -41,6 +41,7 @@ __all__ = [
     "free_running_mse",
     "reflection_rule",
     "follows_the_rule",
+    "follows_the_rule_by_case",
 ]
 
 CORNERS = torch.tensor([[-1.0, -1.0], [-1.0, 1.0], [1.0, 1.0], [1.0, -1.0]])
@@ -294,11 +295,42 @@ def follows_the_rule(
     A model that reads point 1 for point 3, as :func:`reflection_rule` does, scores 1; one
     that guesses scores about 1/4.
     """
+    hits, _ = _rule_hits(model, points, generator)
+    return hits.float().mean().item()
+
+
+@torch.no_grad()
+def follows_the_rule_by_case(
+    model: CornerTransformer, points: torch.Tensor, generator: torch.Generator
+) -> dict[str, float]:
+    """:func:`follows_the_rule` (the same draws) split by where point 2 fell.
+
+    ``"adjacent"``: a corner next to point 1's, so the two points show a direction;
+    ``"same"``: point 1's own corner; ``"opposite"``: the corner opposite it. In the last
+    two the rule's answer is the corner opposite point 2 and point 2 itself: a model whose
+    point 3 depends on point 2 alone scores at most 1 on ``same + opposite``, the rule 2.
+    """
+    hits, offset = _rule_hits(model, points, generator)
+    cases = {
+        "adjacent": offset % 2 == 1,
+        "same": offset == 0,
+        "opposite": offset == 2,
+    }
+    return {
+        name: hits[case].float().mean().item() for name, case in cases.items()
+    }
+
+
+def _rule_hits(model, points, generator):
+    """Per sequence: does point 3 land nearest the corner opposite point 1, and how many
+    corners (0-3, clockwise) point 2 sits from point 1's, with point 2 a random corner."""
     source = teacher_forcing_split(points).tensors[0].clone()
-    source[:, 1] = CORNERS[
-        torch.randint(4, (len(source),), generator=check.generator(generator))
-    ]
+    second = torch.randint(
+        4, (len(source),), generator=check.generator(generator)
+    )
+    source[:, 1] = CORNERS[second]
     predicted = model.generate(source, 1)[:, 0]  # (B, 2): point 3
     nearest = torch.cdist(predicted, CORNERS).argmin(dim=-1)
     opposite = torch.cdist(-source[:, 0], CORNERS).argmin(dim=-1)
-    return (nearest == opposite).float().mean().item()
+    first = torch.cdist(source[:, 0], CORNERS).argmin(dim=-1)
+    return nearest == opposite, (second - first) % 4

@@ -36,6 +36,7 @@ __all__ = [
     "sequence_loss",
     "sequence_accuracy",
     "generated_accuracy",
+    "next_to_write",
     "exposure_bias",
     "sequence_log_probs",
     "calibration",
@@ -162,48 +163,90 @@ def sequence_log_probs(
     return token_log_probs.masked_fill(after_end > 0, 0.0).sum(dim=-1)
 
 
+def next_to_write(source: torch.Tensor, written: torch.Tensor) -> torch.Tensor:
+    """``(B, T)``: at position ``t``, what a sorter writes next after ``written[:, :t]``.
+
+    The smallest source digit not yet written (digits counted with their repeats) and not
+    below the last digit written, or ``EOS`` when none is left: the sorted continuation of
+    the prefix. After the true prefix it is the target; after a prefix with a mistake in it
+    (a digit skipped, repeated, or not in the source) it continues the sorted order from
+    where the prefix stands, so a later token is not held against the wrong slot.
+    """
+    digits = torch.arange(3, VOCAB_SIZE, device=source.device)
+    have = (source[..., None] == digits).sum(
+        dim=1
+    )  # (B, 10) digits in the source
+    is_digit = (written[..., None] == digits).long()  # (B, T, 10)
+    used = is_digit.cumsum(dim=1) - is_digit  # written before position t
+    last = (
+        (is_digit * digits).cummax(dim=1).values.amax(-1)
+    )  # (B, T), inclusive
+    floor = torch.cat([torch.zeros_like(last[:, :1]), last[:, :-1]], dim=1)
+    left = (have[:, None] - used > 0) & (digits >= floor[..., None])
+    smallest = left.long().argmax(dim=-1) + 3  # the first digit with some left
+    return torch.where(left.any(dim=-1), smallest, EOS)
+
+
 @torch.no_grad()
 def exposure_bias(
     model: EncoderDecoderTransformer, dataset: TensorDataset
 ) -> dict[str, float]:
     """Per-token accuracy and loss, teacher forced against greedy generation, on ``dataset``.
 
-    ``token_tf`` and ``token_generated``: the fraction of the target's real tokens (``EOS``
-    included) that are right given the true prefix, and that greedy generation writes
-    right given its own prefix. ``after_*``: the same at the *after* positions only, the real
-    positions that come after the first one generation gets wrong, where the model reads a
-    prefix with a mistake in it; ``after_loss_*``: the mean cross-entropy of the true token
-    there; ``num_after``: how many such positions. ``sequence_tf`` and ``sequence_generated``
-    are the sequence accuracies, which greedy decoding makes equal.
+    Greedy generation stops at the model's own ``EOS``; each token it writes, ``EOS``
+    included, is scored against :func:`next_to_write` given the model's own prefix (the
+    target while the prefix is right). ``token_tf``: the fraction of the target's real
+    tokens that are right given the true prefix; ``token_generated``: the fraction of the
+    generated tokens that are right given the model's own prefix. ``after_*``: the same
+    after the first token generation gets wrong, where the model reads a prefix with a
+    mistake in it (teacher forcing: the target's real positions after that one);
+    ``after_loss_*``: the mean cross-entropy of the right token there; ``num_after``: how
+    many tokens generation writes there. ``after_by_position``: the same generated tokens
+    scored against the target at their position, which after a skip or a repeat is the
+    wrong slot. ``sequence_tf`` and ``sequence_generated`` are the sequence accuracies,
+    which greedy decoding makes equal.
     """
     source, decoder_input, target = dataset.tensors
-    written = model.generate(source, BOS, target.shape[1])[
-        :, 1:
-    ]  # (B, Tt), no EOS stop
+    written = model.generate(source, BOS, target.shape[1], end_id=EOS)[:, 1:]
     own_input = torch.cat([decoder_input[:, :1], written[:, :-1]], dim=1)
+    ends = (written == EOS).long()
+    own = ends.cumsum(dim=-1) - ends == 0  # up to the model's own EOS, included
+    wanted = {"tf": target, "generated": next_to_write(source, written)}
     logits = {
         "tf": model(source, decoder_input),
         "generated": model(source, own_input),
     }
     right = {
         "tf": logits["tf"].argmax(-1) == target,
-        "generated": written == target,
+        "generated": written == wanted["generated"],
     }
-    real = target != PAD
-    wrong_so_far = ((~right["generated"]) & real).long().cumsum(dim=-1)
-    after = real & (wrong_so_far - (~right["generated"] & real).long() > 0)
-    result = {"num_after": int(after.sum())}
+    wrong = (~right["generated"] & own).long()
+    mistake_before = wrong.cumsum(dim=-1) - wrong > 0  # (B, Tt)
+    scored = {"tf": target != PAD, "generated": own}
+    result = {
+        "num_after": int((own & mistake_before).sum()),
+        "after_by_position": (written == target)[own & mistake_before]
+        .float()
+        .mean()
+        .item(),
+    }
     for way in ("tf", "generated"):
         loss = F.cross_entropy(
-            logits[way].transpose(1, 2), target, reduction="none"
+            logits[way].transpose(1, 2), wanted[way], reduction="none"
         )
-        result[f"token_{way}"] = right[way][real].float().mean().item()
-        result[f"sequence_{way}"] = (
-            (right[way] | ~real).all(-1).float().mean().item()
-        )
+        after = scored[way] & mistake_before
+        result[f"token_{way}"] = right[way][scored[way]].float().mean().item()
         result[f"after_{way}"] = right[way][after].float().mean().item()
         result[f"after_loss_{way}"] = loss[after].mean().item()
-    return result
+    with_start = torch.cat([decoder_input[:, :1], written], dim=1)
+    return result | {
+        "sequence_tf": (right["tf"] | (target == PAD))
+        .all(-1)
+        .float()
+        .mean()
+        .item(),
+        "sequence_generated": _accuracy(with_start, target),
+    }
 
 
 @torch.no_grad()

@@ -11,11 +11,14 @@ from helpers.tasks.shakespeare import (
     KneserNeyModel,
     RandomWindows,
     ShakespeareConfig,
+    attention_maps,
     held_out_loss,
     held_out_windows,
+    known_word_fraction,
     load_text,
     split_text,
     train_shakespeare,
+    words,
 )
 
 
@@ -135,3 +138,36 @@ def test_a_short_run_learns_and_reports_the_held_out_loss(text):
         train_shakespeare(
             ShakespeareConfig(steps=10, evaluations=3), held_ids, held_ids
         )
+
+
+def test_ngram_samples_and_known_words(text):
+    train, _ = split_text(text[:50_000])
+    model = KneserNeyModel(train, 4, sorted(set(text)))
+    sample = model.sample("KING.\n", 300, torch.Generator().manual_seed(0))
+    assert sample.startswith("KING.\n") and len(sample) == 306
+    vocabulary = set(words(train))
+    assert words("To be, or NOT to be: that's it") == [
+        "to", "be", "or", "not", "to", "be", "that's", "it",
+    ]  # fmt: skip
+    assert known_word_fraction("to be or xqzzy", {"to", "be", "or"}) == 0.75
+    # a 4-gram spells most words right; characters drawn uniformly do not
+    assert known_word_fraction(sample[6:], vocabulary) > 0.5
+    noise = "".join(
+        sorted(set(text))[i]
+        for i in torch.randint(76, (300,), generator=torch.Generator())
+    )
+    assert known_word_fraction(noise + " a", vocabulary) < 0.3
+    with pytest.raises(ValueError, match="no words"):
+        known_word_fraction("?!", vocabulary)
+
+
+def test_attention_maps_are_causal_distributions():
+    from helpers.gpt import GPT
+
+    model = GPT(GPTConfig(vocab_size=10, context_length=8, num_layers=2))
+    maps = attention_maps(model, torch.arange(6))
+    assert maps.shape == (2, 4, 6, 6)
+    torch.testing.assert_close(maps.sum(-1), torch.ones(2, 4, 6))
+    assert torch.all(maps.triu(1) == 0)  # no query reads a later key
+    with pytest.raises(ValueError, match="1 to 8 tokens"):
+        attention_maps(model, torch.arange(9))

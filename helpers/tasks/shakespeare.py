@@ -11,6 +11,7 @@ Shapes: ``B`` batch, ``T`` context length, ``V`` vocabulary size.
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -40,6 +41,9 @@ __all__ = [
     "ShakespeareConfig",
     "train_shakespeare",
     "held_out_loss",
+    "words",
+    "known_word_fraction",
+    "attention_maps",
 ]
 
 TEXT_FILE = "shakespeare.txt"
@@ -183,7 +187,8 @@ class KneserNeyModel:
         if not 0 < discount < 1:
             raise ValueError(f"discount must be in (0, 1), got {discount}")
         self.order, self.discount = order, discount
-        self.vocab_size = len(vocab)
+        self.vocab = list(vocab)
+        self.vocab_size = len(self.vocab)
         # counts[k][context][c] for k = 1..order (context of k - 1 characters)
         self.counts: list[dict[str, Counter]] = [{} for _ in range(order + 1)]
         grams = Counter(
@@ -240,6 +245,62 @@ class KneserNeyModel:
                 context = window[max(0, j - self.order + 1) : j]
                 total -= math.log(self.probability(context, window[j]))
         return total / (count * context_length)
+
+    def sample(
+        self, prompt: str, length: int, generator: torch.Generator
+    ) -> str:
+        """``prompt`` continued by ``length`` characters drawn from the model."""
+        check.positive_int("length", length)
+        chars = self.vocab
+        text = prompt
+        for _ in range(length):
+            context = text[max(0, len(text) - self.order + 1) :]
+            weights = torch.tensor(
+                [self.probability(context, c) for c in chars]
+            )
+            text += chars[torch.multinomial(weights, 1, generator=generator)]
+        return text
+
+
+def words(text: str) -> list[str]:
+    """The words of ``text``: runs of letters and apostrophes, lower-cased."""
+    return re.findall(r"[a-z']+", text.lower())
+
+
+def known_word_fraction(text: str, vocabulary: set[str]) -> float:
+    """The share of the words of ``text`` that are in ``vocabulary``."""
+    found = words(text)
+    if not found:
+        raise ValueError("text holds no words")
+    return sum(word in vocabulary for word in found) / len(found)
+
+
+@torch.no_grad()
+def attention_maps(model: GPT, ids: Tensor) -> Tensor:
+    """The attention weights of every layer and head on ``ids (T,)``: ``(L, H, T, T)``."""
+    check.instance("model", model, GPT)
+    if ids.ndim != 1 or not 0 < len(ids) <= model.context_length:
+        raise ValueError(
+            f"ids must be 1-D with 1 to {model.context_length} tokens, "
+            f"got shape {tuple(ids.shape)}"
+        )
+    inputs: list[Tensor] = []
+    hooks = [
+        block.self_attn.register_forward_pre_hook(
+            lambda module, args: inputs.append(args[0])
+        )
+        for block in model.blocks
+    ]
+    try:
+        model.eval()(ids[None])
+    finally:
+        for hook in hooks:
+            hook.remove()
+    maps = [
+        block.self_attn(x, return_attention=True)[1][0]
+        for block, x in zip(model.blocks, inputs, strict=True)
+    ]
+    return torch.stack(maps)
 
 
 @dataclass(frozen=True, kw_only=True)

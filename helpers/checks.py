@@ -711,9 +711,10 @@ def check_softmax_merge(fn) -> str:
     generator = torch.Generator().manual_seed(11)
     scores = 20 * torch.randn(3, 10, generator=generator)
     values = torch.randn(10, 4, generator=generator)
-    scores[2, 5:] = float(
-        "-inf"
-    )  # the second half of the last query's keys is masked
+    scores[2, 5:] = float("-inf")  # the last half of query 2's keys is masked
+    # query 3 has every key masked (a padding row): both halves have m = -inf
+    scores = torch.cat([scores, torch.full((1, 10), float("-inf"))])
+    live = slice(0, 3)  # the queries that read at least one key
     cases = {"halves": 5, "uneven halves": 2}
     for name, split in cases.items():
         first = _softmax_state(scores[:, :split], values[:split])
@@ -724,16 +725,30 @@ def check_softmax_merge(fn) -> str:
                 f"return a tuple (running_max, running_sum, accumulator), got {_describe(got)}"
             )
         expected = _softmax_state(scores, values)
-        output = got[2] / got[1]
+        masked_sum, masked_accumulator = got[1][3], got[2][3]
+        if not (
+            torch.equal(masked_sum, torch.zeros_like(masked_sum))
+            and torch.equal(
+                masked_accumulator, torch.zeros_like(masked_accumulator)
+            )
+        ):
+            raise AssertionError(
+                f"{name}: a query whose keys are all masked must keep running_sum 0 and "
+                f"accumulator 0, got {masked_sum.tolist()} and {masked_accumulator.tolist()}; "
+                "both halves have m = -inf there, and exp(-inf - (-inf)) is NaN: rescale "
+                "against 0 where the common maximum is -inf, as online_softmax_update does"
+            )
+        output = got[2][live] / got[1][live]
         if not torch.isfinite(output).all():
             raise AssertionError(
                 f"{name}: the merged output has NaN or inf; rescale each half by "
                 "exp(m_half - m) with m the larger of the two maxima (a half of masked keys "
                 "has m = -inf, and exp(-inf - m) = 0 is fine)"
             )
-        if not torch.allclose(output, scores.softmax(-1) @ values, atol=1e-5):
+        truth = scores[live].softmax(-1) @ values
+        if not torch.allclose(output, truth, atol=1e-5):
             plain = (first[2] + second[2]) / (first[1] + second[1])
-            if torch.allclose(output, plain, atol=1e-6):
+            if torch.allclose(output, plain[live], atol=1e-6):
                 raise AssertionError(
                     "you added the sums and accumulators as they are: each half was summed "
                     "against its own maximum, so rescale both by exp(m_half - m) first"

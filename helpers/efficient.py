@@ -51,17 +51,18 @@ def online_softmax_update(
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Fold one block of keys into a streaming softmax-weighted sum.
 
-    State, per query: ``running_max`` m (..., Tq, 1), the largest score seen so far;
-    ``running_sum`` l (..., Tq, 1), the sum of exp(score - m) so far; ``accumulator``
-    (..., Tq, dv), the sum of exp(score - m) * value so far. The new block brings ``scores``
-    (..., Tq, Bk), with -inf where a key is masked, and its ``values`` (..., Bk, dv). When the
-    maximum grows, everything summed so far is rescaled by exp(m_old - m_new). After the last
-    block, ``accumulator / running_sum`` is softmax(scores) @ values over all the keys.
+    State, per query: ``running_max`` m (..., Tq, 1), the largest score seen so
+    far; ``running_sum`` l (..., Tq, 1), the sum of exp(score - m) so far;
+    ``accumulator`` (..., Tq, dv), the sum of exp(score - m) * value so far. The
+    new block brings ``scores`` (..., Tq, Bk), with -inf where a key is masked,
+    and its ``values`` (..., Bk, dv). When the maximum grows, everything summed
+    so far is rescaled by exp(m_old - m_new). After the last block,
+    ``accumulator / running_sum`` is softmax(scores) @ values over all the keys.
     Start from m = -inf, l = 0, accumulator = 0.
     """
     new_max = torch.maximum(running_max, scores.amax(dim=-1, keepdim=True))
-    # A row that has seen only masked keys keeps m = -inf; subtract 0 there instead of -inf
-    # (exp(-inf - (-inf)) would be NaN), which leaves its sum and accumulator at zero.
+    # A row that has seen only masked keys keeps m = -inf; subtract 0 there, not
+    # -inf (exp(-inf - (-inf)) would be NaN): its sum and accumulator stay zero.
     shift = new_max.masked_fill(new_max == float("-inf"), 0.0)
     rescale = torch.exp(running_max - shift)  # exp(m_old - m_new) <= 1
     weights = torch.exp(scores - shift)  # (..., Tq, Bk), unnormalized
@@ -88,16 +89,18 @@ def tiled_attention(
     block_size: int = 128,
     scale: float | None = None,
 ) -> Tensor:
-    """softmax(q k^T / sqrt(d)) v computed tile by tile: the forward pass of FlashAttention.
+    """softmax(q k^T / sqrt(d)) v, tile by tile: FlashAttention's forward pass.
 
-    q (..., Tq, d), k (..., Tk, d), v (..., Tk, dv) -> (..., Tq, dv). Queries and keys go
-    in blocks of ``block_size``; each (query block, key block) tile of scores is folded into
-    the running state with :func:`online_softmax_update`, so memory holds one tile of
-    (block_size, block_size) scores, never the (Tq, Tk) matrix. ``causal``: query i sees
-    keys j <= i (queries and keys share positions 0, 1, ...); ``window``: it sees only keys
-    less than ``window`` positions away (j > i - window when causal, |i - j| < window
-    otherwise). Tiles with no allowed key are skipped, which is where the causal and the
-    windowed versions save time. A query with no allowed key gets a zero output, as in
+    q (..., Tq, d), k (..., Tk, d), v (..., Tk, dv) -> (..., Tq, dv). Queries
+    and keys go in blocks of ``block_size``; each (query block, key block) tile
+    of scores is folded into the running state with
+    :func:`online_softmax_update`, so memory holds one tile of
+    (block_size, block_size) scores, never the (Tq, Tk) matrix. ``causal``:
+    query i sees keys j <= i (queries and keys share positions 0, 1, ...);
+    ``window``: it sees only keys less than ``window`` positions away
+    (j > i - window when causal, |i - j| < window otherwise). Tiles with no
+    allowed key are skipped, which is where the causal and the windowed
+    versions save time. A query with no allowed key gets a zero output, as in
     :func:`helpers.attention.scaled_dot_product_attention`.
     """
     check.attention_arguments(q, k, v, None, 0.0, False, scale)
@@ -128,7 +131,7 @@ def tiled_attention(
                 running_max, running_sum, accumulator, scores,
                 v[..., k_start : k_start + block_size, :],
             )  # fmt: skip
-        # A query that saw no key has sum 0 and a zero accumulator: output 0, not NaN.
+        # A query that saw no key has sum 0, accumulator 0: output 0, not NaN.
         outputs.append(
             accumulator / running_sum.clamp(min=torch.finfo(q.dtype).tiny)
         )

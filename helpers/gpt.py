@@ -132,8 +132,9 @@ class KVCache:
 
     ``keys`` and ``values`` are ``(B, H_kv, T_held, d_head)`` (None while empty); ``append``
     writes the new positions' and returns the keys and values they may read. One cache per
-    layer: :meth:`GPT.new_caches` makes them. With grouped-query attention it holds ``H_kv``
-    heads, not ``H``: that is where the memory saving is.
+    layer: :meth:`GPT.new_caches` makes them (``[KVCache()] * num_layers`` would be one cache
+    for every layer, and is refused). With grouped-query attention it holds ``H_kv`` heads,
+    not ``H``: that is where the memory saving is, and a step reads them without copying.
 
     The cache is *preallocated*: its first ``append`` allocates two buffers of ``capacity``
     positions (at least as many as it is given), each ``append`` copies the new positions into
@@ -319,7 +320,8 @@ class CausalSelfAttention(nn.Module):
     """Masked multi-head self-attention with optional grouped-query heads, RoPE or ALiBi.
 
     Built from a :class:`GPTConfig`. Its ``H_kv`` key/value heads are each shared by a group
-    of ``H / H_kv`` query heads; ``qkv_proj`` stacks ``W_q`` (D rows), ``W_k`` and ``W_v``
+    of ``H / H_kv`` query heads, read in place, never copied per query head
+    (:func:`_fold_groups`); ``qkv_proj`` stacks ``W_q`` (D rows), ``W_k`` and ``W_v``
     (``H_kv * d_head`` rows each), :class:`MultiHeadAttention`'s layout when ``H_kv = H``.
     ``"rope"`` rotates queries and keys, ``"alibi"`` adds ``-m_h * (i - j)`` to the scores
     (:func:`score_bias`, which also masks); other positions are the embeddings' business.
@@ -398,33 +400,49 @@ class CausalSelfAttention(nn.Module):
             k, v = cache.append(
                 k, v
             )  # (B, H_kv, held + T, dh): all of it, or a window's
-        group = (
-            self.num_heads // self.num_kv_heads
-        )  # query heads per key/value head
-        if (
-            group > 1
-        ):  # (repeat_interleave(1) would copy the whole cache at every step)
-            k, v = (
-                k.repeat_interleave(group, dim=1),
-                v.repeat_interleave(group, dim=1),
-            )
         bias = score_bias(
             offset, length, first_key, self.window, self.slopes, x
-        )  # or None
+        )  # (1 or H, T, T_k), or None
+        group = self.num_heads // self.num_kv_heads  # query heads per kv head
+        if group > 1:  # share each kv head with its group's queries: no copy
+            q, bias = _fold_groups(q, bias, self.num_kv_heads)
         dropout_p = self.dropout if self.training else 0.0
         if return_attention:  # written out, to return the weights
             scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_head)
             scores = scores if bias is None else scores + bias
             weights = F.dropout(scores.softmax(dim=-1), dropout_p)
             heads = weights @ v
+            weights = weights.reshape(batch, self.num_heads, length, -1)
         else:  # PyTorch's fused kernel
             heads = F.scaled_dot_product_attention(
                 q, k, v, attn_mask=bias, dropout_p=dropout_p
             )
+        heads = heads.reshape(batch, self.num_heads, length, self.d_head)
         output = self.out_proj(
             heads.transpose(1, 2).reshape(batch, length, self.d_model)
         )
         return (output, weights) if return_attention else output
+
+
+def _fold_groups(
+    q: Tensor, bias: Tensor | None, num_kv_heads: int
+) -> tuple[Tensor, Tensor | None]:
+    """Queries ``(B, H, T, dh)`` as ``(B, H_kv, group * T, dh)``, the bias to match.
+
+    Query head ``h`` reads key/value head ``h // group``. Folding each group's heads into
+    the query positions lets every query of a group read its one key/value head as it is:
+    copying the heads ``group`` times (``repeat_interleave``) would copy the whole cache
+    at every decoding step. The bias ``(1 or H, T, T_k)`` becomes
+    ``(1 or H_kv, group * T, T_k)``.
+    """
+    batch, num_heads, length, d_head = q.shape
+    group = num_heads // num_kv_heads
+    q = q.reshape(batch, num_kv_heads, group * length, d_head)
+    if bias is not None and bias.shape[0] == 1:  # the same for every head
+        bias = bias.repeat(1, group, 1)
+    elif bias is not None:  # ALiBi: one slope per query head
+        bias = bias.reshape(num_kv_heads, group * length, bias.shape[-1])
+    return q, bias
 
 
 def _in_windows(

@@ -62,7 +62,7 @@ def _square_grid(images: Tensor, patch_size: int, who: str) -> int:
 
 
 def patchify(images: Tensor, patch_size: int) -> Tensor:
-    """Cut ``(B, C, S, S)`` images into ``(B, N, C * P * P)`` flattened patches, row by row."""
+    """Cut images into patches row by row: ``(B, C, S, S) -> (B, N, C P P)``."""
     check.images(images, None, None, "patchify")
     batch, channels = images.shape[:2]
     grid = _square_grid(images, patch_size, "patchify")
@@ -90,7 +90,10 @@ class LinearPatchEmbedding(nn.Module):
 
 
 class ConvPatchEmbedding(nn.Module):
-    """The same map as a ``Conv2d`` with kernel = stride = ``P``: ``(B, C, S, S) -> (B, N, D)``."""
+    """The patch embedding as a ``Conv2d``, kernel = stride = ``P``.
+
+    ``(B, C, S, S) -> (B, N, D)``.
+    """
 
     def __init__(self, patch_size: int, channels: int, d_model: int) -> None:
         super().__init__()
@@ -213,10 +216,11 @@ class ViTConfig:
 
 
 class VisionTransformer(nn.Module):
-    """Patches, positions, chapter 6's encoder and a linear head: ``(B, C, S, S) -> (B, K)``.
+    """Patches, positions, chapter 6's encoder and a head: images to logits.
 
-    ``K = num_classes`` logits. ``tokens(images)`` is what enters the encoder, ``(B, T, D)``;
-    ``attention_maps(images)`` the weights of every block, a list of ``(B, H, T, T)``.
+    ``(B, C, S, S) -> (B, K)``, ``K = num_classes`` logits. ``tokens(images)``
+    is what enters the encoder, ``(B, T, D)``; ``attention_maps(images)`` the
+    weights of every block, a list of ``(B, H, T, T)``.
     """
 
     def __init__(self, config: ViTConfig = ViTConfig()) -> None:
@@ -245,12 +249,14 @@ class VisionTransformer(nn.Module):
             if config.pool == "cls"
             else None
         )
-        self.encoder = TransformerEncoder(config.num_blocks, width, config.num_heads,
-                                          config.ffn_width, config.dropout)  # fmt: skip
+        self.encoder = TransformerEncoder(
+            config.num_blocks, width, config.num_heads, config.ffn_width,
+            config.dropout,
+        )  # fmt: skip
         self.head = nn.Linear(width, config.num_classes)
 
     def tokens(self, images: Tensor) -> Tensor:
-        """The encoder's input: embedded patches plus positions, after a class token if any."""
+        """The encoder's input: patches plus positions (after a class token)."""
         config = self.config
         check.images(
             images, config.channels, config.image_size, type(self).__name__
@@ -267,7 +273,7 @@ class VisionTransformer(nn.Module):
 
     @torch.no_grad()
     def attention_maps(self, images: Tensor) -> list[Tensor]:
-        """The attention weights of every block on ``images``: a list of ``(B, H, T, T)``."""
+        """Every block's weights on ``images``: a list of ``(B, H, T, T)``."""
         return self.encoder.get_attention_maps(self.tokens(images))
 
 
@@ -277,17 +283,19 @@ class VisionTransformer(nn.Module):
 def attention_rollout(
     maps: list[Tensor] | tuple[Tensor, ...], residual: float = 0.5
 ) -> Tensor:
-    """Attention rollout (Abnar and Zuidema, 2020): ``(B, T, T)``, how much each output token
-    draws on each input token through all the blocks.
+    """Attention rollout (Abnar and Zuidema, 2020): ``(B, T, T)``, how much each
+    output token draws on each input token through all the blocks.
 
-    Each block's weights ``(B, H, T, T)`` are averaged over the heads and mixed with the
-    identity for the residual connection, ``A = (1 - residual) * mean_h(W) + residual * I``;
-    the rollout is the product ``A_L ... A_2 A_1``. Every ``A`` is row-stochastic, so every
-    row of the rollout sums to 1.
+    Each block's weights ``(B, H, T, T)`` are averaged over the heads and mixed
+    with the identity for the residual connection,
+    ``A = (1 - residual) * mean_h(W) + residual * I``; the rollout is the
+    product ``A_L ... A_2 A_1``. Every ``A`` is row-stochastic, so every row of
+    the rollout sums to 1.
     """
     if not isinstance(maps, (list, tuple)) or not maps:
         raise TypeError(
-            "maps must be a non-empty list of (B, H, T, T) weights, one per block"
+            "maps must be a non-empty list of (B, H, T, T) weights, "
+            "one per block"
         )
     residual = check.real("residual", residual)
     if not 0.0 <= residual <= 1.0:
@@ -303,16 +311,15 @@ def attention_rollout(
             or shape[-1] != shape[-2]
         ):
             raise ValueError(
-                f"every block's weights must have the same shape (B, H, T, T), got "
-                f"{tuple(weights.shape)} after {tuple(shape)}"
+                "every block's weights must have the same shape (B, H, T, T), "
+                f"got {tuple(weights.shape)} after {tuple(shape)}"
             )
     identity = torch.eye(shape[-1], dtype=maps[0].dtype, device=maps[0].device)
     rollout = identity.expand(shape[0], -1, -1)
     for weights in maps:
         mixed = (1 - residual) * weights.mean(dim=1) + residual * identity
-        rollout = (
-            mixed @ rollout
-        )  # the later block acts on what the earlier ones mixed
+        # the later block acts on what the earlier ones mixed
+        rollout = mixed @ rollout
     return rollout
 
 

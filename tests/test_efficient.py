@@ -301,7 +301,8 @@ def test_median_seconds_is_a_median_of_positive_times():
 def _merge(state_1, state_2):
     (m1, l1, a1), (m2, l2, a2) = state_1, state_2
     m = torch.maximum(m1, m2)
-    r1, r2 = torch.exp(m1 - m), torch.exp(m2 - m)
+    shift = m.masked_fill(m == float("-inf"), 0.0)  # both halves masked
+    r1, r2 = torch.exp(m1 - shift), torch.exp(m2 - shift)
     return m, l1 * r1 + l2 * r2, a1 * r1 + a2 * r2
 
 
@@ -316,6 +317,15 @@ def test_check_softmax_merge_accepts_a_right_merge_and_names_wrong_ones():
 
     with pytest.raises(AssertionError, match="rescale both"):
         check_softmax_merge(unscaled)
+
+    def unguarded(state_1, state_2):  # NaN where both halves are fully masked
+        (m1, l1, a1), (m2, l2, a2) = state_1, state_2
+        m = torch.maximum(m1, m2)
+        r1, r2 = torch.exp(m1 - m), torch.exp(m2 - m)
+        return m, l1 * r1 + l2 * r2, a1 * r1 + a2 * r2
+
+    with pytest.raises(AssertionError, match="all masked.*against 0"):
+        check_softmax_merge(unguarded)
     with pytest.raises(AssertionError, match="tuple"):
         check_softmax_merge(lambda a, b: a[2])
     with pytest.raises(AssertionError, match="running_max"):

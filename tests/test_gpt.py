@@ -495,8 +495,11 @@ def _ops_per_step(model, prompt_length, steps=8, **options):
 
 
 @pytest.mark.parametrize(
-    "variant", [dict(positions="learned"), dict(positions="rope")], ids=_name
-)
+    "variant",
+    [dict(positions="learned"), dict(positions="rope"),
+     dict(positions="rope", num_kv_heads=2)],
+    ids=_name,
+)  # fmt: skip
 def test_a_decoding_step_costs_the_same_at_every_cache_length(variant):
     model = _model(**variant)  # context 24
     short, long = _ops_per_step(model, 2), _ops_per_step(model, 14)
@@ -512,6 +515,30 @@ def test_a_decoding_step_costs_the_same_at_every_cache_length(variant):
     assert (
         without[0]["elements_written"] < without[1]["elements_written"]
     )  # on more positions
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [dict(positions="rope", num_kv_heads=2),
+     dict(positions="rope", num_kv_heads=1),
+     dict(positions="learned", num_kv_heads=2),
+     dict(positions="alibi", num_kv_heads=2),
+     dict(positions="rope", num_kv_heads=2, window=6)],
+    ids=_name,
+)  # fmt: skip
+def test_a_grouped_query_step_writes_no_more_than_a_multi_head_step(variant):
+    """Key/value heads shared, not copied: a copy of the cache per query head would
+    write more at every step, and more the longer the context."""
+
+    def step(kv_heads, context):
+        torch.manual_seed(0)
+        config = GPTConfig(vocab_size=VOCAB, context_length=context + 9,
+                           d_model=16, num_layers=2, num_heads=4,
+                           **{**variant, "num_kv_heads": kv_heads})  # fmt: skip
+        return _ops_per_step(GPT(config).eval(), context)["elements_written"]
+
+    for context in (64, 256, 1000):
+        assert step(variant["num_kv_heads"], context) <= step(4, context)
 
 
 def test_generate_reads_a_value_back_only_to_check_for_the_end():
@@ -682,6 +709,17 @@ def test_misuse_is_refused_clearly():
         model.generate(_tokens(), 3, end_id=torch.tensor(2))
     with pytest.raises(ValueError, match="pad_id=1 without end_id"):
         model.generate(_tokens(), 3, pad_id=1)
+    with pytest.raises(ValueError, match=r"same KVCache object.*new_caches"):
+        model(_tokens(), [KVCache()] * 2)  # one cache for every layer
+    with pytest.raises(ValueError, match=r"window=3\).*every earlier key"):
+        model(_tokens(), [KVCache(window=3), KVCache(window=3)])
+    with pytest.raises(ValueError, match=r"window=3\).*every earlier key"):
+        model.blocks[0].self_attn(torch.randn(1, 4, 16), KVCache(window=3))
+    windowed = _model(window=4)
+    with pytest.raises(ValueError, match=r"window=2\).*the last 4 keys"):
+        windowed(_tokens(), [KVCache(window=2), KVCache(window=2)])
+    for caches in ([KVCache(), KVCache()], windowed.new_caches(3)):
+        windowed(_tokens(), caches)  # keeping more than the window is fine
     caches = model.new_caches(3)
     model(_tokens(batch=3, length=4), caches)
     with pytest.raises(ValueError, match="holds 3 sequences but x has 2"):

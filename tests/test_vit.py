@@ -267,8 +267,26 @@ def test_a_wrong_number_of_channels_is_refused():
         ValueError, match=r"built for 1 channel\(s\) but the images have 3"
     ):
         model(torch.randn(2, 3, 8, 8))
-    with pytest.raises(ValueError, match="channels last"):
+    with pytest.raises(
+        ValueError, match=r"channels-last.*permute\(0, 3, 1, 2\)"
+    ):
         LinearPatchEmbedding(2, 3, 8)(torch.randn(2, 8, 8, 3))
+    with pytest.raises(ValueError, match="channels-last") as refused:
+        model(
+            torch.randn(2, 8, 8, 1)
+        )  # (B, H, W, C): not a model of 8 channels
+    assert "channels=8" not in str(refused.value)
+
+
+def test_images_of_the_wrong_size_are_told_what_to_do():
+    model = VisionTransformer()  # 8 x 8
+    with pytest.raises(
+        ValueError, match="crop or pad them to a square"
+    ) as refused:
+        model(torch.randn(2, 1, 8, 6))
+    assert "image_size=8" not in str(refused.value)  # its current value
+    with pytest.raises(ValueError, match="build it with image_size=16"):
+        model(torch.randn(2, 1, 16, 16))
 
 
 def test_an_image_without_a_batch_dimension_is_refused():

@@ -1073,7 +1073,7 @@ def gpt_input(model, tokens_in, caches) -> int:
 
 
 def generation(model, prompt, max_new_tokens, greedy, use_cache) -> None:
-    """A prompt ``(B, T0)`` and a number of new tokens that fit the model's context."""
+    """A prompt ``(B, T0)`` of the model's tokens and a positive number of new tokens."""
     tokens(prompt, model.vocab_size)
     if prompt.shape[1] == 0:
         raise ValueError(
@@ -1082,13 +1082,6 @@ def generation(model, prompt, max_new_tokens, greedy, use_cache) -> None:
     positive_int("max_new_tokens", max_new_tokens)
     boolean("greedy", greedy)
     boolean("use_cache", use_cache)
-    total = prompt.shape[1] + max_new_tokens
-    if total > model.context_length:
-        raise ValueError(
-            f"a prompt of {prompt.shape[1]} tokens plus max_new_tokens={max_new_tokens} makes "
-            f"{total} tokens, more than the model's context_length={model.context_length}; "
-            f"ask for at most {max(model.context_length - prompt.shape[1], 0)} new tokens"
-        )
 
 
 def end_and_pad(

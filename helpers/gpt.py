@@ -650,6 +650,12 @@ class GPT(nn.Module):
         whole sequence at every step (same tokens, more work). Runs in ``eval()`` mode and
         gives the model back in the mode it was in.
 
+        Past the context: the model reads at most ``context_length`` tokens, so a step whose
+        text is longer reads only the last ``context_length`` of it, afresh and without the
+        cache (nanoGPT's crop): the text may be as long as you like, each such step costs a
+        whole window's forward pass, and tokens further back than the window are forgotten.
+        A prompt longer than the context is cropped the same way.
+
         ``end_id``: a sequence that emits this token stops there; its later positions hold
         ``pad_id`` (default ``end_id``), and generation stops once every sequence has ended.
         Every sequence draws from ``generator`` at every step, ended or not, so the tokens up to
@@ -676,11 +682,22 @@ class GPT(nn.Module):
             (batch, total), 0 if pad_id is None else pad_id
         )
         tokens[:, :prompt_length] = prompt
-        caches = self.new_caches(batch, capacity=total) if use_cache else None
+        context = self.context_length
+        caches = (
+            self.new_caches(batch, capacity=min(total, context))
+            if use_cache
+            else None
+        )
         check_every = 1 if prompt.device.type == "cpu" else self.END_CHECK_EVERY
         step_input, offset = prompt, 0
         ended = torch.zeros(batch, 1, dtype=torch.bool, device=prompt.device)
         for step, position in enumerate(range(prompt_length, total), start=1):
+            if position > context:  # past the context: the last window, afresh
+                step_input, offset, caches = (
+                    tokens[:, position - context : position],
+                    0,
+                    None,
+                )
             logits = self._logits(step_input, caches, offset)[:, -1]  # (B, V)
             if greedy:
                 next_token = logits.argmax(dim=-1, keepdim=True)
@@ -695,7 +712,7 @@ class GPT(nn.Module):
                 next_token = next_token.masked_fill(ended, pad_id)
                 ended = ended | (next_token == end_id)
             tokens[:, position : position + 1] = next_token
-            if use_cache:
+            if caches is not None:
                 step_input, offset = next_token, position
             else:
                 step_input = tokens[:, : position + 1]

@@ -681,8 +681,31 @@ def test_a_sequence_longer_than_the_context_is_refused(positions):
     model(_tokens(length=20), caches)
     with pytest.raises(ValueError, match=r"25 tokens \(20 cached \+ 5 new\)"):
         model(_tokens(length=5), caches)
-    with pytest.raises(ValueError, match="at most 20 new tokens"):
-        model.generate(_tokens(length=4), 21)
+
+
+@pytest.mark.parametrize("positions", POSITIONS)
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_generation_past_the_context_reads_the_last_window(
+    positions, use_cache
+):
+    """Past ``context_length`` each step reads the last window afresh (nanoGPT's crop):
+    the tokens are those of a loop that recomputes on the cropped window."""
+    model = _model(positions)  # context_length 24
+    prompt = _tokens(length=4)
+    out = model.generate(prompt, 40, greedy=True, use_cache=use_cache)
+    assert out.shape == (3, 44)
+    expected = prompt
+    with torch.no_grad():
+        for _ in range(40):
+            logits = model(expected[:, -24:])[:, -1]
+            expected = torch.cat([expected, logits.argmax(-1, keepdim=True)], 1)
+    assert torch.equal(out, expected)
+    # a prompt longer than the context is cropped the same way
+    long_prompt = _tokens(length=30)
+    out = model.generate(long_prompt, 3, greedy=True, use_cache=use_cache)
+    with torch.no_grad():
+        first = model(long_prompt[:, -24:])[:, -1].argmax(-1)
+    assert torch.equal(out[:, 30], first)
 
 
 def test_misuse_is_refused_clearly():

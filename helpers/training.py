@@ -149,19 +149,25 @@ def fit(
     log_every: int = 10,
     seed: int | None = None,
 ) -> pd.DataFrame:
-    """Train ``model`` for ``epochs`` passes over ``train_loader``; return the history.
+    """Train ``model`` for ``epochs`` passes over ``train_loader``.
 
-    One optimizer step per batch: forward, ``loss_fn``, backward, optional gradient clipping
-    (``clip_grad_norm``: the max global L2 norm), ``optimizer.step()``, then ``scheduler.step()``.
-    ``device=None`` trains where the model already is; otherwise the model is moved there.
-    ``seed`` (optional) seeds torch first, for dropout and for loaders that shuffle with the
-    global generator. ``progress`` shows one tqdm bar; notebooks in the book pass ``False``.
+    Returns the history (a DataFrame, described below).
 
-    The history has one row per logged step: every ``log_every`` steps and always at the last
-    step of an epoch. Columns: ``epoch`` (1-based), ``step`` (optimizer steps so far), ``lr``
-    (used for that step), ``train_loss`` and ``train_<metric>`` (means over the steps since the
-    previous row), ``val_loss`` and ``val_<metric>`` (:func:`evaluate` on ``val_loader`` in the
-    last row of each epoch, NaN elsewhere), ``elapsed_s`` (wall-clock seconds, volatile).
+    One optimizer step per batch: forward, ``loss_fn``, backward, optional
+    gradient clipping (``clip_grad_norm``: the max global L2 norm),
+    ``optimizer.step()``, then ``scheduler.step()``. ``device=None`` trains
+    where the model already is; otherwise the model is moved there. ``seed``
+    (optional) seeds torch first, for dropout and for loaders that shuffle with
+    the global generator. ``progress`` shows one tqdm bar; notebooks in the book
+    pass ``False``.
+
+    The history has one row per logged step: every ``log_every`` steps and
+    always at the last step of an epoch. Columns: ``epoch`` (1-based), ``step``
+    (optimizer steps so far), ``lr`` (used for that step), ``train_loss`` and
+    ``train_<metric>`` (means over the steps since the previous row),
+    ``val_loss`` and ``val_<metric>`` (:func:`evaluate` on ``val_loader`` in the
+    last row of each epoch, NaN elsewhere), ``elapsed_s`` (wall-clock seconds,
+    volatile).
     """
     metrics = check.fit_arguments(
         locals()
@@ -343,9 +349,10 @@ def cosine_warmup_factor(
 ) -> float:
     """The learning-rate multiplier at optimizer step ``step`` (0-based).
 
-    Linear warm-up ``(step + 1) / warmup_steps`` over the first ``warmup_steps`` steps (so the
-    first step already learns and step ``warmup_steps - 1`` reaches 1), then a cosine decay
-    from 1 at ``step = warmup_steps`` to 0 at ``step = total_steps``; 0 after that.
+    Linear warm-up ``(step + 1) / warmup_steps`` over the first ``warmup_steps``
+    steps (so the first step already learns and step ``warmup_steps - 1``
+    reaches 1), then a cosine decay from 1 at ``step = warmup_steps`` to 0 at
+    ``step = total_steps``; 0 after that.
     """
     check.schedule(warmup_steps, total_steps)
     check.non_negative_int("step", step)

@@ -80,12 +80,13 @@ def make_reverse_dataset(
 
 
 class ReversePredictor(nn.Module):
-    """Embedding, positional encoding, a pre-LN encoder and a per-token linear classifier.
+    """Embedding, positional encoding, a pre-LN encoder, a per-token classifier.
 
-    ``forward(tokens)``: int64 ``(B, T)`` with values in ``0 .. C - 1``, ``T <= max_len``;
-    returns logits ``(B, T, C)``. Nothing in it is specific to reversal: it labels every
-    token of a sequence. ``positional=False`` leaves the positional encoding out (an ablation:
-    the model then cannot tell positions apart); ``norm_first=False`` makes the encoder post-LN
+    ``forward(tokens)``: int64 ``(B, T)`` with values in ``0 .. C - 1``,
+    ``T <= max_len``; returns logits ``(B, T, C)``. Nothing in it is specific
+    to reversal: it labels every token of a sequence. ``positional=False``
+    leaves the positional encoding out (an ablation: the model then cannot tell
+    positions apart); ``norm_first=False`` makes the encoder post-LN
     (chapter 6). ``ffn_width`` defaults to ``2 * d_model``.
     """
 
@@ -117,7 +118,7 @@ class ReversePredictor(nn.Module):
         self.classifier = nn.Linear(d_model, num_classes)
 
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Token embeddings plus positional encoding: ``(B, T) -> (B, T, D)``."""
+        """Embed the tokens and add positions: ``(B, T) -> (B, T, D)``."""
         check.tokens(tokens, self.num_classes)
         return self.dropout(self.positional(self.embedding(tokens)))
 
@@ -126,10 +127,11 @@ class ReversePredictor(nn.Module):
 
     @torch.no_grad()
     def get_attention_maps(self, tokens: torch.Tensor) -> list[torch.Tensor]:
-        """Each block's attention weights on ``tokens``: a list of ``(B, H, T, T)``.
+        """Each block's attention weights on ``tokens``: ``(B, H, T, T)`` each.
 
-        Call ``model.eval()`` first if the model has dropout: in training mode the maps are
-        computed with attention dropout on (random, and not rows that sum to one).
+        Call ``model.eval()`` first if the model has dropout: in training mode
+        the maps are computed with attention dropout on (random, and not rows
+        that sum to one).
         """
         return self.encoder.get_attention_maps(self.embed(tokens))
 

@@ -295,15 +295,17 @@ def local_oracle(data: ShapesData, min_height_gap: float = 4.0) -> torch.Tensor:
 
 
 class ConvSelfAttention(nn.Module):
-    """Single-head self-attention on a ``[B, C, T]`` signal, with 1x1 convolutions as Q/K/V.
+    """Single-head self-attention on a ``[B, C, T]`` signal, 1x1 convs as Q/K/V.
 
-    A ``Conv1d`` with ``kernel_size=1`` is a linear map applied at every position, so queries
-    and keys are ``[B, key_channels, T]`` and values ``[B, out_channels, T]``. The weights
-    ``softmax(Q^T K / sqrt(key_channels))`` are ``[B, T, T]``, one row per query position,
-    summing to 1 over key positions; ``scaled=False`` drops the ``1/sqrt(key_channels)``, as
-    source 004 does. No mask by default: every position may attend to every position;
-    ``window=w`` lets position i attend only to positions less than w away, |i - j| < w
-    (chapter 11's local attention, :func:`helpers.efficient.sliding_window_mask`).
+    A ``Conv1d`` with ``kernel_size=1`` is a linear map applied at every
+    position, so queries and keys are ``[B, key_channels, T]`` and values
+    ``[B, out_channels, T]``. The weights
+    ``softmax(Q^T K / sqrt(key_channels))`` are ``[B, T, T]``, one row per query
+    position, summing to 1 over key positions; ``scaled=False`` drops the
+    ``1/sqrt(key_channels)``, as source 004 does. No mask by default: every
+    position may attend to every position; ``window=w`` lets position i attend
+    only to positions less than w away, |i - j| < w (chapter 11's local
+    attention, :func:`helpers.efficient.sliding_window_mask`).
     """
 
     def __init__(
@@ -336,7 +338,7 @@ class ConvSelfAttention(nn.Module):
         self.window = window
 
     def attention(self, x: torch.Tensor) -> torch.Tensor:
-        """The attention weights ``[B, T_query, T_key]`` for a ``[B, C_in, T]`` input."""
+        """The attention weights ``[B, T_query, T_key]`` of ``[B, C_in, T]``."""
         check.signal(x, self.query.in_channels, type(self).__name__)
         queries, keys = self.query(x), self.key(x)  # [B, key_channels, T]
         scores = (
@@ -354,12 +356,14 @@ class ConvSelfAttention(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         weights = self.attention(x)  # [B, T, T]
         values = self.value(x)  # [B, out_channels, T]
-        # Output position i is the weighted mean of the values: sum_j weights[b, i, j] v_j.
+        # Output position i is the weighted mean of the values:
+        # sum_j weights[b, i, j] v_j.
         return values @ weights.transpose(1, 2)  # [B, out_channels, T]
 
     def extra_repr(self) -> str:
         return (
-            f"in_channels={self.query.in_channels}, out_channels={self.value.out_channels}, "
+            f"in_channels={self.query.in_channels}, "
+            f"out_channels={self.value.out_channels}, "
             f"key_channels={self.query.out_channels}, scaled={self.scaled}"
             + ("" if self.window is None else f", window={self.window}")
         )
@@ -372,9 +376,10 @@ def _conv(in_channels: int, out_channels: int, kernel_size: int) -> nn.Conv1d:
 
 
 def make_shapes_cnn(channels: int = 64, kernel_size: int = 5) -> nn.Sequential:
-    """Five ``Conv1d`` layers with ReLUs: ``[B, 1, T] -> [B, 1, T]`` (62,337 parameters).
+    """Five ``Conv1d`` layers with ReLUs: ``[B, 1, T] -> [B, 1, T]``.
 
-    Each output position depends on ``5 * (kernel_size - 1) + 1`` input positions (21).
+    62,337 parameters with the defaults. Each output position depends on
+    ``5 * (kernel_size - 1) + 1`` input positions (21).
     """
     check.conv_sizes(channels=channels, kernel_size=kernel_size)
     return nn.Sequential(
@@ -397,12 +402,13 @@ def make_shapes_attention_model(
     scaled: bool = True,
     window: int | None = None,
 ) -> nn.Sequential:
-    """:func:`make_shapes_cnn` with the middle convolution replaced by self-attention.
+    """:func:`make_shapes_cnn` with its middle convolution made self-attention.
 
-    ``[B, 1, T] -> [B, 1, T]``, 58,177 parameters with the defaults. Index 4 of the returned
-    ``nn.Sequential`` is the :class:`ConvSelfAttention` layer and ``model[:4]`` computes its
-    input, so ``model[4].attention(model[:4](x))`` gives the attention weights. ``window``
-    makes the attention local (see :class:`ConvSelfAttention`); the parameters are the same.
+    ``[B, 1, T] -> [B, 1, T]``, 58,177 parameters with the defaults. Index 4 of
+    the returned ``nn.Sequential`` is the :class:`ConvSelfAttention` layer and
+    ``model[:4]`` computes its input, so ``model[4].attention(model[:4](x))``
+    gives the attention weights. ``window`` makes the attention local (see
+    :class:`ConvSelfAttention`); the parameters are the same.
     """
     check.conv_sizes(
         channels=channels, kernel_size=kernel_size, key_channels=key_channels
@@ -425,10 +431,11 @@ def make_shapes_attention_model(
 class ShapesLSTM(nn.Module):
     """A bidirectional LSTM over the ``T`` positions of a ``[B, 1, T]`` signal.
 
-    Every position is one time step with one input feature; a linear layer maps the two
-    directions' hidden states to the output value. ``[B, 1, T] -> [B, 1, T]``; with the
-    defaults (hidden_size=44, num_layers=2) it has 63,801 parameters, close to the CNN's.
-    Samples are independent: no state is carried from one batch or sample to the next.
+    Every position is one time step with one input feature; a linear layer maps
+    the two directions' hidden states to the output value.
+    ``[B, 1, T] -> [B, 1, T]``; with the defaults (hidden_size=44,
+    num_layers=2) it has 63,801 parameters, close to the CNN's. Samples are
+    independent: no state is carried from one batch or sample to the next.
     """
 
     def __init__(self, hidden_size: int = 44, num_layers: int = 2):
@@ -439,7 +446,7 @@ class ShapesLSTM(nn.Module):
             input_size=1,
             hidden_size=hidden_size,
             num_layers=num_layers,
-            batch_first=True,  # [B, T, features]; the default is [T, B, features]
+            batch_first=True,  # [B, T, features]; default: [T, B, features]
             bidirectional=True,
         )
         self.head = nn.Linear(2 * hidden_size, 1)
@@ -488,13 +495,15 @@ class BatchAxisLSTM(nn.Module):
 def attention_enrichment(
     weights: torch.Tensor, shape_ids: torch.Tensor
 ) -> pd.DataFrame:
-    """Where the query positions inside shapes put their attention, over uniform's share.
+    """Where the query positions inside shapes attend, over uniform's share.
 
-    ``weights`` ``[N, T, T]`` (rows: queries, summing to 1), ``shape_ids`` ``[N, T]`` as in
-    :class:`ShapesData`. For queries in a triangle (row "triangle") or a box (row "box"), each
-    column is the mean weight on a region (the query's own shape, the other shape of its kind,
-    the two shapes of the other kind, the background) divided by the mean share of positions
-    that region covers, which is what uniform attention would give: 1 is no preference.
+    ``weights`` ``[N, T, T]`` (rows: queries, summing to 1), ``shape_ids``
+    ``[N, T]`` as in :class:`ShapesData`. For queries in a triangle (row
+    "triangle") or a box (row "box"), each column is the mean weight on a region
+    (the query's own shape, the other shape of its kind, the two shapes of the
+    other kind, the background) divided by the mean share of positions that
+    region covers, which is what uniform attention would give: 1 is no
+    preference.
     """
     check.tensor("weights", weights, floating=True)
     if (
@@ -503,8 +512,8 @@ def attention_enrichment(
         or weights.shape[1] != weights.shape[2]
     ):
         raise ValueError(
-            f"weights must be [N, T, T] and shape_ids [N, T], got {tuple(weights.shape)} and "
-            f"{tuple(shape_ids.shape)}"
+            "weights must be [N, T, T] and shape_ids [N, T], got "
+            f"{tuple(weights.shape)} and {tuple(shape_ids.shape)}"
         )
     kinds = torch.div(
         shape_ids, 2, rounding_mode="floor"
@@ -556,21 +565,24 @@ def train_shapes_model(
 ):
     """Chapter 8's recipe for one run: return ``(model, history, test_mse)``.
 
-    The model ``SHAPES_MODELS[name]`` is initialized from ``seed``, which also orders the
-    batches; then Adam at ``lr`` with a linear warm-up over a ``warmup`` fraction of the steps
-    and a cosine decay (:func:`helpers.training.cosine_warmup_schedule`), gradients clipped to
-    ``clip_grad_norm``, mean squared error, :func:`helpers.training.fit` for ``epochs`` passes
-    (validation MSE at the end of each). The model comes back on the CPU in eval mode. A
-    module-level function, so that :func:`helpers.parallel.run_in_processes` can run several
-    side by side. ``window`` (only for "CNN + attention") makes its attention local, as in
+    The model ``SHAPES_MODELS[name]`` is initialized from ``seed``, which also
+    orders the batches; then Adam at ``lr`` with a linear warm-up over a
+    ``warmup`` fraction of the steps and a cosine decay
+    (:func:`helpers.training.cosine_warmup_schedule`), gradients clipped to
+    ``clip_grad_norm``, mean squared error, :func:`helpers.training.fit` for
+    ``epochs`` passes (validation MSE at the end of each). The model comes back
+    on the CPU in eval mode. A module-level function, so that
+    :func:`helpers.parallel.run_in_processes` can run several side by side.
+    ``window`` (only for "CNN + attention") makes its attention local, as in
     chapter 11; None, the default, is chapter 8's model.
     """
     check.one_of("name", name, sorted(SHAPES_MODELS))
     check.non_negative_int("seed", seed)
     if window is not None and name != "CNN + attention":
         raise ValueError(
-            f"window={window} applies to the attention layer of 'CNN + attention' only, got "
-            f"name={name!r}; leave window=None for the other models"
+            f"window={window} applies to the attention layer of "
+            f"'CNN + attention' only, got name={name!r}; leave window=None "
+            "for the other models"
         )
     torch.manual_seed(seed)
     model = (

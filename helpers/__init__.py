@@ -1,20 +1,24 @@
 """The model code of *Attention and Transformers, taught by running them*.
 
-Each chapter of the book builds a piece from scratch, then shows and uses the canonical
-version that lives here. Where code lives:
+Each chapter of the book builds a piece from scratch, then shows and uses the
+canonical version that lives here. Where code lives:
 
-* **core building blocks**, one concern per module, each readable top to bottom: the classes
-  a chapter shows with ``show_source`` hold the computation and one line of checks;
-* **tasks** (``helpers.tasks``): each training chapter's data, model and configuration;
+* **core building blocks**, one concern per module, each readable top to bottom:
+  the classes a chapter shows with ``show_source`` hold the computation and one
+  line of checks;
+* **tasks** (``helpers.tasks``): each training chapter's data, model and
+  configuration;
 * **checks on the reader's code** (``helpers.checks``): every exercise checker;
-* **argument checks** (``helpers._validate``): every check of the package's inputs, one
-  exception type per kind of mistake (TypeError: wrong kind; ValueError: wrong value);
-* the **top level** (this module): what every notebook needs (seeding, the device, threads,
-  showing source, gluing numbers into the prose, expecting an error).
+* **argument checks** (``helpers._validate``): every check of the package's
+  inputs, one exception type per kind of mistake (TypeError: wrong kind;
+  ValueError: wrong value);
+* the **top level** (this module): what every notebook needs (seeding, the
+  device, threads, showing source, gluing numbers into the prose, expecting an
+  error).
 
-Later chapters import what earlier ones built; nothing is copied. A module imports only
-modules of its own or earlier chapters (``tests/test_structure.py`` reads the chapters from the
-table below), and no two modules import each other.
+Later chapters import what earlier ones built; nothing is copied. A module
+imports only modules of its own or earlier chapters (``tests/test_structure.py``
+reads the chapters from the table below), and no two modules import each other.
 
 | chapter | module |
 | --- | --- |
@@ -31,8 +35,9 @@ table below), and no two modules import each other.
 | 9 encoder-decoder | ``transformer`` (decoder side), ``tasks.corners``, ``tasks.sorting`` |
 | 10 decoder-only model | ``gpt`` (GPT, key/value cache, sampling), ``tasks.brackets`` |
 | 10 GPT-2's weights | ``interop`` (``load_gpt2``) |
-| 11 long sequences | ``efficient`` (tiled attention, window reach, costs), ``tasks.retrieval`` |
-| 12 vision transformer | ``vit`` (patches, 2-D positions, the ViT, rollout), ``tasks.digits`` |
+| 11 Shakespeare | ``tasks.shakespeare`` (the text, characters, n-grams, training) |
+| 12 long sequences | ``efficient`` (tiled attention, window reach, costs), ``tasks.retrieval`` |
+| 13 vision transformer | ``vit`` (patches, 2-D positions, the ViT, rollout), ``tasks.digits`` |
 | figures, every chapter | ``plotting`` |
 | diagrams, every chapter | ``diagrams`` (drawn by ``scripts/make_diagrams.py``) |
 | exercises, every chapter | ``checks`` |
@@ -64,28 +69,32 @@ __version__ = "0.6.0"
 
 
 def seed_everything(seed: int = 0) -> torch.Generator:
-    """Seed Python, NumPy and PyTorch (CPU and CUDA); return a torch.Generator with that seed.
+    """Seed Python, NumPy and PyTorch (CPU and CUDA); return a torch.Generator
+    with that seed.
 
-    Use the returned generator where a notebook wants its own stream of random numbers
-    that later cells cannot disturb.
+    Use the returned generator where a notebook wants its own stream of random
+    numbers that later cells cannot disturb.
     """
     seed = _validate.non_negative_int("seed", seed)
     if seed >= 2**32:
         raise ValueError(
-            f"seed must be in [0, 2**32), got {seed}; pick a smaller non-negative int"
+            f"seed must be in [0, 2**32), got {seed}; pick a smaller "
+            "non-negative int"
         )
     random.seed(seed)
     np.random.seed(seed)  # noqa: NPY002 - seeds the legacy global generator on purpose
     torch.manual_seed(seed)  # also seeds every CUDA device
-    # (Python's string hashing is fixed when the interpreter starts, by the PYTHONHASHSEED
-    # environment variable; setting it here would change only child processes.)
+    # (Python's string hashing is fixed when the interpreter starts, by the
+    # PYTHONHASHSEED environment variable; setting it here would change only
+    # child processes.)
     return torch.Generator().manual_seed(seed)
 
 
 def get_device(prefer: str | None = None) -> torch.device:
     """The best available device: CUDA, then Apple's MPS, then the CPU.
 
-    ``prefer`` forces one ("cpu", "cuda", "mps"); asking for one that is missing is an error.
+    ``prefer`` forces one ("cpu", "cuda", "mps"); asking for one that is missing
+    is an error.
     """
     available = {
         "cuda": torch.cuda.is_available(),
@@ -97,7 +106,8 @@ def get_device(prefer: str | None = None) -> torch.device:
         _validate.one_of("prefer", prefer, sorted(available))
         if not available[prefer]:
             raise ValueError(
-                f"device {prefer!r} is not available here; use prefer=None or 'cpu'"
+                f"device {prefer!r} is not available here; use prefer=None or "
+                "'cpu'"
             )
         return torch.device(prefer)
     for name in ("cuda", "mps"):
@@ -109,21 +119,23 @@ def get_device(prefer: str | None = None) -> torch.device:
 def use_one_thread(device: torch.device) -> None:
     """On the CPU, run PyTorch's kernels on one thread.
 
-    The book's models are so small that splitting each matrix product over several threads
-    costs more in synchronization than it saves (and far more on a busy machine). Does
-    nothing on a GPU.
+    The book's models are so small that splitting each matrix product over
+    several threads costs more in synchronization than it saves (and far more on
+    a busy machine). Does nothing on a GPU.
     """
     if torch.device(device).type == "cpu":
         torch.set_num_threads(1)
 
 
 def show_source(obj) -> object:
-    """Display the source code of a function, class or module, headed by where it lives.
+    """Display the source code of a function, class or module, headed by where
+    it lives.
 
-    The first line of the block names the file inside the repository, the lines and the
-    book's version (``# helpers/gpt.py, lines 270-327 (v0.6.0)``), so a chapter never has to
-    say where its code is. Returns an IPython ``Markdown`` object (a fenced code block), so
-    the rendered book shows it as code; outside IPython it returns the same text as a string.
+    The first line of the block names the file inside the repository, the lines
+    and the book's version (``# helpers/gpt.py, lines 270-327 (v0.6.0)``), so a
+    chapter never has to say where its code is. Returns an IPython ``Markdown``
+    object (a fenced code block), so the rendered book shows it as code; outside
+    IPython it returns the same text as a string.
     """
     try:
         lines, first = inspect.getsourcelines(obj)
@@ -133,16 +145,16 @@ def show_source(obj) -> object:
         ).resolve()
     except (TypeError, OSError) as error:
         raise TypeError(
-            f"cannot show the source of {obj!r}: pass a function, class or module "
+            f"cannot show the source of {obj!r}: pass a function, class or "
+            "module "
             f"defined in Python ({error})"
         ) from None
     first = max(first, 1)  # a module starts at line 0
     package = pathlib.Path(__file__).resolve().parent
     try:
         where = path.relative_to(package.parent).as_posix()
-    except (
-        ValueError
-    ):  # defined outside the package (a notebook's own module, say)
+    # defined outside the package (a notebook's own module, say)
+    except ValueError:
         where = path.name
     header = (
         f"# {where}, lines {first}-{first + len(lines) - 1} (v{__version__})"
@@ -156,12 +168,14 @@ def show_source(obj) -> object:
 
 
 def glue(name: str, value, display: bool = False) -> None:
-    """Store ``value`` under ``name`` for the book's prose (myst-nb ``{glue}`` roles).
+    """Store ``value`` under ``name`` for the book's prose (myst-nb ``{glue}``
+    roles).
 
-    NumPy and PyTorch scalars are stored as plain Python numbers, so the page shows ``0.31``
-    rather than ``np.float64(0.31)``; round floats to what the text shows before gluing.
-    Works without myst-nb too (on Colab, say): then it does nothing, so a notebook runs
-    everywhere. Returns None, so a glue call at the end of a cell displays nothing.
+    NumPy and PyTorch scalars are stored as plain Python numbers, so the page
+    shows ``0.31`` rather than ``np.float64(0.31)``; round floats to what the
+    text shows before gluing. Works without myst-nb too (on Colab, say): then it
+    does nothing, so a notebook runs everywhere. Returns None, so a glue call at
+    the end of a cell displays nothing.
     """
     if not isinstance(name, str) or not name.isidentifier():
         raise ValueError(
@@ -170,7 +184,8 @@ def glue(name: str, value, display: bool = False) -> None:
     if isinstance(value, (np.generic, torch.Tensor)):
         if isinstance(value, torch.Tensor) and value.numel() != 1:
             raise ValueError(
-                f"glue {name!r}: got a tensor of shape {tuple(value.shape)}; glue one number "
+                f"glue {name!r}: got a tensor of shape {tuple(value.shape)}; "
+                "glue one number "
                 "(call .item() on a one-element tensor) or a string"
             )
         value = value.item()
@@ -184,10 +199,12 @@ def glue(name: str, value, display: bool = False) -> None:
 
 @contextmanager
 def expect_error(kind: type[BaseException]) -> Iterator[None]:
-    """Run the block, which must raise ``kind``: print the error, fail if nothing is raised.
+    """Run the block, which must raise ``kind``: print the error, fail if
+    nothing is raised.
 
-    Chapters show mistakes on purpose inside ``with expect_error(ValueError): ...``, so that
-    each demonstration is also a check.
+    Chapters show mistakes on purpose inside ``with expect_error(ValueError):
+    ...``, so that each demonstration is also a check. The message is wrapped to
+    78 columns, the width of the book's code boxes.
     """
     if not (isinstance(kind, type) and issubclass(kind, BaseException)):
         raise TypeError(
@@ -196,7 +213,7 @@ def expect_error(kind: type[BaseException]) -> Iterator[None]:
     try:
         yield
     except kind as error:
-        print(f"{kind.__name__}: {error}")
+        print(textwrap.fill(f"{kind.__name__}: {error}", width=78))
     else:
         raise AssertionError(
             f"expected a {kind.__name__}, but nothing was raised"

@@ -2,24 +2,27 @@
 
 Where a check lives:
 
-* here, every *generic* check (a kind of number, a tensor's shape or dtype, a choice among
-  names with :func:`one_of`, an instance of a class with :func:`instance`, a callable with
-  :func:`function`), written once; ``tests/test_structure.py`` fails if another module
-  writes one of these messages itself;
-* here too, the checks of the classes a chapter shows with ``show_source`` (``MultiHeadAttention``,
-  ``GPT``, ``VisionTransformer`` ...), so that a shown class is its computation plus one line
-  of checks;
-* beside its code, a check that belongs to one function or class the chapters do not show
-  (``helpers.interop``'s comparisons of foreign modules, a task's own data rules): it reads
-  best next to what it protects, and nothing else needs it.
+* here, every *generic* check (a kind of number, a tensor's shape or dtype, a
+  choice among names with :func:`one_of`, an instance of a class with
+  :func:`instance`, a callable with :func:`function`), written once;
+  ``tests/test_structure.py`` fails if another module writes one of these
+  messages itself;
+* here too, the checks of the classes a chapter shows with ``show_source``
+  (``MultiHeadAttention``, ``GPT``, ``VisionTransformer`` ...), so that a shown
+  class is its computation plus one line of checks;
+* beside its code, a check that belongs to one function or class the chapters do
+  not show (``helpers.interop``'s comparisons of foreign modules, a task's own
+  data rules): it reads best next to what it protects, and nothing else needs
+  it.
 
-A value is checked once, where it enters the package (a constructor, a public function, the
-first line of a ``forward``). One rule for the exception type:
+A value is checked once, where it enters the package (a constructor, a public
+function, the first line of a ``forward``). One rule for the exception type:
 
-* ``TypeError``: the value is of the wrong kind (a float where an int is needed, a string
-  where a number is, a class where an instance is, an int64 tensor where a float one is);
-* ``ValueError``: the kind is right, the value is not (a negative width, a wrong shape, a mask
-  in the opposite convention).
+* ``TypeError``: the value is of the wrong kind (a float where an int is needed,
+  a string where a number is, a class where an instance is, an int64 tensor
+  where a float one is);
+* ``ValueError``: the kind is right, the value is not (a negative width, a wrong
+  shape, a mask in the opposite convention).
 
 Every message says what was wrong and how to fix it.
 """
@@ -33,7 +36,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import torch
 from torch import Tensor, nn
 
-# --------------------------------------------------------------------------- numbers
+# ---------------------------------------------------------------------- numbers
 
 
 def _kind(value) -> str:
@@ -41,10 +44,12 @@ def _kind(value) -> str:
 
 
 def positive_int(name: str, value) -> int:
-    """``value`` as an int >= 1: TypeError unless it is an int (not a bool), ValueError if < 1."""
+    """``value`` as an int >= 1: TypeError unless it is an int (not a bool),
+    ValueError if < 1."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(
-            f"{name} must be a positive int, got {_kind(value)}; pass e.g. {name}=8"
+            f"{name} must be a positive int, got {_kind(value)}; pass e.g. "
+            f"{name}=8"
         )
     if value < 1:
         raise ValueError(
@@ -54,7 +59,8 @@ def positive_int(name: str, value) -> int:
 
 
 def non_negative_int(name: str, value) -> int:
-    """``value`` as an int >= 0 (TypeError / ValueError as :func:`positive_int`)."""
+    """``value`` as an int >= 0 (TypeError / ValueError as
+    :func:`positive_int`)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(
             f"{name} must be a non-negative int, got {_kind(value)}"
@@ -65,10 +71,12 @@ def non_negative_int(name: str, value) -> int:
 
 
 def real(name: str, value) -> float:
-    """``value`` as a finite float: TypeError for strings, bools and other non-numbers."""
+    """``value`` as a finite float: TypeError for strings, bools and other
+    non-numbers."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(
-            f"{name} must be a number, got {_kind(value)}; pass an int or a float, "
+            f"{name} must be a number, got {_kind(value)}; pass an int or a "
+            "float, "
             f"not a {type(value).__name__}"
         )
     if not math.isfinite(value):
@@ -77,7 +85,8 @@ def real(name: str, value) -> float:
 
 
 def positive_number(name: str, value, hint: str = "") -> float:
-    """``value`` as a finite float > 0 (TypeError for non-numbers, ValueError otherwise)."""
+    """``value`` as a finite float > 0 (TypeError for non-numbers, ValueError
+    otherwise)."""
     value = real(name, value)
     if value <= 0:
         raise ValueError(
@@ -99,7 +108,8 @@ def non_negative_number(name: str, value, hint: str = "") -> float:
 def probability(
     name: str, value, hint: str = "use 0.0 to switch it off"
 ) -> float:
-    """``value`` as a float in [0, 1): TypeError for non-numbers, ValueError outside."""
+    """``value`` as a float in [0, 1): TypeError for non-numbers, ValueError
+    outside."""
     value = real(name, value)
     if not 0.0 <= value < 1.0:
         raise ValueError(f"{name} must be in [0, 1), got {value}; {hint}")
@@ -113,13 +123,15 @@ def boolean(name: str, value) -> bool:
 
 
 def head_width(d_model, num_heads) -> int:
-    """Check a multi-head layer's sizes; return ``d_head = d_model // num_heads``."""
+    """Check a multi-head layer's sizes; return ``d_head = d_model //
+    num_heads``."""
     d_model = positive_int("d_model", d_model)
     num_heads = positive_int("num_heads", num_heads)
     if d_model % num_heads:
         divisors = [h for h in range(1, d_model + 1) if d_model % h == 0]
         raise ValueError(
-            f"d_model={d_model} is not divisible by num_heads={num_heads}; each head gets "
+            f"d_model={d_model} is not divisible by num_heads={num_heads}; "
+            "each head gets "
             f"d_model / num_heads features, so pick num_heads among {divisors}"
         )
     return d_model // num_heads
@@ -135,8 +147,10 @@ def even_width(d_model) -> None:
             else f"{d_model + 1} (or {d_model - 1})"
         )
         raise ValueError(
-            f"d_model must be even: sine/cosine encodings fill the width in (sin, cos) pairs, "
-            f"got d_model={d_model}; use d_model={nearest} or project the input to an even "
+            "d_model must be even: sine/cosine encodings fill the width in "
+            "(sin, cos) pairs, "
+            f"got d_model={d_model}; use d_model={nearest} or project the "
+            "input to an even "
             "width first"
         )
 
@@ -145,18 +159,20 @@ def encoding_base(base) -> None:
     base = real("base", base)
     if base <= 1.0:
         raise ValueError(
-            f"base must be a finite number > 1 (the angular speeds are base ** (-2j / D)), "
+            "base must be a finite number > 1 (the angular speeds are base ** "
+            "(-2j / D)), "
             f"got base={base}; the original Transformer uses 10000.0"
         )
 
 
-# --------------------------------------------------------------------------- tensors
+# ---------------------------------------------------------------------- tensors
 
 
 def tensor(
     name: str, value, *, floating: bool = False, min_ndim: int = 0
 ) -> Tensor:
-    """``value`` if it is a tensor (of a float dtype if ``floating``) of >= ``min_ndim`` dims."""
+    """``value`` if it is a tensor (of a float dtype if ``floating``) of >=
+    ``min_ndim`` dims."""
     if not isinstance(value, Tensor):
         raise TypeError(
             f"{name} must be a torch.Tensor, got {type(value).__name__}"
@@ -168,7 +184,8 @@ def tensor(
         )
     if value.ndim < min_ndim:
         raise ValueError(
-            f"{name} must have at least {min_ndim} dimensions, got shape {tuple(value.shape)}"
+            f"{name} must have at least {min_ndim} dimensions, got shape "
+            f"{tuple(value.shape)}"
         )
     return value
 
@@ -178,18 +195,22 @@ def same_dtype(**tensors: Tensor) -> None:
     if len(set(dtypes)) > 1:
         first = next(iter(tensors))
         raise TypeError(
-            f"{', '.join(tensors)} must share a dtype, got {', '.join(map(str, dtypes))}; "
+            f"{', '.join(tensors)} must share a dtype, got "
+            f"{', '.join(map(str, dtypes))}; "
             f"convert them with .to({first}.dtype)"
         )
 
 
 def module_dtype(name: str, x: Tensor, module: nn.Module) -> None:
-    """TypeError unless ``x`` has the dtype of ``module``'s parameters (float64 into float32)."""
+    """TypeError unless ``x`` has the dtype of ``module``'s parameters (float64
+    into float32)."""
     parameter = next(module.parameters(), None)
     if parameter is not None and x.dtype != parameter.dtype:
         raise TypeError(
-            f"{name} has dtype {x.dtype} but {type(module).__name__}'s parameters are "
-            f"{parameter.dtype}; convert the input with {name}.to({parameter.dtype}) "
+            f"{name} has dtype {x.dtype} but {type(module).__name__}'s "
+            "parameters are "
+            f"{parameter.dtype}; convert the input with "
+            f"{name}.to({parameter.dtype}) "
             f"or the module with .to({x.dtype})"
         )
 
@@ -197,30 +218,38 @@ def module_dtype(name: str, x: Tensor, module: nn.Module) -> None:
 def sequence(
     name: str, x, d_model: int, who: str, max_len: int | None = None
 ) -> Tensor:
-    """A float ``(B, T, D)`` batch of sequences with ``D == d_model`` (and ``T <= max_len``)."""
+    """A float ``(B, T, D)`` batch of sequences with ``D == d_model`` (and ``T
+    <= max_len``)."""
     if not isinstance(x, Tensor):
         raise TypeError(
-            f"{who} expects a torch.Tensor of shape (B, T, D), got {type(x).__name__}"
+            f"{who} expects a torch.Tensor of shape (B, T, D), got "
+            f"{type(x).__name__}"
         )
     if not x.is_floating_point():
         raise TypeError(
-            f"{who} expects a floating-point {name}, got dtype {x.dtype}; token ids go through "
+            f"{who} expects a floating-point {name}, got dtype {x.dtype}; "
+            "token ids go through "
             f"an nn.Embedding first, other numbers through {name}.float()"
         )
     if x.ndim != 3:
         raise ValueError(
-            f"{who} expects {name} of shape (B, T, D={d_model}), got {tuple(x.shape)}; add a "
-            f"batch dimension with {name}.unsqueeze(0) if you have a single sequence"
+            f"{who} expects {name} of shape (B, T, D={d_model}), got "
+            f"{tuple(x.shape)}; add a "
+            f"batch dimension with {name}.unsqueeze(0) if you have a single "
+            "sequence"
         )
     if x.shape[-1] != d_model:
         raise ValueError(
-            f"{who} was built for d_model={d_model} but {name} has width {x.shape[-1]} "
-            f"(shape {tuple(x.shape)}); project it to {d_model} features first, or build the "
+            f"{who} was built for d_model={d_model} but {name} has width "
+            f"{x.shape[-1]} "
+            f"(shape {tuple(x.shape)}); project it to {d_model} features "
+            "first, or build the "
             f"module with d_model={x.shape[-1]}"
         )
     if max_len is not None and x.shape[1] > max_len:
         raise ValueError(
-            f"sequence length T={x.shape[1]} exceeds max_len={max_len} of {who}; "
+            f"sequence length T={x.shape[1]} exceeds max_len={max_len} of "
+            f"{who}; "
             f"build it with max_len >= {x.shape[1]} or cut the sequence"
         )
     return x
@@ -233,12 +262,14 @@ def attention_inputs(query, key, value, d_model: int, who: str) -> None:
     same_dtype(query=query, key=key, value=value)
     if key.shape[1] != value.shape[1]:
         raise ValueError(
-            f"key and value must have the same length Tk, got key {tuple(key.shape)} and "
+            "key and value must have the same length Tk, got key "
+            f"{tuple(key.shape)} and "
             f"value {tuple(value.shape)}; each key needs exactly one value"
         )
     if not query.shape[0] == key.shape[0] == value.shape[0]:
         raise ValueError(
-            f"query, key and value must have the same batch size, got {query.shape[0]}, "
+            "query, key and value must have the same batch size, got "
+            f"{query.shape[0]}, "
             f"{key.shape[0]} and {value.shape[0]}"
         )
 
@@ -248,7 +279,8 @@ def vector(name: str, value) -> Tensor:
     tensor(name, value)
     if value.ndim != 1:
         raise ValueError(
-            f"{name} must be 1-D (one scalar per point), got shape {tuple(value.shape)}; "
+            f"{name} must be 1-D (one scalar per point), got shape "
+            f"{tuple(value.shape)}; "
             "flatten it with .reshape(-1)"
         )
     return value
@@ -260,7 +292,8 @@ def pairs(keys, values) -> None:
     vector("values", values)
     if keys.shape != values.shape:
         raise ValueError(
-            f"keys and values must pair up one to one, got {tuple(keys.shape)} keys and "
+            f"keys and values must pair up one to one, got {tuple(keys.shape)} "
+            "keys and "
             f"{tuple(values.shape)} values"
         )
 
@@ -276,7 +309,8 @@ def kernel_width(width) -> None:
     )
     if not (values > 0).all():  # NaN fails this test too
         raise ValueError(
-            f"width must be > 0, got {width}; a kernel of width 0 is a hard lookup, "
+            f"width must be > 0, got {width}; a kernel of width 0 is a hard "
+            "lookup, "
             "use nearest_neighbour for that"
         )
 
@@ -291,16 +325,19 @@ def generator(value) -> torch.Generator:
 
 
 def lengths(lengths, max_len):
-    """Sequence lengths (a 1-D integer tensor or a list of ints) and a ``max_len`` >= each.
+    """Sequence lengths (a 1-D integer tensor or a list of ints) and a
+    ``max_len`` >= each.
 
-    Returns the lengths as a tensor and ``max_len`` (the longest length when it is None).
+    Returns the lengths as a tensor and ``max_len`` (the longest length when it
+    is None).
     """
     if not isinstance(lengths, Tensor):
         if isinstance(lengths, (str, bytes)) or not isinstance(
             lengths, Sequence
         ):
             raise TypeError(
-                f"lengths must be a 1-D integer tensor or a list of ints, got {lengths!r}"
+                "lengths must be a 1-D integer tensor or a list of ints, got "
+                f"{lengths!r}"
             )
         if not all(
             isinstance(n, int) and not isinstance(n, bool) for n in lengths
@@ -313,11 +350,13 @@ def lengths(lengths, max_len):
         or lengths.is_complex()
     ):
         raise TypeError(
-            f"lengths must be an integer tensor, got dtype {lengths.dtype}; use lengths.long()"
+            f"lengths must be an integer tensor, got dtype {lengths.dtype}; "
+            "use lengths.long()"
         )
     if lengths.ndim != 1 or lengths.numel() == 0:
         raise ValueError(
-            f"lengths must be a non-empty 1-D tensor (one length per sequence), got shape "
+            "lengths must be a non-empty 1-D tensor (one length per "
+            "sequence), got shape "
             f"{tuple(lengths.shape)}"
         )
     if (lengths < 0).any():
@@ -331,18 +370,21 @@ def lengths(lengths, max_len):
         raise TypeError(f"max_len must be an int or None, got {max_len!r}")
     if max_len < 1 or max_len < longest:
         raise ValueError(
-            f"max_len={max_len} must be positive and at least the longest length {longest}; "
+            f"max_len={max_len} must be positive and at least the longest "
+            f"length {longest}; "
             "leave it as None to use the longest length"
         )
     return lengths, max_len
 
 
 def tokens(value, vocab_size: int, max_len: int | None = None) -> Tensor:
-    """Token ids: an int64 ``(B, T)`` tensor with values in ``0 .. vocab_size - 1``."""
+    """Token ids: an int64 ``(B, T)`` tensor with values in ``0 .. vocab_size -
+    1``."""
     if not isinstance(value, Tensor) or value.dtype != torch.long:
         got = value.dtype if isinstance(value, Tensor) else type(value).__name__
         raise TypeError(
-            f"tokens must be an int64 tensor of shape (B, T), got {got}; convert with tokens.long()"
+            f"tokens must be an int64 tensor of shape (B, T), got {got}; "
+            "convert with tokens.long()"
         )
     if value.ndim != 2:
         raise ValueError(
@@ -359,7 +401,8 @@ def tokens(value, vocab_size: int, max_len: int | None = None) -> Tensor:
         )
     if max_len is not None and value.shape[1] > max_len:
         raise ValueError(
-            f"the sequence has T={value.shape[1]} tokens, more than the model's context of "
+            f"the sequence has T={value.shape[1]} tokens, more than the "
+            "model's context of "
             f"{max_len}; cut it to the last {max_len} tokens"
         )
     return value
@@ -373,35 +416,42 @@ def logits_targets(logits, targets) -> None:
         )
     if logits.ndim != 3 or logits.shape[:2] != targets.shape:
         raise ValueError(
-            f"logits must be (B, T, C) and targets (B, T), got {tuple(logits.shape)} and "
+            "logits must be (B, T, C) and targets (B, T), got "
+            f"{tuple(logits.shape)} and "
             f"{tuple(targets.shape)}"
         )
 
 
-# --------------------------------------------------------------------------- masks
+# ------------------------------------------------------------------------ masks
 
 
 def bool_mask(value) -> Tensor:
-    """A boolean tensor; float masks are refused because 0/1 and 0/-inf masks look alike."""
+    """A boolean tensor; float masks are refused because 0/1 and 0/-inf masks
+    look alike."""
     if not isinstance(value, Tensor):
         raise TypeError(
-            f"mask must be a boolean torch.Tensor or None, got {type(value).__name__}"
+            "mask must be a boolean torch.Tensor or None, got "
+            f"{type(value).__name__}"
         )
     if value.dtype != torch.bool:
         raise TypeError(
-            f"mask must be boolean (True = may attend), got dtype {value.dtype}. "
-            "For a 0/1 indicator mask pass mask.bool(); for an additive mask of 0 and -inf "
+            "mask must be boolean (True = may attend), got dtype "
+            f"{value.dtype}. "
+            "For a 0/1 indicator mask pass mask.bool(); for an additive mask "
+            "of 0 and -inf "
             "pass (mask == 0)"
         )
     return value
 
 
 def attention_mask(value, scores_shape: torch.Size) -> Tensor:
-    """A boolean mask (True = may attend) that broadcasts to ``scores_shape`` (..., Tq, Tk).
+    """A boolean mask (True = may attend) that broadcasts to ``scores_shape``
+    (..., Tq, Tk).
 
-    Also refuses the one mask of the opposite convention that can be recognized for sure:
-    exactly PyTorch's causal mask ``torch.triu(ones, 1)`` (True = blocked), which read as
-    True = may attend blocks every query from itself and leaves the last query no key.
+    Also refuses the one mask of the opposite convention that can be recognized
+    for sure: exactly PyTorch's causal mask ``torch.triu(ones, 1)`` (True =
+    blocked), which read as True = may attend blocks every query from itself and
+    leaves the last query no key.
     """
     value = bool_mask(value)
     try:
@@ -410,10 +460,14 @@ def attention_mask(value, scores_shape: torch.Size) -> Tensor:
         shape = None
     if shape != scores_shape:
         raise ValueError(
-            f"mask of shape {tuple(value.shape)} cannot broadcast to the attention scores of "
-            f"shape {tuple(scores_shape)} (..., Tq, Tk). Use a (Tq, Tk) mask, or add size-1 "
-            "dimensions where it is shared: with per-head scores (B, H, Tq, Tk) a 3-D mask is "
-            "read as (B, Tq, Tk); write a per-head mask shared by the batch as (1, H, Tq, Tk)"
+            f"mask of shape {tuple(value.shape)} cannot broadcast to the "
+            "attention scores of "
+            f"shape {tuple(scores_shape)} (..., Tq, Tk). Use a (Tq, Tk) mask, "
+            "or add size-1 "
+            "dimensions where it is shared: with per-head scores (B, H, Tq, "
+            "Tk) a 3-D mask is "
+            "read as (B, Tq, Tk); write a per-head mask shared by the batch as "
+            "(1, H, Tq, Tk)"
         )
     size = value.shape[-1]
     if value.ndim >= 2 and size > 1 and value.shape[-2] == size:
@@ -422,40 +476,47 @@ def attention_mask(value, scores_shape: torch.Size) -> Tensor:
         ).triu(1)
         if bool((value == pytorch_causal).all()):
             raise ValueError(
-                "this mask is PyTorch's causal mask torch.triu(ones, 1), where True means "
-                "'blocked'; read as this package's True = may attend it lets every query see "
-                "only the future and leaves the last query no key at all. Pass ~mask, or "
+                "this mask is PyTorch's causal mask torch.triu(ones, 1), where "
+                "True means "
+                "'blocked'; read as this package's True = may attend it lets "
+                "every query see "
+                "only the future and leaves the last query no key at all. Pass "
+                "~mask, or "
                 "build it with helpers.attention.causal_mask(T)"
             )
     return value
 
 
-# --------------------------------------------------------------------------- attention
+# -------------------------------------------------------------------- attention
 
 DROPOUT_HINT = "0 turns dropout off, and 1 would drop every attention weight"
 SCALE_HINT = (
-    "it multiplies q @ k^T (0 would make every weight uniform, a negative scale would favour "
+    "it multiplies q @ k^T (0 would make every weight uniform, a negative "
+    "scale would favour "
     "the least similar keys), and None means 1 / sqrt(d)"
 )
 
 
 def attention_arguments(q, k, v, mask, dropout_p, training, scale):
-    """Check scaled_dot_product_attention's arguments; return the mask and the scale.
+    """Check scaled_dot_product_attention's arguments; return the mask and the
+    scale.
 
-    q (..., Tq, d), k (..., Tk, d), v (..., Tk, dv) of one dtype; a 3-D mask against 4-D
-    scores is returned as (B, 1, Tq, Tk), shared by the heads.
+    q (..., Tq, d), k (..., Tk, d), v (..., Tk, dv) of one dtype; a 3-D mask
+    against 4-D scores is returned as (B, 1, Tq, Tk), shared by the heads.
     """
     for name, x in (("q", q), ("k", k), ("v", v)):
         tensor(name, x, floating=True, min_ndim=2)
     same_dtype(q=q, k=k, v=v)
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(
-            f"queries and keys must have the same width d, got q {tuple(q.shape)} and "
+            "queries and keys must have the same width d, got q "
+            f"{tuple(q.shape)} and "
             f"k {tuple(k.shape)}; project them to a common width first"
         )
     if k.shape[-2] != v.shape[-2]:
         raise ValueError(
-            f"keys and values must have the same length Tk, got k {tuple(k.shape)} and "
+            "keys and values must have the same length Tk, got k "
+            f"{tuple(k.shape)} and "
             f"v {tuple(v.shape)}; each key needs exactly one value"
         )
     try:
@@ -464,7 +525,8 @@ def attention_arguments(q, k, v, mask, dropout_p, training, scale):
         )
     except RuntimeError:
         raise ValueError(
-            f"the leading (batch) dimensions of q {tuple(q.shape)}, k {tuple(k.shape)} and "
+            f"the leading (batch) dimensions of q {tuple(q.shape)}, k "
+            f"{tuple(k.shape)} and "
             f"v {tuple(v.shape)} do not broadcast together"
         ) from None
     probability("dropout_p", dropout_p, DROPOUT_HINT)
@@ -478,15 +540,17 @@ def attention_arguments(q, k, v, mask, dropout_p, training, scale):
             and mask.ndim == 3
             and len(scores_shape) == 4
         ):
-            # (B, Tq, Tk) against (B, H, Tq, Tk): one mask per sequence, shared by the heads
-            # (as in MultiHeadAttention), not lined up with H by right-aligned broadcasting.
+            # (B, Tq, Tk) against (B, H, Tq, Tk): one mask per sequence, shared
+            # by the heads (as in MultiHeadAttention), not lined up with H by
+            # right-aligned broadcasting.
             mask = mask[:, None]
         mask = attention_mask(mask, scores_shape)
     return mask, scale
 
 
 def multi_head_inputs(layer, query, key, value, mask) -> Tensor | None:
-    """Check a multi-head layer's inputs; return the mask as a 4-D (B|1, H|1, Tq, Tk) one."""
+    """Check a multi-head layer's inputs; return the mask as a 4-D (B|1, H|1,
+    Tq, Tk) one."""
     who = type(layer).__name__
     attention_inputs(query, key, value, layer.d_model, who)
     module_dtype("query", query, layer)
@@ -495,7 +559,8 @@ def multi_head_inputs(layer, query, key, value, mask) -> Tensor | None:
     mask = bool_mask(mask)
     if mask.ndim not in (2, 3, 4):
         raise ValueError(
-            f"mask must be 2-D (Tq, Tk), 3-D (B, Tq, Tk) or 4-D (B, H, Tq, Tk), got shape "
+            "mask must be 2-D (Tq, Tk), 3-D (B, Tq, Tk) or 4-D (B, H, Tq, "
+            "Tk), got shape "
             f"{tuple(mask.shape)}"
         )
     mask = (
@@ -511,7 +576,7 @@ def multi_head_inputs(layer, query, key, value, mask) -> Tensor | None:
     return attention_mask(mask, scores)
 
 
-# --------------------------------------------------------------------------- training
+# --------------------------------------------------------------------- training
 
 
 def module(value) -> nn.Module:
@@ -526,7 +591,8 @@ def module(value) -> nn.Module:
 def loader(name: str, value) -> Iterable:
     if isinstance(value, Tensor) or not isinstance(value, Iterable):
         raise TypeError(
-            f"{name} must be an iterable of (inputs..., target) batches such as a "
+            f"{name} must be an iterable of (inputs..., target) batches such "
+            "as a "
             f"torch.utils.data.DataLoader, got {type(value).__name__}; "
             "wrap tensors with DataLoader(TensorDataset(x, y), batch_size=...)"
         )
@@ -536,12 +602,14 @@ def loader(name: str, value) -> Iterable:
 def loss_function(value):
     if isinstance(value, type):
         raise TypeError(
-            f"loss_fn must be a loss function or an instance of a loss class, got the class "
+            "loss_fn must be a loss function or an instance of a loss class, "
+            "got the class "
             f"{value.__name__} itself; call it: loss_fn={value.__name__}()"
         )
     if not callable(value):
         raise TypeError(
-            f"loss_fn must be callable, e.g. nn.MSELoss(), got {type(value).__name__}"
+            "loss_fn must be callable, e.g. nn.MSELoss(), got "
+            f"{type(value).__name__}"
         )
     return value
 
@@ -549,10 +617,12 @@ def loss_function(value):
 def optimizer_of(
     value, for_model: nn.Module | None = None
 ) -> torch.optim.Optimizer:
-    """An optimizer; with ``for_model``, one that updates at least one of its parameters."""
+    """An optimizer; with ``for_model``, one that updates at least one of its
+    parameters."""
     if not isinstance(value, torch.optim.Optimizer):
         raise TypeError(
-            f"optimizer must be a torch.optim.Optimizer, got {type(value).__name__}; "
+            "optimizer must be a torch.optim.Optimizer, got "
+            f"{type(value).__name__}; "
             "e.g. torch.optim.AdamW(model.parameters(), lr=1e-3)"
         )
     if for_model is not None:
@@ -562,8 +632,10 @@ def optimizer_of(
         }
         if mine and not mine & theirs:
             raise ValueError(
-                "the optimizer holds none of this model's parameters (was it built for another "
-                "model, or before the model was rebuilt?), so training would change nothing; "
+                "the optimizer holds none of this model's parameters (was it "
+                "built for another "
+                "model, or before the model was rebuilt?), so training would "
+                "change nothing; "
                 "build it with torch.optim.AdamW(model.parameters(), ...)"
             )
     return value
@@ -574,7 +646,8 @@ def metric_functions(value) -> dict:
         return {}
     if not isinstance(value, Mapping):
         raise TypeError(
-            f"metrics must be a dict {{name: fn(output, target)}}, got {type(value).__name__}"
+            f"metrics must be a dict {{name: fn(output, target)}}, got "
+            f"{type(value).__name__}"
         )
     for name, metric in value.items():
         if (
@@ -583,7 +656,8 @@ def metric_functions(value) -> dict:
             or name == "loss"
         ):
             raise ValueError(
-                f"metric names must be identifiers other than 'loss', got {name!r}; "
+                "metric names must be identifiers other than 'loss', got "
+                f"{name!r}; "
                 "rename it, e.g. 'accuracy'"
             )
         if not callable(metric):
@@ -597,16 +671,19 @@ def model_output(output) -> Tensor:
     """A model's output as ``fit`` and ``evaluate`` need it: one tensor."""
     if isinstance(output, tuple):
         raise TypeError(
-            f"the model returned a tuple of {len(output)} items (e.g. output and attention "
-            "weights); fit and evaluate need a model that returns one tensor: call it without "
-            "return_attention, or wrap it in a module whose forward returns output only"
+            f"the model returned a tuple of {len(output)} items (e.g. output "
+            "and attention "
+            "weights); fit and evaluate need a model that returns one tensor: "
+            "call it without "
+            "return_attention, or wrap it in a module whose forward returns "
+            "output only"
         )
     return output
 
 
 def fit_arguments(arguments: dict) -> dict:
-    """The arguments of :func:`helpers.training.fit`, by name (its ``locals()`` on entry);
-    returns its metrics as a dict of functions."""
+    """The arguments of :func:`helpers.training.fit`, by name (its ``locals()``
+    on entry); returns its metrics as a dict of functions."""
     model, epochs, seed = (
         arguments["model"],
         arguments["epochs"],
@@ -638,7 +715,8 @@ def fit_arguments(arguments: dict) -> dict:
 
 
 def first_batch(batch):
-    """The first batch of an epoch, which must exist: a loader that yields nothing is an error."""
+    """The first batch of an epoch, which must exist: a loader that yields
+    nothing is an error."""
     if batch is None:
         raise ValueError(
             "train_loader yielded no batches; check its dataset and batch_size"
@@ -647,10 +725,12 @@ def first_batch(batch):
 
 
 def finite_loss(loss: Tensor, epoch: int, step: int) -> Tensor:
-    """A training loss that is a finite number (not NaN, not infinite), or a clear error."""
+    """A training loss that is a finite number (not NaN, not infinite), or a
+    clear error."""
     if not torch.isfinite(loss):
         raise FloatingPointError(
-            f"the training loss is {loss.item()} at epoch {epoch}, step {step}; "
+            f"the training loss is {loss.item()} at epoch {epoch}, step "
+            f"{step}; "
             "lower the learning rate, clip gradients (clip_grad_norm=1.0) "
             "or check the data for NaNs"
         )
@@ -662,12 +742,13 @@ def schedule(warmup_steps, total_steps) -> None:
     positive_int("total_steps", total_steps)
     if not 0 <= warmup_steps <= total_steps:
         raise ValueError(
-            f"warmup_steps must be in [0, total_steps={total_steps}], got {warmup_steps}; "
+            f"warmup_steps must be in [0, total_steps={total_steps}], got "
+            f"{warmup_steps}; "
             "a few percent of total_steps is usual"
         )
 
 
-# --------------------------------------------------------------------------- layers and tasks
+# ------------------------------------------------------------- layers and tasks
 
 
 def last_dim(module: nn.Module, x, width: int) -> None:
@@ -676,7 +757,8 @@ def last_dim(module: nn.Module, x, width: int) -> None:
     tensor("x", x, floating=True, min_ndim=1)
     if x.shape[-1] != width:
         raise ValueError(
-            f"{who}(d_model={width}) got input with last dimension {x.shape[-1]} (shape "
+            f"{who}(d_model={width}) got input with last dimension "
+            f"{x.shape[-1]} (shape "
             f"{tuple(x.shape)}); the last dimension must be d_model={width}"
         )
     module_dtype("x", x, module)
@@ -685,7 +767,8 @@ def last_dim(module: nn.Module, x, width: int) -> None:
 def num_classes(num_classes) -> int:
     if positive_int("num_classes", num_classes) < 2:
         raise ValueError(
-            "num_classes must be at least 2 (with one token every sequence is its own "
+            "num_classes must be at least 2 (with one token every sequence is "
+            "its own "
             f"reversal), got {num_classes}"
         )
     return num_classes
@@ -701,7 +784,8 @@ def shape_parameters(
             )
         if shapes.dim() != 3 or shapes.shape[2] != 3:
             raise ValueError(
-                f"{name} must have shape [N, K, 3] holding (center, height, width), "
+                f"{name} must have shape [N, K, 3] holding (center, height, "
+                "width), "
                 f"got {tuple(shapes.shape)}"
             )
     if triangles.shape[0] != boxes.shape[0]:
@@ -717,8 +801,10 @@ def signal(x: torch.Tensor, channels: int, who: str) -> None:
         raise TypeError(f"{who} expects a tensor, got {type(x).__name__}")
     if x.dim() != 3 or x.shape[1] != channels:
         raise ValueError(
-            f"{who} expects input of shape [B, {channels}, T] (Conv1d layout), got "
-            f"{tuple(x.shape)}; add the channel axis with x.unsqueeze(1) if it is missing"
+            f"{who} expects input of shape [B, {channels}, T] (Conv1d layout), "
+            "got "
+            f"{tuple(x.shape)}; add the channel axis with x.unsqueeze(1) if it "
+            "is missing"
         )
 
 
@@ -728,11 +814,12 @@ def conv_sizes(**sizes: int) -> None:
     kernel_size = sizes.get("kernel_size", 1)
     if kernel_size % 2 == 0:
         raise ValueError(
-            f"kernel_size must be odd so that padding keeps the length, got {kernel_size}"
+            "kernel_size must be odd so that padding keeps the length, got "
+            f"{kernel_size}"
         )
 
 
-# --------------------------------------------------------------------------- the decoder side
+# ------------------------------------------------------------- the decoder side
 
 
 def _mask_fits(mask: Tensor, queries: int, keys: int) -> bool:
@@ -743,16 +830,19 @@ def _mask_fits(mask: Tensor, queries: int, keys: int) -> bool:
 def _decoder_mask(
     name: str, mask, fits: tuple, swapped: tuple, who: str
 ) -> None:
-    """A boolean mask whose last two dimensions fit ``fits = (Tq, Tk)`` (size 1 broadcasts).
+    """A boolean mask whose last two dimensions fit ``fits = (Tq, Tk)`` (size 1
+    broadcasts).
 
-    ``swapped`` is the ``(Tq, Tk)`` the mask would fit if target and memory were swapped.
+    ``swapped`` is the ``(Tq, Tk)`` the mask would fit if target and memory were
+    swapped.
     """
     if mask is None:
         return
     mask = _named_bool_mask(name, mask)
     if mask.ndim < 2:
         raise ValueError(
-            f"{who}'s {name} must have at least 2 dimensions (..., Tq, Tk), got shape "
+            f"{who}'s {name} must have at least 2 dimensions (..., Tq, Tk), "
+            "got shape "
             f"{tuple(mask.shape)}"
         )
     if _mask_fits(mask, *fits):
@@ -761,18 +851,23 @@ def _decoder_mask(
     hint = ""
     if fits != swapped and _mask_fits(mask, *swapped):
         hint = (
-            " It fits the sequences the other way round: did you swap target and memory? "
-            "The decoder takes forward(target, memory, ...): target is the sequence it writes, "
+            " It fits the sequences the other way round: did you swap target "
+            "and memory? "
+            "The decoder takes forward(target, memory, ...): target is the "
+            "sequence it writes, "
             "memory the encoder's output."
         )
     expected = (
-        f"(Tt, Tt) = ({queries}, {queries}); build it with causal_mask({queries})"
+        f"(Tt, Tt) = ({queries}, {queries}); build it with "
+        f"causal_mask({queries})"
         if name == "target_mask"
         else f"(..., Tt, Ts) = (..., {queries}, {keys}), or a padding mask (B, 1, 1, {keys})"
     )
     raise ValueError(
-        f"{who}'s {name} has shape {tuple(mask.shape)}, whose last two dimensions do not fit "
-        f"the target's {queries} queries and {keys} keys: expected {expected}.{hint}"
+        f"{who}'s {name} has shape {tuple(mask.shape)}, whose last two "
+        "dimensions do not fit "
+        f"the target's {queries} queries and {keys} keys: expected "
+        f"{expected}.{hint}"
     )
 
 
@@ -788,7 +883,8 @@ def _named_bool_mask(name: str, value) -> Tensor:
 def decoder_inputs(
     block: nn.Module, target, memory, target_mask, memory_mask
 ) -> None:
-    """A decoder's ``target (B, Tt, D)``, ``memory (B, Ts, D)`` and its two boolean masks."""
+    """A decoder's ``target (B, Tt, D)``, ``memory (B, Ts, D)`` and its two
+    boolean masks."""
     who = type(block).__name__
     sequence("target", target, block.d_model, who)
     if (
@@ -797,16 +893,20 @@ def decoder_inputs(
         and memory.shape[-1] != block.d_model
     ):
         raise ValueError(
-            f"{who} was built for d_model={block.d_model} but memory (the encoder's output) "
-            f"has width {memory.shape[-1]} (shape {tuple(memory.shape)}); the encoder and the "
-            f"decoder must share d_model, or project memory to {block.d_model} features first"
+            f"{who} was built for d_model={block.d_model} but memory (the "
+            "encoder's output) "
+            f"has width {memory.shape[-1]} (shape {tuple(memory.shape)}); the "
+            "encoder and the "
+            f"decoder must share d_model, or project memory to {block.d_model} "
+            "features first"
         )
     sequence("memory", memory, block.d_model, who)
     same_dtype(target=target, memory=memory)
     module_dtype("target", target, block)
     if target.shape[0] != memory.shape[0]:
         raise ValueError(
-            f"target and memory must hold the same batch of B sequences, got target "
+            "target and memory must hold the same batch of B sequences, got "
+            "target "
             f"{tuple(target.shape)} and memory {tuple(memory.shape)}"
         )
     target_len, source_len = target.shape[1], memory.shape[1]
@@ -825,8 +925,8 @@ def decoder_inputs(
 def seq2seq_arguments(
     source_vocab, target_vocab, pad_id, tie_embeddings, ffn_width
 ) -> None:
-    """The vocabulary sizes, padding token, tying choice and feed-forward width (an int, or
-    None for the default) of an encoder-decoder model."""
+    """The vocabulary sizes, padding token, tying choice and feed-forward width
+    (an int, or None for the default) of an encoder-decoder model."""
     positive_int("source_vocab", source_vocab)
     positive_int("target_vocab", target_vocab)
     boolean("tie_embeddings", tie_embeddings)
@@ -834,9 +934,12 @@ def seq2seq_arguments(
         positive_int("ffn_width", ffn_width)
     if tie_embeddings and source_vocab != target_vocab:
         raise ValueError(
-            f"tie_embeddings=True shares one embedding matrix, so it needs one vocabulary; got "
-            f"source_vocab={source_vocab} and target_vocab={target_vocab}. Build a shared "
-            "vocabulary (as Vaswani et al. do with byte-pair encoding) or set tie_embeddings=False"
+            "tie_embeddings=True shares one embedding matrix, so it needs one "
+            "vocabulary; got "
+            f"source_vocab={source_vocab} and target_vocab={target_vocab}. "
+            "Build a shared "
+            "vocabulary (as Vaswani et al. do with byte-pair encoding) or set "
+            "tie_embeddings=False"
         )
     if pad_id is not None:
         non_negative_int("pad_id", pad_id)
@@ -850,22 +953,26 @@ def seq2seq_arguments(
 def seq2seq_generation(
     model, start_id, num_steps, end_id, beam_size, length_penalty
 ) -> None:
-    """The arguments of ``EncoderDecoderTransformer.generate``: ids of the target vocabulary."""
+    """The arguments of ``EncoderDecoderTransformer.generate``: ids of the
+    target vocabulary."""
     vocab = model.target_vocab
     for name, value in (("start_id", start_id), ("end_id", end_id)):
         if value is None and name == "end_id":
             continue
         if non_negative_int(name, value) >= vocab:
             raise ValueError(
-                f"{name}={value} is not a token of the target vocabulary (0 .. {vocab - 1})"
+                f"{name}={value} is not a token of the target vocabulary (0 .. "
+                f"{vocab - 1})"
             )
     positive_int("num_steps", num_steps)
     max_len = model.positional.max_len
     # the last step reads the start token and num_steps - 1 written ones
     if num_steps > max_len:
         raise ValueError(
-            f"num_steps={num_steps} makes the decoder read {num_steps} tokens at its last step, "
-            f"more than the model's max_len={max_len}; ask for at most {max_len} steps, or "
+            f"num_steps={num_steps} makes the decoder read {num_steps} tokens "
+            "at its last step, "
+            f"more than the model's max_len={max_len}; ask for at most "
+            f"{max_len} steps, or "
             "build the model with a larger max_len"
         )
     positive_int("beam_size", beam_size)
@@ -874,71 +981,83 @@ def seq2seq_generation(
     )
     if end_id is not None and (model.pad_id is None or end_id == model.pad_id):
         raise ValueError(
-            f"end_id={end_id} needs a padding token, different from it, to fill the positions "
-            f"after it; the model has pad_id={model.pad_id}: build it with pad_id=..., or "
+            f"end_id={end_id} needs a padding token, different from it, to "
+            "fill the positions "
+            f"after it; the model has pad_id={model.pad_id}: build it with "
+            "pad_id=..., or "
             "pass end_id=None"
         )
 
 
-# --------------------------------------------------------------------------- decoder-only model
+# ----------------------------------------------------------- decoder-only model
 
 
 def kv_heads(num_heads: int, num_kv_heads) -> int:
-    """The number of key/value heads: ``num_heads`` if None, else a divisor of ``num_heads``."""
+    """The number of key/value heads: ``num_heads`` if None, else a divisor of
+    ``num_heads``."""
     if num_kv_heads is None:
         return num_heads
     positive_int("num_kv_heads", num_kv_heads)
     if num_heads % num_kv_heads:
         divisors = [h for h in range(1, num_heads + 1) if num_heads % h == 0]
         raise ValueError(
-            f"num_heads={num_heads} is not divisible by num_kv_heads={num_kv_heads}: each "
-            f"key/value head serves a group of num_heads / num_kv_heads query heads, so pick "
-            f"num_kv_heads among {divisors} (1 is multi-query attention, {num_heads} plain "
+            f"num_heads={num_heads} is not divisible by "
+            f"num_kv_heads={num_kv_heads}: each "
+            "key/value head serves a group of num_heads / num_kv_heads query "
+            "heads, so pick "
+            f"num_kv_heads among {divisors} (1 is multi-query attention, "
+            f"{num_heads} plain "
             "multi-head attention)"
         )
     return num_kv_heads
 
 
 def cache_entries(cache, keys, values) -> None:
-    """New keys and values ``(B, H_kv, T, d_head)`` that fit those already in ``cache``."""
+    """New keys and values ``(B, H_kv, T, d_head)`` that fit those already in
+    ``cache``."""
     for name, x in (("keys", keys), ("values", values)):
         tensor(name, x, floating=True)
         if x.ndim != 4:
             raise ValueError(
-                f"a KVCache holds {name} of shape (B, H_kv, T, d_head), got {tuple(x.shape)}"
+                f"a KVCache holds {name} of shape (B, H_kv, T, d_head), got "
+                f"{tuple(x.shape)}"
             )
     if keys.shape != values.shape:
         raise ValueError(
-            f"keys and values must have the same shape, got {tuple(keys.shape)} and "
+            "keys and values must have the same shape, got "
+            f"{tuple(keys.shape)} and "
             f"{tuple(values.shape)}"
         )
-    held = (
-        cache.entry_shape
-    )  # (B, H_kv, T_held, d_head) or None, without slicing the buffers
+    # (B, H_kv, T_held, d_head) or None, without slicing the buffers
+    held = cache.entry_shape
     if held is not None and tuple(held[:2] + held[3:]) != tuple(
         keys.shape[:2] + keys.shape[3:]
     ):
         raise ValueError(
-            f"the cache holds keys of shape {tuple(held)} (B, H_kv, T, d_head), the new "
-            f"ones are {tuple(keys.shape)}: batch, heads and width must match; use a "
+            f"the cache holds keys of shape {tuple(held)} (B, H_kv, T, "
+            "d_head), the new "
+            f"ones are {tuple(keys.shape)}: batch, heads and width must match; "
+            "use a "
             "fresh cache (model.new_caches(batch_size)) for another batch"
         )
 
 
 def self_attention_input(layer: nn.Module, x, cache, cache_type: type) -> None:
-    """A causal self-attention layer's ``x (B, T, D)`` and its optional ``cache_type`` cache."""
+    """A causal self-attention layer's ``x (B, T, D)`` and its optional
+    ``cache_type`` cache."""
     sequence("x", x, layer.d_model, type(layer).__name__)
     module_dtype("x", x, layer)
     if cache is not None and not isinstance(cache, cache_type):
         raise TypeError(
-            f"cache must be a {cache_type.__module__}.{cache_type.__name__} or None, got "
-            f"{type(cache).__name__}; make one per layer with model.new_caches(batch_size)"
+            f"cache must be a {cache_type.__module__}.{cache_type.__name__} or "
+            "None, got "
+            f"{type(cache).__name__}; make one per layer with "
+            "model.new_caches(batch_size)"
         )
     if cache is not None:
         cache_window(cache, layer.window, type(layer).__name__)
-    held = (
-        None if cache is None else cache.entry_shape
-    )  # read without slicing the buffers
+    # read without slicing the buffers
+    held = None if cache is None else cache.entry_shape
     if held is not None and held[0] != x.shape[0]:
         raise ValueError(
             f"the cache holds {held[0]} sequences but x has {x.shape[0]}; "
@@ -947,7 +1066,8 @@ def self_attention_input(layer: nn.Module, x, cache, cache_type: type) -> None:
 
 
 def cache_window(cache, window: int | None, layer: str) -> None:
-    """A rolling cache keeps no fewer positions than its layer reads (``window``; None: all)."""
+    """A rolling cache keeps no fewer positions than its layer reads
+    (``window``; None: all)."""
     if cache.window is not None and (window is None or cache.window < window):
         reads = (
             "every earlier key (no window)"
@@ -955,14 +1075,18 @@ def cache_window(cache, window: int | None, layer: str) -> None:
             else f"the last {window} keys"
         )
         raise ValueError(
-            f"a KVCache(window={cache.window}) keeps only the last {cache.window} positions, "
-            f"but this {layer} reads {reads}: the keys it drops would silently be missing; "
-            "make the caches with model.new_caches(batch_size), which match each layer"
+            f"a KVCache(window={cache.window}) keeps only the last "
+            f"{cache.window} positions, "
+            f"but this {layer} reads {reads}: the keys it drops would silently "
+            "be missing; "
+            "make the caches with model.new_caches(batch_size), which match "
+            "each layer"
         )
 
 
 def one_of(name: str, value, choices, hint: str = ""):
-    """``value`` if it is one of ``choices``, else a ValueError that names them (and ``hint``)."""
+    """``value`` if it is one of ``choices``, else a ValueError that names them
+    (and ``hint``)."""
     if value not in choices:
         choices = tuple(choices)
         raise ValueError(
@@ -973,7 +1097,8 @@ def one_of(name: str, value, choices, hint: str = ""):
 
 
 def instance(name: str, value, cls: type):
-    """``value`` if it is a ``cls`` (a configuration, a dataset), else a TypeError naming it."""
+    """``value`` if it is a ``cls`` (a configuration, a dataset), else a
+    TypeError naming it."""
     if not isinstance(value, cls):
         raise TypeError(
             f"{name} must be a {cls.__name__}, got {type(value).__name__}; "
@@ -983,10 +1108,12 @@ def instance(name: str, value, cls: type):
 
 
 def function(name: str, value):
-    """``value`` if it can be called, else a TypeError: pass the function, not its result."""
+    """``value`` if it can be called, else a TypeError: pass the function, not
+    its result."""
     if not callable(value):
         raise TypeError(
-            f"{name} must be callable, got {type(value).__name__}; pass the function itself, "
+            f"{name} must be callable, got {type(value).__name__}; pass the "
+            "function itself, "
             "not the result of calling it"
         )
     return value
@@ -1003,11 +1130,14 @@ RESIDUAL_INITS = (None, "gpt2")
 
 
 def residual_init(value) -> str | None:
-    """How a GPT initializes the projections that write into the residual stream."""
+    """How a GPT initializes the projections that write into the residual
+    stream."""
     if value not in RESIDUAL_INITS:
         raise ValueError(
-            f"residual_init must be None (every weight from N(0, 0.02^2)) or 'gpt2' (the "
-            f"residual projections at std 0.02 / sqrt(2 * num_layers)), got {value!r}"
+            "residual_init must be None (every weight from N(0, 0.02^2)) or "
+            "'gpt2' (the "
+            "residual projections at std 0.02 / sqrt(2 * num_layers)), got "
+            f"{value!r}"
         )
     return value
 
@@ -1015,7 +1145,8 @@ def residual_init(value) -> str | None:
 def model_positions(positions, choices: tuple) -> str:
     """How a decoder-only model knows positions: one of ``choices``."""
     hint = (
-        "'learned' and 'sinusoidal' are added to the token embeddings, 'rope' and 'alibi' act "
+        "'learned' and 'sinusoidal' are added to the token embeddings, 'rope' "
+        "and 'alibi' act "
         "inside attention, 'none' leaves only the causal mask"
     )
     return one_of("positions", positions, choices, hint)
@@ -1030,14 +1161,17 @@ def norm(kind, choices: tuple) -> str:
 def _context_error(model, length: int, cached: int) -> ValueError:
     held = f" ({cached} cached + {length - cached} new)" if cached else ""
     return ValueError(
-        f"the sequence has {length} tokens{held}, more than the model's context_length="
-        f"{model.context_length}; cut it to its last {model.context_length} tokens, or build "
+        f"the sequence has {length} tokens{held}, more than the model's "
+        "context_length="
+        f"{model.context_length}; cut it to its last {model.context_length} "
+        "tokens, or build "
         f"the model with context_length >= {length}"
     )
 
 
 def gpt_input(model, tokens_in, caches) -> int:
-    """Token ids ``(B, T)`` for a GPT and its caches; return the number of cached positions."""
+    """Token ids ``(B, T)`` for a GPT and its caches; return the number of
+    cached positions."""
     tokens(tokens_in, model.vocab_size)
     offset = 0
     if caches is not None:
@@ -1045,14 +1179,18 @@ def gpt_input(model, tokens_in, caches) -> int:
             model.blocks
         ):
             raise ValueError(
-                f"caches must be a list of one KVCache per layer ({len(model.blocks)}), got "
-                f"{type(caches).__name__}; make them with model.new_caches(batch_size)"
+                "caches must be a list of one KVCache per layer "
+                f"({len(model.blocks)}), got "
+                f"{type(caches).__name__}; make them with "
+                "model.new_caches(batch_size)"
             )
         if len({id(cache) for cache in caches}) != len(caches):
             raise ValueError(
                 "caches holds the same KVCache object more than once (as "
-                "[KVCache()] * num_layers makes): every layer would write its keys into one "
-                "cache; make one per layer with model.new_caches(batch_size) or "
+                "[KVCache()] * num_layers makes): every layer would write its "
+                "keys into one "
+                "cache; make one per layer with model.new_caches(batch_size) "
+                "or "
                 "[KVCache() for _ in range(num_layers)]"
             )
         for index, (cache, block) in enumerate(
@@ -1063,7 +1201,8 @@ def gpt_input(model, tokens_in, caches) -> int:
         lengths = {cache.length for cache in caches}
         if len(lengths) != 1:
             raise ValueError(
-                f"the caches hold different lengths {sorted(lengths)}; they must advance "
+                f"the caches hold different lengths {sorted(lengths)}; they "
+                "must advance "
                 "together: start again from model.new_caches(batch_size)"
             )
         offset = lengths.pop()
@@ -1073,11 +1212,13 @@ def gpt_input(model, tokens_in, caches) -> int:
 
 
 def generation(model, prompt, max_new_tokens, greedy, use_cache) -> None:
-    """A prompt ``(B, T0)`` of the model's tokens and a positive number of new tokens."""
+    """A prompt ``(B, T0)`` of the model's tokens and a positive number of new
+    tokens."""
     tokens(prompt, model.vocab_size)
     if prompt.shape[1] == 0:
         raise ValueError(
-            "the prompt is empty; start from at least one token (e.g. a BOS token)"
+            "the prompt is empty; start from at least one token (e.g. a BOS "
+            "token)"
         )
     positive_int("max_new_tokens", max_new_tokens)
     boolean("greedy", greedy)
@@ -1087,7 +1228,8 @@ def generation(model, prompt, max_new_tokens, greedy, use_cache) -> None:
 def end_and_pad(
     vocab_size: int, end_id, pad_id
 ) -> tuple[int | None, int | None]:
-    """``end_id`` and ``pad_id`` of generation: token ids or None, ``pad_id`` only with ``end_id``.
+    """``end_id`` and ``pad_id`` of generation: token ids or None, ``pad_id``
+    only with ``end_id``.
 
     Returns them with ``pad_id`` defaulting to ``end_id``.
     """
@@ -1105,7 +1247,8 @@ def end_and_pad(
             )
     if pad_id is not None and end_id is None:
         raise ValueError(
-            f"pad_id={pad_id} without end_id: padding fills the positions after a sequence's "
+            f"pad_id={pad_id} without end_id: padding fills the positions "
+            "after a sequence's "
             "end token; pass end_id too"
         )
     return end_id, end_id if pad_id is None else int(pad_id)
@@ -1124,65 +1267,80 @@ def sampling(logits, temperature, top_k) -> tuple[float, int | None]:
     return temperature, top_k
 
 
-# --------------------------------------------------------------------------- images (chapter 12)
+# ---------------------------------------------------------- images (chapter 13)
 
 
 def patch_grid(image_size, patch_size) -> int:
-    """Image and patch sizes (ints >= 1) where the patch size divides the image; the grid side."""
+    """Image and patch sizes (ints >= 1) where the patch size divides the image;
+    the grid side."""
     image_size = positive_int("image_size", image_size)
     patch_size = positive_int("patch_size", patch_size)
     if image_size % patch_size:
         divisors = [p for p in range(1, image_size + 1) if image_size % p == 0]
         raise ValueError(
-            f"image size {image_size} is not divisible by patch_size={patch_size}: the patches "
-            f"must tile the image exactly; pick patch_size among {divisors} (or pad the images)"
+            f"image size {image_size} is not divisible by "
+            f"patch_size={patch_size}: the patches "
+            f"must tile the image exactly; pick patch_size among {divisors} "
+            "(or pad the images)"
         )
     return image_size // patch_size
 
 
 def images(x, channels: int | None, image_size: int | None, who: str) -> Tensor:
-    """A float batch of images ``(B, C, H, W)``; ``C == channels`` and ``H == W == image_size``
-    unless those are None."""
+    """A float batch of images ``(B, C, H, W)``; ``C == channels`` and ``H == W
+    == image_size`` unless those are None."""
     if not isinstance(x, Tensor):
         raise TypeError(
-            f"{who} expects a torch.Tensor of shape (B, C, H, W), got {_kind(x)}"
+            f"{who} expects a torch.Tensor of shape (B, C, H, W), got "
+            f"{_kind(x)}"
         )
     if not x.is_floating_point():
         raise TypeError(
-            f"{who} expects floating-point images, got dtype {x.dtype}; convert them with "
+            f"{who} expects floating-point images, got dtype {x.dtype}; "
+            "convert them with "
             "images.float() (and normalize the pixel values)"
         )
     if x.ndim == 3 and (channels is None or x.shape[0] == channels):
         raise ValueError(
-            f"{who} expects a batch of shape (B, C, H, W), got one image of shape "
-            f"{tuple(x.shape)} without a batch dimension; add it with images.unsqueeze(0)"
+            f"{who} expects a batch of shape (B, C, H, W), got one image of "
+            "shape "
+            f"{tuple(x.shape)} without a batch dimension; add it with "
+            "images.unsqueeze(0)"
         )
     if x.ndim != 4:
         raise ValueError(
-            f"{who} expects a batch of shape (B, C={channels or 'C'}, H, W), got shape "
-            f"{tuple(x.shape)}; a batch of grey images (B, H, W) needs images.unsqueeze(1)"
+            f"{who} expects a batch of shape (B, C={channels or 'C'}, H, W), "
+            "got shape "
+            f"{tuple(x.shape)}; a batch of grey images (B, H, W) needs "
+            "images.unsqueeze(1)"
         )
     if channels is not None and x.shape[1] != channels:
         built = f"{who} was built for {channels} channel(s) but the images have {x.shape[1]}"
         if x.shape[-1] == channels:  # (B, H, W, C): channels last
             raise ValueError(
-                f"{built} in dimension 1: shape {tuple(x.shape)} looks channels-last "
-                f"(B, H, W, C={channels}); the model reads (B, C, H, W): convert them "
+                f"{built} in dimension 1: shape {tuple(x.shape)} looks "
+                "channels-last "
+                f"(B, H, W, C={channels}); the model reads (B, C, H, W): "
+                "convert them "
                 "with images.permute(0, 3, 1, 2)"
             )
         raise ValueError(
             f"{built} (shape {tuple(x.shape)}, channels second); build it with "
-            f"channels={x.shape[1]} or convert the images to {channels} channel(s)"
+            f"channels={x.shape[1]} or convert the images to {channels} "
+            "channel(s)"
         )
     height, width = x.shape[-2:]
     if image_size is not None and height != width:
         raise ValueError(
-            f"{who} reads square {image_size} x {image_size} images, got {height} x {width}; "
-            f"crop or pad them to a square, then resize them to {image_size} x {image_size}"
+            f"{who} reads square {image_size} x {image_size} images, got "
+            f"{height} x {width}; "
+            f"crop or pad them to a square, then resize them to {image_size} x "
+            f"{image_size}"
         )
     if image_size is not None and height != image_size:
         raise ValueError(
-            f"{who} was built for {image_size} x {image_size} images, got {height} x {width}; "
+            f"{who} was built for {image_size} x {image_size} images, got "
+            f"{height} x {width}; "
             f"resize them or build it with image_size={height}"
         )
     return x

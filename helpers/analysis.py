@@ -1,9 +1,11 @@
-"""Measuring models: parameter counts, the stable rank of a matrix, memory and host work.
+"""Measuring models: parameter counts, the stable rank of a matrix, memory and
+host work.
 
-Chapters 4, 6, 7 and 8 count parameters; chapters 4 and 6 measure how far attention's output
-collapses towards a low-rank matrix; chapter 3 measures the memory a computation allocates on
-the CPU; chapter 10 counts the operators a decoding step dispatches (:class:`DispatchCounter`).
-One definition of each, here.
+Chapters 4, 6, 7 and 8 count parameters; chapters 4 and 6 measure how far
+attention's output collapses towards a low-rank matrix; chapter 3 measures the
+memory a computation allocates on the CPU; chapter 10 counts the operators a
+decoding step dispatches (:class:`DispatchCounter`). One definition of each,
+here.
 """
 
 from __future__ import annotations
@@ -31,9 +33,11 @@ __all__ = [
 
 
 def count_parameters(module: nn.Module, trainable_only: bool = False) -> int:
-    """The number of scalar parameters of ``module`` (shared parameters counted once).
+    """The number of scalar parameters of ``module`` (shared parameters counted
+    once).
 
-    ``trainable_only=True`` counts only those with ``requires_grad`` (frozen ones left out).
+    ``trainable_only=True`` counts only those with ``requires_grad`` (frozen
+    ones left out).
     """
     check.module(module)
     return sum(
@@ -44,10 +48,11 @@ def count_parameters(module: nn.Module, trainable_only: bool = False) -> int:
 
 
 def parameter_table(module: nn.Module, max_depth: int = 1) -> pd.DataFrame:
-    """A table of the parameter count of every submodule down to ``max_depth`` levels.
+    """A table of the parameter count of every submodule down to ``max_depth``
+    levels.
 
-    Submodules without parameters (dropout, activations) are left out.
-    Columns: ``module`` (dotted name), ``type`` and ``parameters``; a last row ``total``.
+    Submodules without parameters (dropout, activations) are left out. Columns:
+    ``module`` (dotted name), ``type`` and ``parameters``; a last row ``total``.
     """
     check.module(module)
     check.positive_int("max_depth", max_depth)
@@ -55,24 +60,26 @@ def parameter_table(module: nn.Module, max_depth: int = 1) -> pd.DataFrame:
     for name, child in module.named_modules():
         depth = name.count(".") + 1
         count = count_parameters(child)
-        if (
-            name and depth <= max_depth and count > 0
-        ):  # skip dropout, activations
+        # skip dropout, activations
+        if name and depth <= max_depth and count > 0:
             rows.append((name, type(child).__name__, count))
     rows.append(("total", type(module).__name__, count_parameters(module)))
     return pd.DataFrame(rows, columns=["module", "type", "parameters"])
 
 
 def stable_rank(matrix: torch.Tensor) -> float:
-    """``||M||_F^2 / ||M||_2^2``: the sum of squared singular values over the largest one squared.
+    """``||M||_F^2 / ||M||_2^2``: the sum of squared singular values over the
+    largest one squared.
 
-    Between 1 (every row along one direction) and ``min(M.shape)`` (all singular values equal),
-    and, unlike the rank, not fooled by tiny singular values that are rounding noise.
+    Between 1 (every row along one direction) and ``min(M.shape)`` (all singular
+    values equal), and, unlike the rank, not fooled by tiny singular values that
+    are rounding noise.
     """
     check.tensor("matrix", matrix, floating=True, min_ndim=2)
     if matrix.ndim != 2:
         raise ValueError(
-            f"matrix must be 2-D, got shape {tuple(matrix.shape)}; pick one, e.g. x[0]"
+            f"matrix must be 2-D, got shape {tuple(matrix.shape)}; pick one, "
+            "e.g. x[0]"
         )
     singular = torch.linalg.svdvals(matrix.detach().double())
     if singular[0] == 0:
@@ -84,7 +91,8 @@ def stable_rank(matrix: torch.Tensor) -> float:
 
 @contextmanager
 def _quiet_stderr():
-    """Silence file descriptor 2 (PyTorch's profiler logs each start and stop there)."""
+    """Silence file descriptor 2 (PyTorch's profiler logs each start and stop
+    there)."""
     sys.stderr.flush()
     saved = os.dup(2)
     try:
@@ -97,13 +105,15 @@ def _quiet_stderr():
 
 
 def peak_cpu_bytes(fn: Callable, *args, **kwargs) -> int:
-    """Run ``fn(*args, **kwargs)`` once; return the most CPU memory it held allocated at once.
+    """Run ``fn(*args, **kwargs)`` once; return the most CPU memory it held
+    allocated at once.
 
-    What is measured: the bytes PyTorch's CPU allocator hands out during the call (the storage
-    of every tensor, and the scratch buffers of fused kernels), replayed from the profiler's
-    allocation and free events in time order; the peak of that running total. Memory allocated
-    before the call (the inputs) does not count; the result, if kept, counts up to its
-    creation. Not the process's resident memory (RSS): Python objects and the allocator's own
+    What is measured: the bytes PyTorch's CPU allocator hands out during the
+    call (the storage of every tensor, and the scratch buffers of fused
+    kernels), replayed from the profiler's allocation and free events in time
+    order; the peak of that running total. Memory allocated before the call (the
+    inputs) does not count; the result, if kept, counts up to its creation. Not
+    the process's resident memory (RSS): Python objects and the allocator's own
     caching are not included.
     """
     check.function("fn", fn)
@@ -127,17 +137,19 @@ def peak_cpu_bytes(fn: Callable, *args, **kwargs) -> int:
 
 
 class DispatchCounter(TorchDispatchMode):
-    """Count the ATen operators that run inside a ``with`` block: the host's work, measured.
+    """Count the ATen operators that run inside a ``with`` block: the host's
+    work, measured.
 
-    ``with DispatchCounter() as counter: model.generate(...)`` counts every operator PyTorch
-    dispatches (``ops``, views included: each is Python-to-C++ work); ``non_view_ops``, those
-    that are not views (on a GPU, about one kernel launch each); ``syncs``, those that read a
-    value back into Python (``aten._local_scalar_dense``, behind ``.item()``, ``int(t)``,
-    ``if t.any()``): on a GPU each waits for the device to finish everything queued;
-    ``elements_written``, the
-    elements written by operators that are neither views nor allocations (an in-place copy
-    into a slice counts the slice). ``by_name`` holds the count of each operator. Counts are
-    exact and the same on every machine with the same version of torch; they do not see what
+    ``with DispatchCounter() as counter: model.generate(...)`` counts every
+    operator PyTorch dispatches (``ops``, views included: each is Python-to-C++
+    work); ``non_view_ops``, those that are not views (on a GPU, about one
+    kernel launch each); ``syncs``, those that read a value back into Python
+    (``aten._local_scalar_dense``, behind ``.item()``, ``int(t)``, ``if
+    t.any()``): on a GPU each waits for the device to finish everything queued;
+    ``elements_written``, the elements written by operators that are neither
+    views nor allocations (an in-place copy into a slice counts the slice).
+    ``by_name`` holds the count of each operator. Counts are exact and the same
+    on every machine with the same version of torch; they do not see what
     happens inside an operator's kernel.
     """
 

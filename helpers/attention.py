@@ -1,20 +1,23 @@
 """Attention: scaled dot-product attention, heads and multi-head attention.
 
-Chapters 2 (masking), 3 (scaled dot-product attention) and 4 (multi-head attention) build
-these pieces from scratch; this module is the canonical version the later chapters import.
+Chapters 2 (masking), 3 (scaled dot-product attention) and 4 (multi-head
+attention) build these pieces from scratch; this module is the canonical version
+the later chapters import.
 
-Shapes: ``B`` batch, ``H`` heads, ``Tq`` query length, ``Tk`` key/value length, ``D`` model
-width (``d_model``), ``d_head = D / H``.
+Shapes: ``B`` batch, ``H`` heads, ``Tq`` query length, ``Tk`` key/value length,
+``D`` model width (``d_model``), ``d_head = D / H``.
 
-Masks follow the one convention of the package, documented in :mod:`helpers.masks` (their
-home): boolean, ``True`` = this query may attend to this key, as in
-``torch.nn.functional.scaled_dot_product_attention``; against per-head scores (B, H, Tq, Tk),
-a 3-D mask is (B, Tq, Tk). ``causal_mask``, ``padding_mask`` and ``additive_mask`` are
-importable from here too, where chapters 2 to 4 introduce them.
+Masks follow the one convention of the package, documented in
+:mod:`helpers.masks` (their home): boolean, ``True`` = this query may attend to
+this key, as in ``torch.nn.functional.scaled_dot_product_attention``; against
+per-head scores (B, H, Tq, Tk), a 3-D mask is (B, Tq, Tk). ``causal_mask``,
+``padding_mask`` and ``additive_mask`` are importable from here too, where
+chapters 2 to 4 introduce them.
 
-A query row whose keys are all masked has nothing to attend to. Here its attention weights
-are all zero and its output is the zero vector (no NaN, no silent uniform average), which is
-also what PyTorch's fused kernel returns on the CPU.
+A query row whose keys are all masked has nothing to attend to. Here its
+attention weights are all zero and its output is the zero vector (no NaN, no
+silent uniform average), which is also what PyTorch's fused kernel returns on
+the CPU.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ __all__ = [
 ]
 
 
-# --------------------------------------------------------------------------- attention
+# -------------------------------------------------------------------- attention
 
 
 def scaled_dot_product_attention(
@@ -56,24 +59,29 @@ def scaled_dot_product_attention(
     scale: float | None = None,
     validate: bool = True,
 ) -> tuple[Tensor, Tensor]:
-    """softmax(q k^T / sqrt(d) masked) v, returning the output and the attention weights.
+    """softmax(q k^T / sqrt(d) masked) v, returning the output and the attention
+    weights.
 
-    Shapes: q (..., Tq, d), k (..., Tk, d), v (..., Tk, dv); the leading dimensions broadcast.
-    Returns output (..., Tq, dv) and weights (..., Tq, Tk).
+    Shapes: q (..., Tq, d), k (..., Tk, d), v (..., Tk, dv); the leading
+    dimensions broadcast. Returns output (..., Tq, dv) and weights (..., Tq,
+    Tk).
 
-    ``mask``: boolean, True = may attend, broadcastable to (..., Tq, Tk). One exception to
-    plain broadcasting: with 4-D q, k, v (B, H, T, d), a **3-D mask is read as (B, Tq, Tk)**,
-    one mask per sequence shared by the heads, and used as ``mask[:, None]`` (B, 1, Tq, Tk),
-    as :class:`MultiHeadAttention` does. (``F.scaled_dot_product_attention`` aligns shapes
-    from the right instead, so there a (B, Tq, Tk) mask is lined up with the heads: an error
-    when B != H, and silently wrong when B == H.) Write a per-head mask shared by the batch
-    as (1, H, Tq, Tk). A row with no key allowed gets all-zero weights and a zero output.
+    ``mask``: boolean, True = may attend, broadcastable to (..., Tq, Tk). One
+    exception to plain broadcasting: with 4-D q, k, v (B, H, T, d), a **3-D mask
+    is read as (B, Tq, Tk)**, one mask per sequence shared by the heads, and
+    used as ``mask[:, None]`` (B, 1, Tq, Tk), as :class:`MultiHeadAttention`
+    does. (``F.scaled_dot_product_attention`` aligns shapes from the right
+    instead, so there a (B, Tq, Tk) mask is lined up with the heads: an error
+    when B != H, and silently wrong when B == H.) Write a per-head mask shared
+    by the batch as (1, H, Tq, Tk). A row with no key allowed gets all-zero
+    weights and a zero output.
 
-    ``dropout_p`` zeroes attention weights with that probability and rescales the survivors
-    by 1 / (1 - dropout_p) (no renormalization), only when ``training`` is True; the returned
-    weights are the ones that multiplied ``v``. ``generator`` makes the dropout pattern
-    reproducible. ``scale``, a positive number, replaces 1 / sqrt(d). ``validate=False``
-    skips the input checks, for callers that have checked their inputs already.
+    ``dropout_p`` zeroes attention weights with that probability and rescales
+    the survivors by 1 / (1 - dropout_p) (no renormalization), only when
+    ``training`` is True; the returned weights are the ones that multiplied
+    ``v``. ``generator`` makes the dropout pattern reproducible. ``scale``, a
+    positive number, replaces 1 / sqrt(d). ``validate=False`` skips the input
+    checks, for callers that have checked their inputs already.
     """
     if validate:
         mask, scale = check.attention_arguments(
@@ -84,8 +92,8 @@ def scaled_dot_product_attention(
     if mask is not None:
         # -inf (not -1e9): exactly zero weight in every dtype, float16 included.
         scores = scores.masked_fill(~mask, float("-inf"))
-        # A row with no allowed key would be softmax(-inf, ..., -inf) = NaN: give it finite
-        # scores here and zero its weights after the softmax.
+        # A row with no allowed key would be softmax(-inf, ..., -inf) = NaN:
+        # give it finite scores here and zero its weights after the softmax.
         has_key = mask.any(dim=-1, keepdim=True)
         scores = scores.masked_fill(~has_key, 0.0)
     weights = scores.softmax(dim=-1)
@@ -102,33 +110,37 @@ def scaled_dot_product_attention(
     return weights @ v, weights
 
 
-# --------------------------------------------------------------------------- heads
+# ------------------------------------------------------------------------ heads
 
 
 def split_heads(x: Tensor, num_heads: int) -> Tensor:
-    """(B, T, D) -> (B, H, T, d_head): head ``h`` gets features ``h*d_head:(h+1)*d_head``."""
+    """(B, T, D) -> (B, H, T, d_head): head ``h`` gets features
+    ``h*d_head:(h+1)*d_head``."""
     batch, length, d_model = x.shape
     d_head = check.head_width(d_model, num_heads)
     return x.view(batch, length, num_heads, d_head).transpose(1, 2)
 
 
 def merge_heads(x: Tensor) -> Tensor:
-    """(B, H, T, d_head) -> (B, T, H * d_head): the inverse of :func:`split_heads`."""
+    """(B, H, T, d_head) -> (B, T, H * d_head): the inverse of
+    :func:`split_heads`."""
     batch, num_heads, length, d_head = x.shape
     return x.transpose(1, 2).reshape(batch, length, num_heads * d_head)
 
 
-# --------------------------------------------------------------------------- multi-head
+# ------------------------------------------------------------------- multi-head
 
 
 class MultiHeadAttention(nn.Module):
-    """Multi-head attention with one fused projection for queries, keys and values.
+    """Multi-head attention with one fused projection for queries, keys and
+    values.
 
     ``qkv_proj.weight`` (3D, D) stacks W_q, W_k and W_v (the layout of
-    ``torch.nn.MultiheadAttention.in_proj_weight``); head h uses rows h*d_head:(h+1)*d_head
-    of each block. forward(query (B, Tq, D), key (B, Tk, D), value (B, Tk, D), mask=None,
-    return_attention=False) -> output (B, Tq, D), or (output, weights (B, H, Tq, Tk)).
-    ``mask``: boolean, True = may attend, (Tq, Tk), (B, Tq, Tk) or (B, H, Tq, Tk).
+    ``torch.nn.MultiheadAttention.in_proj_weight``); head h uses rows
+    h*d_head:(h+1)*d_head of each block. forward(query (B, Tq, D), key (B, Tk,
+    D), value (B, Tk, D), mask=None, return_attention=False) -> output (B, Tq,
+    D), or (output, weights (B, H, Tq, Tk)). ``mask``: boolean, True = may
+    attend, (Tq, Tk), (B, Tq, Tk) or (B, H, Tq, Tk).
     """
 
     def __init__(
@@ -149,19 +161,21 @@ class MultiHeadAttention(nn.Module):
         mask = check.multi_head_inputs(self, query, key, value, mask)
         if query is key and key is value:  # self-attention: one matmul
             q, k, v = self.qkv_proj(query).split(self.d_model, dim=-1)
-        else:  # cross-attention: each input through its own block of the fused weight
+        # cross-attention: each input through its own block of the fused weight
+        else:
             q, k, v = (
                 self._project(x, i) for i, x in enumerate((query, key, value))
             )
-        q, k, v = (
-            split_heads(x, self.num_heads) for x in (q, k, v)
-        )  # (B, H, T, d_head)
+        # (B, H, T, d_head)
+        q, k, v = (split_heads(x, self.num_heads) for x in (q, k, v))
         dropout_p = self.dropout if self.training else 0.0
         if return_attention:  # the book's own kernel, which returns the weights
             heads, weights = scaled_dot_product_attention(
                 q, k, v, mask, dropout_p, validate=False
             )
-        else:  # PyTorch's fused kernel; rows with no key give zeros, as the package's rule says
+        # PyTorch's fused kernel; rows with no key give zeros, as the package's
+        # rule says
+        else:
             heads = F.scaled_dot_product_attention(
                 q, k, v, attn_mask=mask, dropout_p=dropout_p
             )
@@ -170,19 +184,20 @@ class MultiHeadAttention(nn.Module):
         output = self.out_proj(merge_heads(heads))  # (B, Tq, D)
         return (output, weights) if return_attention else output
 
-    def _project(
-        self, x: Tensor, block: int
-    ) -> Tensor:  # block 0: W_q, 1: W_k, 2: W_v
+    # block 0: W_q, 1: W_k, 2: W_v
+    def _project(self, x: Tensor, block: int) -> Tensor:
         rows = slice(block * self.d_model, (block + 1) * self.d_model)
         bias = None if self.qkv_proj.bias is None else self.qkv_proj.bias[rows]
         return F.linear(x, self.qkv_proj.weight[rows], bias)
 
 
 class SingleHeadAttention(nn.Module):
-    """One attention head with its own projections: (B, T, D) inputs -> (B, Tq, d_head).
+    """One attention head with its own projections: (B, T, D) inputs -> (B, Tq,
+    d_head).
 
-    forward(query, key, value, mask=None) -> (output (B, Tq, d_head), weights (B, Tq, Tk));
-    ``mask`` boolean, True = may attend, broadcastable to (B, Tq, Tk).
+    forward(query, key, value, mask=None) -> (output (B, Tq, d_head), weights
+    (B, Tq, Tk)); ``mask`` boolean, True = may attend, broadcastable to (B, Tq,
+    Tk).
     """
 
     def __init__(self, d_model: int, d_head: int, bias: bool = False):
@@ -201,11 +216,13 @@ class SingleHeadAttention(nn.Module):
 
 
 class PerHeadMultiHeadAttention(nn.Module):
-    """Multi-head attention as a list of single-head modules, concatenated and projected.
+    """Multi-head attention as a list of single-head modules, concatenated and
+    projected.
 
-    Computes the same function as :class:`MultiHeadAttention` (:func:`helpers.interop.fuse_heads`
-    returns one with the same weights); slower, but each head is a module you can hold. Same
-    forward signature, shapes and mask convention as :class:`MultiHeadAttention`; no dropout.
+    Computes the same function as :class:`MultiHeadAttention`
+    (:func:`helpers.interop.fuse_heads` returns one with the same weights);
+    slower, but each head is a module you can hold. Same forward signature,
+    shapes and mask convention as :class:`MultiHeadAttention`; no dropout.
     """
 
     def __init__(self, d_model: int, num_heads: int, bias: bool = False):

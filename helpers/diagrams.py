@@ -1,16 +1,18 @@
-"""The book's diagrams: boxes, arrows and labels on matplotlib, written as deterministic SVG.
+"""The book's diagrams: boxes, arrows and labels on matplotlib, written as
+deterministic SVG.
 
 One visual language for every diagram, and the same colours as the plots
-(``helpers.plotting.ROLE_COLOURS``): a *tensor* is a square-cornered box filled with a light
-tint of its role's colour (query, key, value, mask, residual); an *operation* is a rounded
-white box; shapes are written in a monospace font beside the arrows that carry them.
+(``helpers.plotting.ROLE_COLOURS``): a *tensor* is a square-cornered box filled
+with a light tint of its role's colour (query, key, value, mask, residual); an
+*operation* is a rounded white box; shapes are written in a monospace font
+beside the arrows that carry them.
 
-Coordinates are inches, measured from the top-left corner, so a font size in points means
-the same thing in every diagram. Diagrams are at most ``MAX_WIDTH`` inches wide and their text
-at least ``MIN_FONT`` points: shown on a 390 px phone (where a figure is 342 px wide), the
-smallest text is then 13.2 CSS px, above the page's small print (13 px).
-``scripts/make_diagrams.py`` draws the book's diagrams with this module;
-``tests/test_diagrams.py`` checks them.
+Coordinates are inches, measured from the top-left corner, so a font size in
+points means the same thing in every diagram. Diagrams are at most ``MAX_WIDTH``
+inches wide and their text at least ``MIN_FONT`` points: shown on a 390 px phone
+(where a figure is 342 px wide), the smallest text is then 13.2 CSS px, above
+the page's small print (13 px). ``scripts/make_diagrams.py`` draws the book's
+diagrams with this module; ``tests/test_diagrams.py`` checks them.
 """
 
 from __future__ import annotations
@@ -39,8 +41,9 @@ FONT = 12.5
 INK = "#222222"  # text, outlines and arrows of no particular role
 MONO = "DejaVu Sans Mono"
 
-# Deterministic SVG: text drawn as paths (no dependence on the reader's fonts), fixed ids,
-# no date. The same matplotlib version writes the same bytes on every machine.
+# Deterministic SVG: text drawn as paths (no dependence on the reader's fonts),
+# fixed ids, no date. The same matplotlib version writes the same bytes on every
+# machine.
 SVG_STYLE = {
     "svg.fonttype": "path",
     "svg.hashsalt": "attention-book",
@@ -52,7 +55,8 @@ SVG_STYLE = {
 
 
 def tint(colour: str, amount: float = 0.82) -> tuple[float, float, float]:
-    """``colour`` mixed with white (``amount`` of white): a fill that black text reads on."""
+    """``colour`` mixed with white (``amount`` of white): a fill that black text
+    reads on."""
     if not 0.0 <= amount <= 1.0:
         raise ValueError(f"amount must be in [0, 1], got {amount}")
     return tuple(c + (1.0 - c) * amount for c in to_rgb(colour))
@@ -74,7 +78,8 @@ class Diagram:
     def __init__(self, width: float, height: float):
         if not 0 < width <= MAX_WIDTH:
             raise ValueError(
-                f"width={width} inches: a diagram must be at most {MAX_WIDTH} inches wide to "
+                f"width={width} inches: a diagram must be at most {MAX_WIDTH} "
+                "inches wide to "
                 "stay legible on a phone; stack its parts vertically instead"
             )
         if height <= 0:
@@ -130,7 +135,8 @@ class Diagram:
         dashed=False,
         filled=True,
     ):
-        """A tensor: a box centred at ``(x, y)`` filled with its role's tint (or an outline)."""
+        """A tensor: a box centred at ``(x, y)`` filled with its role's tint (or
+        an outline)."""
         colour = _role_colour(role)
         fill = "none" if not filled else tint(colour) if role else "white"
         self.ax.add_patch(
@@ -143,7 +149,8 @@ class Diagram:
         return (x, y, w, h)
 
     def operation(self, x, y, w, h, label, role=None, *, dashed=False):
-        """An operation: a rounded white box centred at ``(x, y)``, edged in its role's colour."""
+        """An operation: a rounded white box centred at ``(x, y)``, edged in its
+        role's colour."""
         self.ax.add_patch(
             FancyBboxPatch(
                 (x - w / 2, y - h / 2), w, h, boxstyle="round,pad=0,rounding_size=0.08",
@@ -165,7 +172,8 @@ class Diagram:
         dashed=False,
         rad=0.0,
     ):
-        """An arrow from ``start`` to ``end``; ``label`` (a shape, say) beside its middle."""
+        """An arrow from ``start`` to ``end``; ``label`` (a shape, say) beside
+        its middle."""
         colour = _role_colour(role)
         self.ax.add_patch(
             FancyArrowPatch(
@@ -215,11 +223,13 @@ class Diagram:
         colours=None,
         labels=True,
     ):
-        """A small matrix (list of rows) of shaded cells, top-left corner at ``(x, y)``.
+        """A small matrix (list of rows) of shaded cells, top-left corner at
+        ``(x, y)``.
 
-        ``cell`` is a cell's (width, height). Values in [0, 1] are coloured with ``cmap``
-        (viridis, as the book's attention maps) and, if ``labels``, written in their cell;
-        ``colours`` (a list of rows of colours) overrides the map.
+        ``cell`` is a cell's (width, height). Values in [0, 1] are coloured with
+        ``cmap`` (viridis, as the book's attention maps) and, if ``labels``,
+        written in their cell; ``colours`` (a list of rows of colours) overrides
+        the map.
         """
         colour_map = mpl.colormaps[cmap]
         cell_w, cell_h = cell
@@ -249,7 +259,8 @@ class Diagram:
         )
 
     def save(self, path: str | pathlib.Path) -> pathlib.Path:
-        """Write the diagram as SVG, byte for byte the same on every run; close the figure."""
+        """Write the diagram as SVG, byte for byte the same on every run; close
+        the figure."""
         path = pathlib.Path(path)
         with mpl.rc_context(SVG_STYLE):
             self.figure.savefig(

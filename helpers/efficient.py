@@ -1,17 +1,21 @@
-"""Long sequences: what attention costs, and three ways to make it cheaper (chapter 11).
+"""Long sequences: what attention costs, and three ways to make it cheaper
+(chapter 12).
 
-- :func:`online_softmax_update` and :func:`tiled_attention`: the streaming softmax and the
-  forward pass of tiled ("flash") attention, a block of queries and a block of keys at a time,
-  so that no (Tq, Tk) tensor ever exists;
-- :func:`receptive_field`: how far a token can see through a stack of windowed layers of
-  local attention (its masks, :func:`position_mask` and :func:`sliding_window_mask`, live in
-  :mod:`helpers.masks` with every mask rule, and are importable from here too);
-- :func:`attention_cost` and :func:`kv_cache_bytes`: the arithmetic of attention's FLOPs and
-  memory, and of a key/value cache, computed from shapes alone;
+- :func:`online_softmax_update` and :func:`tiled_attention`: the streaming
+  softmax and the forward pass of tiled ("flash") attention, a block of queries
+  and a block of keys at a time, so that no (Tq, Tk) tensor ever exists;
+- :func:`receptive_field`: how far a token can see through a stack of windowed
+  layers of local attention (its masks, :func:`position_mask` and
+  :func:`sliding_window_mask`, live in :mod:`helpers.masks` with every mask
+  rule, and are importable from here too);
+- :func:`attention_cost` and :func:`kv_cache_bytes`: the arithmetic of
+  attention's FLOPs and memory, and of a key/value cache, computed from shapes
+  alone;
 - :func:`median_seconds`: a small, honest timer for the chapter's measurements.
 
-Shapes: ``B`` batch, ``H`` heads, ``Tq`` queries, ``Tk`` keys, ``d`` query/key width, ``dv``
-value width. Masks follow the package's convention: boolean, True = may attend.
+Shapes: ``B`` batch, ``H`` heads, ``Tq`` queries, ``Tk`` keys, ``d`` query/key
+width, ``dv`` value width. Masks follow the package's convention: boolean, True
+= may attend.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ __all__ = [
 ]
 
 
-# --------------------------------------------------------------------------- online softmax
+# --------------------------------------------------------------- online softmax
 
 
 def online_softmax_update(
@@ -74,7 +78,8 @@ def online_softmax_update(
 def _allowed(
     queries: Tensor, keys: Tensor, causal: bool, window: int | None
 ) -> Tensor | None:
-    """The (Bq, Bk) mask of a tile from its query and key positions; None if all allowed."""
+    """The (Bq, Bk) mask of a tile from its query and key positions; None if all
+    allowed."""
     allowed = position_mask(queries, keys, causal=causal, window=window)
     return None if bool(allowed.all()) else allowed
 
@@ -138,22 +143,23 @@ def tiled_attention(
     return torch.cat(outputs, dim=-2)
 
 
-# --------------------------------------------------------------------------- local attention
+# -------------------------------------------------------------- local attention
 
 
 def receptive_field(window: int, num_layers: int) -> int:
-    """How many positions one token can draw on after ``num_layers`` causal windowed layers.
+    """How many positions one token can draw on after ``num_layers`` causal
+    windowed layers.
 
-    Each layer lets a token read ``window - 1`` positions back, and a token it reads has
-    already read ``window - 1`` further back in the layer below: ``num_layers * (window - 1)
-    + 1`` positions, counting the token itself.
+    Each layer lets a token read ``window - 1`` positions back, and a token it
+    reads has already read ``window - 1`` further back in the layer below:
+    ``num_layers * (window - 1) + 1`` positions, counting the token itself.
     """
     window = check.positive_int("window", window)
     num_layers = check.positive_int("num_layers", num_layers)
     return num_layers * (window - 1) + 1
 
 
-# --------------------------------------------------------------------------- arithmetic
+# ------------------------------------------------------------------- arithmetic
 
 
 def _positive_ints(**sizes) -> None:
@@ -172,11 +178,12 @@ def attention_cost(
 ) -> dict[str, float]:
     """FLOPs and bytes of one attention call, from its shapes (nothing is run).
 
-    ``flops``: the two matrix products, q k^T and weights @ v, at 2 FLOPs per multiply-add:
-    ``4 B H T^2 d_head`` (half of it with ``causal`` for a kernel that skips masked tiles).
-    ``weights_bytes``: the (B, H, T, T) matrix a naive implementation materializes.
-    ``qkvo_bytes``: queries, keys, values and output, ``4 B H T d_head`` elements, all that a
-    tiled kernel must hold. Softmax and scaling (O(T^2) too, but cheap) are left out.
+    ``flops``: the two matrix products, q k^T and weights @ v, at 2 FLOPs per
+    multiply-add: ``4 B H T^2 d_head`` (half of it with ``causal`` for a kernel
+    that skips masked tiles). ``weights_bytes``: the (B, H, T, T) matrix a naive
+    implementation materializes. ``qkvo_bytes``: queries, keys, values and
+    output, ``4 B H T d_head`` elements, all that a tiled kernel must hold.
+    Softmax and scaling (O(T^2) too, but cheap) are left out.
     """
     _positive_ints(seq_len=seq_len, num_heads=num_heads, d_head=d_head, batch_size=batch_size,
                    bytes_per_element=bytes_per_element)  # fmt: skip
@@ -203,11 +210,13 @@ def kv_cache_bytes(
     batch_size: int = 1,
     bytes_per_element: int = 2,
 ) -> int:
-    """Bytes of a key/value cache: ``2 * layers * kv_heads * d_head * T * B * bytes``.
+    """Bytes of a key/value cache: ``2 * layers * kv_heads * d_head * T * B *
+    bytes``.
 
-    The 2 is one key and one value per cached head; only the key/value heads count, so
-    grouped-query attention (fewer key/value heads than query heads) shrinks the cache by
-    ``num_heads / num_kv_heads``. ``bytes_per_element``: 2 for float16/bfloat16, 4 for float32.
+    The 2 is one key and one value per cached head; only the key/value heads
+    count, so grouped-query attention (fewer key/value heads than query heads)
+    shrinks the cache by ``num_heads / num_kv_heads``. ``bytes_per_element``: 2
+    for float16/bfloat16, 4 for float32.
     """
     _positive_ints(
         num_layers=num_layers,
@@ -228,17 +237,18 @@ def kv_cache_bytes(
     )
 
 
-# --------------------------------------------------------------------------- timing
+# ----------------------------------------------------------------------- timing
 
 
 def median_seconds(
     fn: Callable, *args, repeats: int = 5, warmup: int = 1, **kwargs
 ) -> float:
-    """The median wall time of ``fn(*args, **kwargs)`` over ``repeats`` calls, in seconds.
+    """The median wall time of ``fn(*args, **kwargs)`` over ``repeats`` calls,
+    in seconds.
 
-    ``warmup`` calls run first and are not timed (first calls pay for allocation and
-    dispatch). The median, not the mean: one call slowed by another process on a shared
-    machine does not move it.
+    ``warmup`` calls run first and are not timed (first calls pay for allocation
+    and dispatch). The median, not the mean: one call slowed by another process
+    on a shared machine does not move it.
     """
     check.function("fn", fn)
     repeats = check.positive_int("repeats", repeats)

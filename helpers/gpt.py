@@ -1,33 +1,37 @@
-"""A decoder-only language model (GPT): causal self-attention, a key/value cache, sampling.
+"""A decoder-only language model (GPT): causal self-attention, a key/value
+cache, sampling.
 
-Chapter 10 builds it on the pieces of chapters 2-6 and trains it; chapter 11 measures the
-cost of its attention (grouped-query heads, sliding windows, the cache's memory). Shapes:
-``B`` batch, ``T`` sequence length, ``D`` model width (``d_model``), ``H`` query heads,
-``H_kv`` key/value heads (``num_kv_heads``), ``d_head = D / H``, ``V`` vocabulary size.
+Chapter 10 builds it on the pieces of chapters 2-6 and trains it; chapter 12
+measures the cost of its attention (grouped-query heads, sliding windows, the
+cache's memory). Shapes: ``B`` batch, ``T`` sequence length, ``D`` model width
+(``d_model``), ``H`` query heads, ``H_kv`` key/value heads (``num_kv_heads``),
+``d_head = D / H``, ``V`` vocabulary size.
 
-Every size and choice of a model is one :class:`GPTConfig`, checked once when it is made;
-``GPT(config)`` hands the same config to each block and each attention layer (nanoGPT's
-layout), which read the fields they need.
+Every size and choice of a model is one :class:`GPTConfig`, checked once when it
+is made; ``GPT(config)`` hands the same config to each block and each attention
+layer (nanoGPT's layout), which read the fields they need.
 
-The model reads token ids ``(B, T)`` and returns logits ``(B, T, V)``: position ``t``
-predicts token ``t + 1`` from tokens ``0..t`` only (the causal mask of chapter 2). A block is
-pre-norm, ``x = x + attention(norm(x)); x = x + ffn(norm(x))``, and the stack ends with one
-more norm before the output head, which shares its matrix with the token embedding when
-``tie_weights``.
+The model reads token ids ``(B, T)`` and returns logits ``(B, T, V)``: position
+``t`` predicts token ``t + 1`` from tokens ``0..t`` only (the causal mask of
+chapter 2). A block is pre-norm, ``x = x + attention(norm(x)); x = x +
+ffn(norm(x))``, and the stack ends with one more norm before the output head,
+which shares its matrix with the token embedding when ``tie_weights``.
 
-Positions (``positions=``): ``"learned"`` (one trained vector per position, GPT-2),
-``"sinusoidal"`` (the fixed table of Vaswani et al.), both added to the token embeddings;
-``"rope"`` (queries and keys rotated) and ``"alibi"`` (a distance penalty on the scores),
-both applied inside attention; ``"none"`` (the causal mask alone).
+Positions (``positions=``): ``"learned"`` (one trained vector per position,
+GPT-2), ``"sinusoidal"`` (the fixed table of Vaswani et al.), both added to the
+token embeddings; ``"rope"`` (queries and keys rotated) and ``"alibi"`` (a
+distance penalty on the scores), both applied inside attention; ``"none"`` (the
+causal mask alone).
 
-Generation runs one position at a time. Without a cache every step re-reads the whole prefix;
-with one :class:`KVCache` per layer a step computes the new position's query, key and value
-only, writes the key and value into the cache's preallocated buffers and reads the earlier ones
-from there: apart from attention's reading of the cache, a step's work (the operators it
-dispatches, the elements it writes) is the same at every length, and the loop reads no value
-back to the host (:class:`helpers.analysis.DispatchCounter` counts all three). With a sliding
-``window`` the cache rolls: it keeps the last ``window`` positions only, so its memory is flat
-in the length.
+Generation runs one position at a time. Without a cache every step re-reads the
+whole prefix; with one :class:`KVCache` per layer a step computes the new
+position's query, key and value only, writes the key and value into the cache's
+preallocated buffers and reads the earlier ones from there: apart from
+attention's reading of the cache, a step's work (the operators it dispatches,
+the elements it writes) is the same at every length, and the loop reads no value
+back to the host (:class:`helpers.analysis.DispatchCounter` counts all three).
+With a sliding ``window`` the cache rolls: it keeps the last ``window``
+positions only, so its memory is flat in the length.
 """
 
 from __future__ import annotations
@@ -67,21 +71,23 @@ POSITIONS = ("learned", "sinusoidal", "rope", "alibi", "none")
 
 @dataclass(frozen=True, kw_only=True)
 class GPTConfig:
-    """Every size and choice of a :class:`GPT` (nanoGPT's ``GPTConfig``), checked once, here.
+    """Every size and choice of a :class:`GPT` (nanoGPT's ``GPTConfig``),
+    checked once, here.
 
-    ``vocab_size`` tokens; ``context_length``, the longest sequence the model reads (with a
-    cache: the cached positions plus the new ones). ``num_heads`` query heads share
-    ``num_kv_heads`` key/value heads (None: as many; 1: multi-query attention).
-    ``ffn_width``: the feed-forward network's hidden width (None: ``4 * d_model``).
-    ``positions``: one of :data:`POSITIONS`. ``window``: query ``i`` reads keys
-    ``i - window < j <= i`` only (None: every earlier key). ``tie_weights``: the output head
-    reuses the token embedding matrix. ``norm``: ``"rms"`` (RMSNorm) or ``"layer"``
-    (LayerNorm, with a bias when ``bias``). ``activation``: ``"relu"``, ``"gelu"`` or
-    ``"gelu_tanh"`` (GPT-2's tanh approximation). ``residual_init``: None or ``"gpt2"`` (see
-    :class:`GPT`). GPT-2 small: ``GPTConfig(vocab_size=50_257, context_length=1024,
-    d_model=768, num_layers=12, num_heads=12, bias=True, norm="layer",
-    activation="gelu_tanh")``. Fields are keywords; ``config.replace(window=4)`` is a copy
-    with some of them changed.
+    ``vocab_size`` tokens; ``context_length``, the longest sequence the model
+    reads (with a cache: the cached positions plus the new ones). ``num_heads``
+    query heads share ``num_kv_heads`` key/value heads (None: as many; 1:
+    multi-query attention). ``ffn_width``: the feed-forward network's hidden
+    width (None: ``4 * d_model``). ``positions``: one of :data:`POSITIONS`.
+    ``window``: query ``i`` reads keys ``i - window < j <= i`` only (None: every
+    earlier key). ``tie_weights``: the output head reuses the token embedding
+    matrix. ``norm``: ``"rms"`` (RMSNorm) or ``"layer"`` (LayerNorm, with a bias
+    when ``bias``). ``activation``: ``"relu"``, ``"gelu"`` or ``"gelu_tanh"``
+    (GPT-2's tanh approximation). ``residual_init``: None or ``"gpt2"`` (see
+    :class:`GPT`). GPT-2 small: ``GPTConfig(vocab_size=50_257,
+    context_length=1024, d_model=768, num_layers=12, num_heads=12, bias=True,
+    norm="layer", activation="gelu_tanh")``. Fields are keywords;
+    ``config.replace(window=4)`` is a copy with some of them changed.
     """
 
     vocab_size: int
@@ -123,38 +129,44 @@ class GPTConfig:
         check.residual_init(self.residual_init)
 
     def replace(self, **changes) -> GPTConfig:
-        """A copy with some fields changed, e.g. ``config.replace(num_kv_heads=1)``."""
+        """A copy with some fields changed, e.g.
+        ``config.replace(num_kv_heads=1)``."""
         return dataclasses.replace(self, **changes)
 
 
 class KVCache:
-    """The keys and values one attention layer has computed so far, for incremental decoding.
+    """The keys and values one attention layer has computed so far, for
+    incremental decoding.
 
-    ``keys`` and ``values`` are ``(B, H_kv, T_held, d_head)`` (None while empty); ``append``
-    writes the new positions' and returns the keys and values they may read. One cache per
-    layer: :meth:`GPT.new_caches` makes them (``[KVCache()] * num_layers`` would be one cache
-    for every layer, and is refused). With grouped-query attention it holds ``H_kv`` heads,
-    not ``H``: that is where the memory saving is, and a step reads them without copying.
+    ``keys`` and ``values`` are ``(B, H_kv, T_held, d_head)`` (None while
+    empty); ``append`` writes the new positions' and returns the keys and values
+    they may read. One cache per layer: :meth:`GPT.new_caches` makes them
+    (``[KVCache()] * num_layers`` would be one cache for every layer, and is
+    refused). With grouped-query attention it holds ``H_kv`` heads, not ``H``:
+    that is where the memory saving is, and a step reads them without copying.
 
-    The cache is *preallocated*: its first ``append`` allocates two buffers of ``capacity``
-    positions (at least as many as it is given), each ``append`` copies the new positions into
-    the next free slice of them, and ``keys``/``values`` are views of the filled part. A
-    decoding step therefore writes one position per layer, whatever the cache's length; a
-    cache grown by concatenation (``torch.cat([cached, new])``) would copy all of it at every
-    step. :meth:`GPT.generate` asks for the prompt's length plus ``max_new_tokens``, so it
-    never grows; without a ``capacity`` (or beyond it) the buffers grow by doubling, a copy
-    whose cost spreads over as many steps as the cache already held. ``memory_bytes`` counts
-    the positions held, ``allocated_bytes`` the buffers.
+    The cache is *preallocated*: its first ``append`` allocates two buffers of
+    ``capacity`` positions (at least as many as it is given), each ``append``
+    copies the new positions into the next free slice of them, and
+    ``keys``/``values`` are views of the filled part. A decoding step therefore
+    writes one position per layer, whatever the cache's length; a cache grown by
+    concatenation (``torch.cat([cached, new])``) would copy all of it at every
+    step. :meth:`GPT.generate` asks for the prompt's length plus
+    ``max_new_tokens``, so it never grows; without a ``capacity`` (or beyond it)
+    the buffers grow by doubling, a copy whose cost spreads over as many steps
+    as the cache already held. ``memory_bytes`` counts the positions held,
+    ``allocated_bytes`` the buffers.
 
-    ``window`` (None: keep everything) makes the cache *roll*: a layer whose query ``i``
-    reads only keys ``j > i - window`` never needs older ones, so after each append the cache
-    keeps the last ``window`` positions only, and its memory stays flat however long the
-    sequence grows (Mistral's rolling buffer): buffers of about ``2 * window`` positions, and
-    when the next positions do not fit after the held ones, the held ones move to the front
-    (a copy of ``window`` positions at most once every ``window`` steps). ``length`` counts
-    every position appended so far (the next one's index: RoPE and ALiBi use these true
-    positions); ``held`` is how many the cache holds now, the last ones, from position
-    ``start = length - held`` on.
+    ``window`` (None: keep everything) makes the cache *roll*: a layer whose
+    query ``i`` reads only keys ``j > i - window`` never needs older ones, so
+    after each append the cache keeps the last ``window`` positions only, and
+    its memory stays flat however long the sequence grows (Mistral's rolling
+    buffer): buffers of about ``2 * window`` positions, and when the next
+    positions do not fit after the held ones, the held ones move to the front (a
+    copy of ``window`` positions at most once every ``window`` steps).
+    ``length`` counts every position appended so far (the next one's index: RoPE
+    and ALiBi use these true positions); ``held`` is how many the cache holds
+    now, the last ones, from position ``start = length - held`` on.
     """
 
     def __init__(
@@ -170,15 +182,17 @@ class KVCache:
         )
         self._keys: Tensor | None = None  # (B, H_kv, capacity, d_head) buffers
         self._values: Tensor | None = None
+        # the held positions are buffer slots first .. end - 1
         self._first, self._end = (
             0,
             0,
-        )  # the held positions are buffer slots first .. end - 1
+        )
         self.length = 0  # positions appended so far
 
     @property
     def keys(self) -> Tensor | None:
-        """The keys held, ``(B, H_kv, T_held, d_head)``: a view of the buffer (None if empty)."""
+        """The keys held, ``(B, H_kv, T_held, d_head)``: a view of the buffer
+        (None if empty)."""
         return (
             None
             if self._keys is None
@@ -187,7 +201,8 @@ class KVCache:
 
     @property
     def values(self) -> Tensor | None:
-        """The values held, ``(B, H_kv, T_held, d_head)``: a view of the buffer (None if empty)."""
+        """The values held, ``(B, H_kv, T_held, d_head)``: a view of the buffer
+        (None if empty)."""
         return (
             None
             if self._values is None
@@ -196,7 +211,8 @@ class KVCache:
 
     @property
     def entry_shape(self) -> tuple[int, int, int, int] | None:
-        """``keys.shape`` (None while empty), read without making the view ``keys`` is."""
+        """``keys.shape`` (None while empty), read without making the view
+        ``keys`` is."""
         if self._keys is None:
             return None
         batch, heads, _, width = self._keys.shape
@@ -204,12 +220,14 @@ class KVCache:
 
     @property
     def held(self) -> int:
-        """How many positions the cache holds now (at most ``window`` after an append)."""
+        """How many positions the cache holds now (at most ``window`` after an
+        append)."""
         return self._end - self._first
 
     @property
     def capacity(self) -> int:
-        """How many positions the buffers have room for (0 before the first append)."""
+        """How many positions the buffers have room for (0 before the first
+        append)."""
         return 0 if self._keys is None else self._keys.shape[2]
 
     @property
@@ -218,11 +236,13 @@ class KVCache:
         return self.length - self.held
 
     def append(self, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
-        """Add ``(B, H_kv, T_new, d_head)`` keys and values; return those held plus the new.
+        """Add ``(B, H_kv, T_new, d_head)`` keys and values; return those held
+        plus the new.
 
-        The returned keys sit at positions ``start .. length - 1`` (read ``start`` before the
-        call); with a ``window``, at most ``window + T_new`` of them. They are views of the
-        cache's buffers, valid until the next ``append``.
+        The returned keys sit at positions ``start .. length - 1`` (read
+        ``start`` before the call); with a ``window``, at most ``window +
+        T_new`` of them. They are views of the cache's buffers, valid until the
+        next ``append``.
         """
         check.cache_entries(self, keys, values)
         if torch.is_grad_enabled() and (
@@ -233,44 +253,45 @@ class KVCache:
         if self._end + new > self.capacity:
             self._make_room(keys, values, new)
         first, end = self._first, self._end + new
-        self._keys[:, :, self._end : end].copy_(
-            keys
-        )  # one slice written: no copy of the rest
+        # one slice written: no copy of the rest
+        self._keys[:, :, self._end : end].copy_(keys)
         self._values[:, :, self._end : end].copy_(values)
         self._end, self.length = end, self.length + new
-        if (
-            self.window is not None
-        ):  # roll: what no later query reads is no longer held
+        # roll: what no later query reads is no longer held
+        if self.window is not None:
             self._first = max(first, end - self.window)
         return self._keys[:, :, first:end], self._values[:, :, first:end]
 
     def _concatenate(
         self, keys: Tensor, values: Tensor
     ) -> tuple[Tensor, Tensor]:
-        """``append`` under autograd: out of place, since backward needs what attention read.
+        """``append`` under autograd: out of place, since backward needs what
+        attention read.
 
-        (Writing into a buffer that an earlier step's attention read would invalidate it for
-        the backward pass: a windowed layer's chunks, in training, go this way.)
+        (Writing into a buffer that an earlier step's attention read would
+        invalidate it for the backward pass: a windowed layer's chunks, in
+        training, go this way.)
         """
         self.length += keys.shape[2]
         if self._keys is not None:
             keys = torch.cat([self.keys, keys], dim=2)
             values = torch.cat([self.values, values], dim=2)
+        # buffers exactly full: the next write grows
         self._keys, self._values = (
             keys,
             values,
-        )  # buffers exactly full: the next write grows
+        )
         self._first, self._end = 0, keys.shape[2]
         if self.window is not None:
             self._first = max(0, self._end - self.window)
         return keys, values
 
     def _make_room(self, keys: Tensor, values: Tensor, new: int) -> None:
-        """Buffers with ``new`` free slots after the held positions (rare: not in a step)."""
+        """Buffers with ``new`` free slots after the held positions (rare: not
+        in a step)."""
         held, needed = self.held, self.held + new
-        if (
-            self.window is not None and needed <= self.capacity
-        ):  # roll: move to the front
+        # roll: move to the front
+        if self.window is not None and needed <= self.capacity:
             for buffer in (self._keys, self._values):
                 buffer[:, :, :held] = buffer[
                     :, :, self._first : self._end
@@ -278,9 +299,8 @@ class KVCache:
             self._first, self._end = 0, held
             return
         size = max(needed, self.requested or 0, 2 * self.capacity)
-        if (
-            self.window is not None
-        ):  # about two windows: a roll every `window` steps at most
+        # about two windows: a roll every `window` steps at most
+        if self.window is not None:
             size = max(needed, min(size, 2 * self.window))
         shape = (keys.shape[0], keys.shape[1], size, keys.shape[3])
         buffers = []
@@ -293,7 +313,8 @@ class KVCache:
         self._first, self._end = 0, held
 
     def memory_bytes(self) -> int:
-        """Bytes of the keys and values held, counted: ``2 * B * H_kv * T_held * d_head * size``."""
+        """Bytes of the keys and values held, counted: ``2 * B * H_kv * T_held *
+        d_head * size``."""
         if self._keys is None:
             return 0
         return sum(
@@ -301,7 +322,8 @@ class KVCache:
         )
 
     def allocated_bytes(self) -> int:
-        """Bytes of the two buffers: ``memory_bytes`` with ``capacity`` in place of ``T_held``."""
+        """Bytes of the two buffers: ``memory_bytes`` with ``capacity`` in place
+        of ``T_held``."""
         if self._keys is None:
             return 0
         return sum(
@@ -317,19 +339,23 @@ class KVCache:
 
 
 class CausalSelfAttention(nn.Module):
-    """Masked multi-head self-attention with optional grouped-query heads, RoPE or ALiBi.
+    """Masked multi-head self-attention with optional grouped-query heads, RoPE
+    or ALiBi.
 
-    Built from a :class:`GPTConfig`. Its ``H_kv`` key/value heads are each shared by a group
-    of ``H / H_kv`` query heads, read in place, never copied per query head
-    (:func:`_fold_groups`); ``qkv_proj`` stacks ``W_q`` (D rows), ``W_k`` and ``W_v``
-    (``H_kv * d_head`` rows each), :class:`MultiHeadAttention`'s layout when ``H_kv = H``.
-    ``"rope"`` rotates queries and keys, ``"alibi"`` adds ``-m_h * (i - j)`` to the scores
-    (:func:`score_bias`, which also masks); other positions are the embeddings' business.
+    Built from a :class:`GPTConfig`. Its ``H_kv`` key/value heads are each
+    shared by a group of ``H / H_kv`` query heads, read in place, never copied
+    per query head (:func:`_fold_groups`); ``qkv_proj`` stacks ``W_q`` (D rows),
+    ``W_k`` and ``W_v`` (``H_kv * d_head`` rows each),
+    :class:`MultiHeadAttention`'s layout when ``H_kv = H``. ``"rope"`` rotates
+    queries and keys, ``"alibi"`` adds ``-m_h * (i - j)`` to the scores
+    (:func:`score_bias`, which also masks); other positions are the embeddings'
+    business.
 
-    ``forward(x (B, T, D), cache=None, return_attention=False)`` returns ``(B, T, D)``, or
-    ``(output, weights (B, H, T, T_held + T))``. With a :class:`KVCache`, ``x`` holds only
-    the new positions, which continue the cached ones. A windowed layer reads more than
-    ``2 * window`` positions in chunks (:func:`_in_windows`): never ``T x T`` scores.
+    ``forward(x (B, T, D), cache=None, return_attention=False)`` returns ``(B,
+    T, D)``, or ``(output, weights (B, H, T, T_held + T))``. With a
+    :class:`KVCache`, ``x`` holds only the new positions, which continue the
+    cached ones. A windowed layer reads more than ``2 * window`` positions in
+    chunks (:func:`_in_windows`): never ``T x T`` scores.
     """
 
     def __init__(self, config: GPTConfig) -> None:
@@ -369,40 +395,35 @@ class CausalSelfAttention(nn.Module):
             and length > 2 * self.window
             and not return_attention
         ):
-            return _in_windows(
-                self, x, cache
-            )  # scores at most w x 2w, not T x T
-        offset = (
-            0 if cache is None else cache.length
-        )  # the position of x's first token
+            # scores at most w x 2w, not T x T
+            return _in_windows(self, x, cache)
+        # the position of x's first token
+        offset = 0 if cache is None else cache.length
         kv_width = self.num_kv_heads * self.d_head
         q, k, v = self.qkv_proj(x).split(
             [self.d_model, kv_width, kv_width], dim=-1
         )
-        q = q.view(batch, length, self.num_heads, self.d_head).transpose(
-            1, 2
-        )  # (B, H, T, dh)
+        # (B, H, T, dh)
+        q = q.view(batch, length, self.num_heads, self.d_head).transpose(1, 2)
         k = k.view(batch, length, self.num_kv_heads, self.d_head).transpose(
             1, 2
         )
         v = v.view(batch, length, self.num_kv_heads, self.d_head).transpose(
             1, 2
         )
-        if (
-            self.positions == "rope"
-        ):  # rotate by the absolute positions offset .. offset + T - 1
+        # rotate by the absolute positions offset .. offset + T - 1
+        if self.positions == "rope":
             where = torch.arange(offset, offset + length, device=x.device)
             q, k = apply_rotary(q, where), apply_rotary(k, where)
-        first_key = (
-            0 if cache is None else cache.start
-        )  # the position of k's first key
+        # the position of k's first key
+        first_key = 0 if cache is None else cache.start
         if cache is not None:
-            k, v = cache.append(
-                k, v
-            )  # (B, H_kv, held + T, dh): all of it, or a window's
+            # (B, H_kv, held + T, dh): all of it, or a window's
+            k, v = cache.append(k, v)
+        # (1 or H, T, T_k), or None
         bias = score_bias(
             offset, length, first_key, self.window, self.slopes, x
-        )  # (1 or H, T, T_k), or None
+        )
         group = self.num_heads // self.num_kv_heads  # query heads per kv head
         if group > 1:  # share each kv head with its group's queries: no copy
             q, bias = _fold_groups(q, bias, self.num_kv_heads)
@@ -427,13 +448,14 @@ class CausalSelfAttention(nn.Module):
 def _fold_groups(
     q: Tensor, bias: Tensor | None, num_kv_heads: int
 ) -> tuple[Tensor, Tensor | None]:
-    """Queries ``(B, H, T, dh)`` as ``(B, H_kv, group * T, dh)``, the bias to match.
+    """Queries ``(B, H, T, dh)`` as ``(B, H_kv, group * T, dh)``, the bias to
+    match.
 
-    Query head ``h`` reads key/value head ``h // group``. Folding each group's heads into
-    the query positions lets every query of a group read its one key/value head as it is:
-    copying the heads ``group`` times (``repeat_interleave``) would copy the whole cache
-    at every decoding step. The bias ``(1 or H, T, T_k)`` becomes
-    ``(1 or H_kv, group * T, T_k)``.
+    Query head ``h`` reads key/value head ``h // group``. Folding each group's
+    heads into the query positions lets every query of a group read its one
+    key/value head as it is: copying the heads ``group`` times
+    (``repeat_interleave``) would copy the whole cache at every decoding step.
+    The bias ``(1 or H, T, T_k)`` becomes ``(1 or H_kv, group * T, T_k)``.
     """
     batch, num_heads, length, d_head = q.shape
     group = num_heads // num_kv_heads
@@ -448,8 +470,9 @@ def _fold_groups(
 def _in_windows(
     layer: CausalSelfAttention, x: Tensor, cache: KVCache | None
 ) -> Tensor:
-    """A windowed ``layer`` on a long ``x``: chunks of ``window`` queries through a rolling
-    cache (a fresh one if none is given), so its scores are at most ``w x 2w``."""
+    """A windowed ``layer`` on a long ``x``: chunks of ``window`` queries
+    through a rolling cache (a fresh one if none is given), so its scores are at
+    most ``w x 2w``."""
     cache = KVCache(layer.window) if cache is None else cache
     return torch.cat(
         [layer(chunk, cache) for chunk in x.split(layer.window, dim=1)], dim=1
@@ -464,15 +487,18 @@ def score_bias(
     slopes: Tensor | None = None,
     like: Tensor | None = None,
 ) -> Tensor | None:
-    """What causal attention adds to its scores: -inf where a key is masked, ALiBi's penalty.
+    """What causal attention adds to its scores: -inf where a key is masked,
+    ALiBi's penalty.
 
     The queries sit at positions ``offset .. offset + length - 1``, the keys at
-    ``first_key .. offset + length - 1`` (``first_key = 0`` unless a rolling cache dropped the
-    oldest); a query reads the keys :func:`helpers.masks.position_mask` allows (causal, within
-    ``window``). With ALiBi ``slopes (H,)`` the bias is ``-m_h * (i - j)`` on the allowed keys,
-    ``(H, T, T_k)``, else ``(1, T, T_k)``, in ``like``'s dtype and device. None when nothing is
-    added: a decoding step's single query that may read every key held (no window, or all of
-    them inside it), so that step builds no mask at all.
+    ``first_key .. offset + length - 1`` (``first_key = 0`` unless a rolling
+    cache dropped the oldest); a query reads the keys
+    :func:`helpers.masks.position_mask` allows (causal, within ``window``). With
+    ALiBi ``slopes (H,)`` the bias is ``-m_h * (i - j)`` on the allowed keys,
+    ``(H, T, T_k)``, else ``(1, T, T_k)``, in ``like``'s dtype and device. None
+    when nothing is added: a decoding step's single query that may read every
+    key held (no window, or all of them inside it), so that step builds no mask
+    at all.
     """
     sees_all = window is None or offset - first_key < window
     if length == 1 and slopes is None and sees_all:
@@ -482,25 +508,25 @@ def score_bias(
     )
     query_positions = torch.arange(offset, offset + length, device=device)
     key_positions = torch.arange(first_key, offset + length, device=device)
-    allowed = position_mask(
-        query_positions, key_positions, window=window
-    )  # (T, Tk)
+    # (T, Tk)
+    allowed = position_mask(query_positions, key_positions, window=window)
     bias = torch.zeros(allowed.shape, dtype=dtype, device=device)[None]
     if slopes is not None:
         distance = query_positions[:, None] - key_positions[None, :]
-        bias = -slopes.to(dtype)[:, None, None] * distance.to(
-            dtype
-        )  # (H, T, Tk)
+        # (H, T, Tk)
+        bias = -slopes.to(dtype)[:, None, None] * distance.to(dtype)
     return bias.masked_fill(~allowed, -math.inf)
 
 
 class GPTBlock(nn.Module):
-    """One pre-norm decoder-only block: ``x + attn(norm1(x))``, then ``x + ffn(norm2(x))``.
+    """One pre-norm decoder-only block: ``x + attn(norm1(x))``, then ``x +
+    ffn(norm2(x))``.
 
-    Two norms, one per sublayer (each with its own gain). The submodules carry the names of
-    :class:`helpers.transformer.EncoderBlock`'s (``self_attn``, ``ffn``, ``norm1``, ``norm2``),
-    so with ``H_kv = H`` an encoder block's ``state_dict`` loads into it unchanged.
-    ``forward(x (B, T, D), cache=None) -> (B, T, D)``.
+    Two norms, one per sublayer (each with its own gain). The submodules carry
+    the names of :class:`helpers.transformer.EncoderBlock`'s (``self_attn``,
+    ``ffn``, ``norm1``, ``norm2``), so with ``H_kv = H`` an encoder block's
+    ``state_dict`` loads into it unchanged. ``forward(x (B, T, D), cache=None)
+    -> (B, T, D)``.
     """
 
     def __init__(self, config: GPTConfig) -> None:
@@ -521,24 +547,29 @@ class GPTBlock(nn.Module):
 
 
 class GPT(nn.Module):
-    """A decoder-only Transformer language model: token ids ``(B, T)`` -> logits ``(B, T, V)``.
+    """A decoder-only Transformer language model: token ids ``(B, T)`` -> logits
+    ``(B, T, V)``.
 
-    ``GPT(config)``, one :class:`GPTConfig` holding every size and choice. Weights start from
-    ``N(0, 0.02^2)``, biases at 0, as in GPT-2. ``residual_init="gpt2"`` also follows GPT-2
-    for the two projections per block that write into the residual stream (attention's
-    ``out_proj``, the feed-forward network's ``linear2``): standard deviation
-    ``0.02 / sqrt(2 * num_layers)``. The residual stream is a sum of ``2 * num_layers`` such
-    writes; independent terms add their variances, so scaling each by ``1/sqrt(2L)`` keeps the
-    stream's scale at initialization the same however deep the model is. The default
-    (``None``) draws them at 0.02 like every other weight.
+    ``GPT(config)``, one :class:`GPTConfig` holding every size and choice.
+    Weights start from ``N(0, 0.02^2)``, biases at 0, as in GPT-2.
+    ``residual_init="gpt2"`` also follows GPT-2 for the two projections per
+    block that write into the residual stream (attention's ``out_proj``, the
+    feed-forward network's ``linear2``): standard deviation ``0.02 / sqrt(2 *
+    num_layers)``. The residual stream is a sum of ``2 * num_layers`` such
+    writes; independent terms add their variances, so scaling each by
+    ``1/sqrt(2L)`` keeps the stream's scale at initialization the same however
+    deep the model is. The default (``None``) draws them at 0.02 like every
+    other weight.
     """
 
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
         if not isinstance(config, GPTConfig):
             raise TypeError(
-                f"GPT takes one GPTConfig, got {type(config).__name__}; build it as "
-                "GPT(GPTConfig(vocab_size=..., context_length=..., d_model=..., ...))"
+                f"GPT takes one GPTConfig, got {type(config).__name__}; build "
+                "it as "
+                "GPT(GPTConfig(vocab_size=..., context_length=..., "
+                "d_model=..., ...))"
             )
         self.config = config
         self.vocab_size, self.context_length = (
@@ -565,18 +596,16 @@ class GPT(nn.Module):
         self.final_norm = make_norm(config.norm, width, bias=config.bias)
         self.head = nn.Linear(width, config.vocab_size, bias=False)
         self.apply(self._init_weights)
-        if (
-            config.residual_init == "gpt2"
-        ):  # the 2L writes into the residual stream, scaled down
+        # the 2L writes into the residual stream, scaled down
+        if config.residual_init == "gpt2":
             for block in self.blocks:
                 for layer in (block.self_attn.out_proj, block.ffn.linear2):
                     nn.init.normal_(
                         layer.weight,
                         std=0.02 / math.sqrt(2 * config.num_layers),
                     )
-        if (
-            config.tie_weights
-        ):  # one (V, D) matrix reads tokens in and writes logits out
+        # one (V, D) matrix reads tokens in and writes logits out
+        if config.tie_weights:
             self.head.weight = self.token_embedding.weight
 
     @staticmethod
@@ -595,9 +624,11 @@ class GPT(nn.Module):
     def _logits(
         self, tokens: Tensor, caches: list[KVCache] | None, offset: int
     ) -> Tensor:
-        """``forward`` without the check of the tokens (which reads their values back)."""
+        """``forward`` without the check of the tokens (which reads their values
+        back)."""
         x = self.token_embedding(tokens)  # (B, T, D)
-        # positions offset .. offset + T - 1: with a cache, the new tokens follow the cached ones
+        # positions offset .. offset + T - 1: with a cache, the new tokens
+        # follow the cached ones
         x = self.dropout(
             x + self._position_rows(offset, tokens.shape[1], x.dtype)
         )
@@ -608,7 +639,8 @@ class GPT(nn.Module):
     def _position_rows(
         self, offset: int, length: int, dtype: torch.dtype
     ) -> Tensor | float:
-        """Rows offset .. offset + length - 1 of the added position table (0 if none)."""
+        """Rows offset .. offset + length - 1 of the added position table (0 if
+        none)."""
         table = getattr(self.position_embedding, "weight", None)  # learned
         table = getattr(self.position_embedding, "pe", table)  # sinusoidal
         return (
@@ -618,11 +650,13 @@ class GPT(nn.Module):
     def new_caches(
         self, batch_size: int, capacity: int | None = None
     ) -> list[KVCache]:
-        """One empty :class:`KVCache` per layer (``batch_size`` is checked on first use).
+        """One empty :class:`KVCache` per layer (``batch_size`` is checked on
+        first use).
 
-        ``capacity``: the positions each cache allocates room for on its first use (None: as
-        many as that use brings, then doubling). A model built with a ``window`` gets rolling
-        caches (``KVCache(window)``): each holds the last ``window`` positions only.
+        ``capacity``: the positions each cache allocates room for on its first
+        use (None: as many as that use brings, then doubling). A model built
+        with a ``window`` gets rolling caches (``KVCache(window)``): each holds
+        the last ``window`` positions only.
         """
         check.positive_int("batch_size", batch_size)
         return [
@@ -642,35 +676,40 @@ class GPT(nn.Module):
         end_id: int | None = None,
         pad_id: int | None = None,
     ) -> Tensor:
-        """Continue ``prompt (B, T0)`` by ``max_new_tokens``: returns ``(B, T0 + max_new_tokens)``.
+        """Continue ``prompt (B, T0)`` by ``max_new_tokens``: returns ``(B, T0 +
+        max_new_tokens)``.
 
         Each step turns the last position's logits into a distribution
-        (:func:`next_token_probabilities`: ``temperature``, ``top_k``) and samples from it with
-        ``generator``, or takes its arg-max if ``greedy``. ``use_cache=False`` re-reads the
-        whole sequence at every step (same tokens, more work). Runs in ``eval()`` mode and
-        gives the model back in the mode it was in.
+        (:func:`next_token_probabilities`: ``temperature``, ``top_k``) and
+        samples from it with ``generator``, or takes its arg-max if ``greedy``.
+        ``use_cache=False`` re-reads the whole sequence at every step (same
+        tokens, more work). Runs in ``eval()`` mode and gives the model back in
+        the mode it was in.
 
-        Past the context: the model reads at most ``context_length`` tokens, so a step whose
-        text is longer reads only the last ``context_length`` of it, afresh and without the
-        cache (nanoGPT's crop): the text may be as long as you like, each such step costs a
-        whole window's forward pass, and tokens further back than the window are forgotten.
-        A prompt longer than the context is cropped the same way.
+        Past the context: the model reads at most ``context_length`` tokens, so
+        a step whose text is longer reads only the last ``context_length`` of
+        it, afresh and without the cache (nanoGPT's crop): the text may be as
+        long as you like, each such step costs a whole window's forward pass,
+        and tokens further back than the window are forgotten. A prompt longer
+        than the context is cropped the same way.
 
-        ``end_id``: a sequence that emits this token stops there; its later positions hold
-        ``pad_id`` (default ``end_id``), and generation stops once every sequence has ended.
-        Every sequence draws from ``generator`` at every step, ended or not, so the tokens up to
-        each end are the ones generated without ``end_id``.
+        ``end_id``: a sequence that emits this token stops there; its later
+        positions hold ``pad_id`` (default ``end_id``), and generation stops
+        once every sequence has ended. Every sequence draws from ``generator``
+        at every step, ended or not, so the tokens up to each end are the ones
+        generated without ``end_id``.
 
-        The loop never reads a tensor's value back into Python, which on a GPU would make the
-        host wait for the device at every step instead of queuing the next step's work: the
-        prompt is checked once, before it (generated tokens are in the vocabulary by
-        construction); the output and the caches are allocated once, for
-        ``T0 + max_new_tokens`` positions, and each step writes one position into them. The
-        one exception is the test "has every sequence ended?" with ``end_id``: on the CPU,
-        where operators run one after the other anyway, it costs nothing and runs every step;
-        elsewhere it runs every :attr:`END_CHECK_EVERY` steps, so a batch that has ended runs
-        at most that many steps more than it must, steps whose tokens are padding either
-        way: the output is the same.
+        The loop never reads a tensor's value back into Python, which on a GPU
+        would make the host wait for the device at every step instead of queuing
+        the next step's work: the prompt is checked once, before it (generated
+        tokens are in the vocabulary by construction); the output and the caches
+        are allocated once, for ``T0 + max_new_tokens`` positions, and each step
+        writes one position into them. The one exception is the test "has every
+        sequence ended?" with ``end_id``: on the CPU, where operators run one
+        after the other anyway, it costs nothing and runs every step; elsewhere
+        it runs every :attr:`END_CHECK_EVERY` steps, so a batch that has ended
+        runs at most that many steps more than it must, steps whose tokens are
+        padding either way: the output is the same.
         """
         check.generation(self, prompt, max_new_tokens, greedy, use_cache)
         end_id, pad_id = check.end_and_pad(self.vocab_size, end_id, pad_id)
@@ -725,10 +764,11 @@ class GPT(nn.Module):
 
 
 def top_k_filter(logits: Tensor, k: int | None) -> Tensor:
-    """``logits (..., V)`` with all but the ``k`` largest of each row set to ``-inf``.
+    """``logits (..., V)`` with all but the ``k`` largest of each row set to
+    ``-inf``.
 
-    Ties at the k-th largest are kept; a softmax afterwards renormalizes over what is left.
-    ``k`` None (or at least ``V``) keeps every logit.
+    Ties at the k-th largest are kept; a softmax afterwards renormalizes over
+    what is left. ``k`` None (or at least ``V``) keeps every logit.
     """
     check.tensor("logits", logits, floating=True, min_ndim=1)
     if k is None or check.positive_int("k", k) >= logits.shape[-1]:
@@ -740,11 +780,13 @@ def top_k_filter(logits: Tensor, k: int | None) -> Tensor:
 def next_token_probabilities(
     logits: Tensor, temperature: float = 1.0, top_k: int | None = None
 ) -> Tensor:
-    """The sampling distribution ``softmax(logits / temperature)``, over the ``top_k`` best only.
+    """The sampling distribution ``softmax(logits / temperature)``, over the
+    ``top_k`` best only.
 
-    ``logits (..., V)``; returns probabilities of the same shape. A temperature below 1
-    sharpens the distribution (towards the arg-max), above 1 flattens it (towards uniform);
-    ``top_k`` keeps the k most likely tokens and renormalizes (:func:`top_k_filter`).
+    ``logits (..., V)``; returns probabilities of the same shape. A temperature
+    below 1 sharpens the distribution (towards the arg-max), above 1 flattens it
+    (towards uniform); ``top_k`` keeps the k most likely tokens and renormalizes
+    (:func:`top_k_filter`).
     """
     temperature, top_k = check.sampling(logits, temperature, top_k)
     return top_k_filter(logits / temperature, top_k).softmax(dim=-1)

@@ -1,15 +1,17 @@
 """Moving weights between the book's modules and PyTorch's own.
 
-The classes of :mod:`helpers.attention` and :mod:`helpers.transformer` compute the same
-functions as ``torch.nn.MultiheadAttention`` and ``torch.nn.TransformerEncoderLayer``, and
-:class:`helpers.gpt.GPT`, configured as GPT-2, the same function as ``transformers``'
-``GPT2LMHeadModel``. The functions here copy weights across, after checking that the two
-models are built alike, so that chapters and tests can compare them output for output. The
-book's classes do not depend on this module (they carry no loading methods): it imports
+The classes of :mod:`helpers.attention` and :mod:`helpers.transformer` compute
+the same functions as ``torch.nn.MultiheadAttention`` and
+``torch.nn.TransformerEncoderLayer``, and :class:`helpers.gpt.GPT`, configured
+as GPT-2, the same function as ``transformers``' ``GPT2LMHeadModel``. The
+functions here copy weights across, after checking that the two models are built
+alike, so that chapters and tests can compare them output for output. The book's
+classes do not depend on this module (they carry no loading methods): it imports
 them, never the other way round.
 
-Remember the mask conventions when you compare outputs: PyTorch's boolean masks mean
-True = *ignore*, the book's True = may attend, so pass ``~mask`` to PyTorch's modules.
+Remember the mask conventions when you compare outputs: PyTorch's boolean masks
+mean True = *ignore*, the book's True = may attend, so pass ``~mask`` to
+PyTorch's modules.
 """
 
 from __future__ import annotations
@@ -34,28 +36,34 @@ __all__ = [
 
 @torch.no_grad()
 def load_multihead_attention(module, torch_mha: nn.MultiheadAttention):
-    """Copy a ``torch.nn.MultiheadAttention``'s weights into a ``MultiHeadAttention``; return it.
+    """Copy a ``torch.nn.MultiheadAttention``'s weights into a
+    ``MultiHeadAttention``; return it.
 
-    Its ``in_proj_weight`` (3D, D) has the layout of ``qkv_proj.weight``; biases must exist in
-    both or in neither. Only weights are copied: for the two modules to return the same
-    outputs, build ``torch_mha`` with ``batch_first=True`` (otherwise it reads (T, B, D)
-    inputs), compare them in ``eval()`` mode (or without dropout), and pass it ``~mask``.
+    Its ``in_proj_weight`` (3D, D) has the layout of ``qkv_proj.weight``; biases
+    must exist in both or in neither. Only weights are copied: for the two
+    modules to return the same outputs, build ``torch_mha`` with
+    ``batch_first=True`` (otherwise it reads (T, B, D) inputs), compare them in
+    ``eval()`` mode (or without dropout), and pass it ``~mask``.
     """
     if not isinstance(torch_mha, nn.MultiheadAttention):
         raise TypeError(
-            f"expected torch.nn.MultiheadAttention, got {type(torch_mha).__name__}"
+            "expected torch.nn.MultiheadAttention, got "
+            f"{type(torch_mha).__name__}"
         )
     if torch_mha.in_proj_weight is None:
         raise ValueError(
-            "torch_mha has separate q/k/v widths (kdim/vdim); it cannot be fused"
+            "torch_mha has separate q/k/v widths (kdim/vdim); it cannot be "
+            "fused"
         )
     if (torch_mha.embed_dim, torch_mha.num_heads) != (
         module.d_model,
         module.num_heads,
     ):
         raise ValueError(
-            f"size mismatch: torch_mha has embed_dim={torch_mha.embed_dim}, num_heads="
-            f"{torch_mha.num_heads}; this module has d_model={module.d_model}, num_heads="
+            f"size mismatch: torch_mha has embed_dim={torch_mha.embed_dim}, "
+            "num_heads="
+            f"{torch_mha.num_heads}; this module has d_model={module.d_model}, "
+            "num_heads="
             f"{module.num_heads}"
         )
     if (torch_mha.in_proj_bias is None) != (module.qkv_proj.bias is None):
@@ -72,10 +80,12 @@ def load_multihead_attention(module, torch_mha: nn.MultiheadAttention):
 
 @torch.no_grad()
 def fuse_heads(per_head):
-    """A ``MultiHeadAttention`` with the weights of a ``PerHeadMultiHeadAttention``.
+    """A ``MultiHeadAttention`` with the weights of a
+    ``PerHeadMultiHeadAttention``.
 
-    Head h's query, key and value layers become rows ``h*d_head:(h+1)*d_head`` of the three
-    blocks of the fused ``qkv_proj``; the output projection is shared as it is.
+    Head h's query, key and value layers become rows ``h*d_head:(h+1)*d_head``
+    of the three blocks of the fused ``qkv_proj``; the output projection is
+    shared as it is.
     """
     bias = per_head.out_proj.bias is not None
     fused = MultiHeadAttention(per_head.d_model, per_head.num_heads, bias=bias)
@@ -94,14 +104,16 @@ def fuse_heads(per_head):
 
 
 def _check_same_layout(block, layer, torch_class: type) -> None:
-    """Refuse a torch layer whose computation differs from ``block``'s (the conditions of
-    :func:`load_encoder_block` and :func:`load_decoder_block`); warn about ``batch_first``."""
+    """Refuse a torch layer whose computation differs from ``block``'s (the
+    conditions of :func:`load_encoder_block` and :func:`load_decoder_block`);
+    warn about ``batch_first``."""
     name = torch_class.__name__
     if not isinstance(layer, torch_class):
         raise TypeError(f"expected torch.nn.{name}, got {type(layer).__name__}")
     if layer.norm_first != block.norm_first:
         raise ValueError(
-            f"norm_first mismatch: the torch layer has norm_first={layer.norm_first}, "
+            "norm_first mismatch: the torch layer has "
+            f"norm_first={layer.norm_first}, "
             f"this block {block.norm_first}; build both the same way"
         )
     if not (
@@ -115,19 +127,25 @@ def _check_same_layout(block, layer, torch_class: type) -> None:
         or block.norm1.eps != layer.norm1.eps
     ):
         raise ValueError(
-            f"normalization mismatch: the torch layer uses LayerNorm(eps={layer.norm1.eps}); "
+            "normalization mismatch: the torch layer uses "
+            f"LayerNorm(eps={layer.norm1.eps}); "
             f"build this block with norm='layer', eps={layer.norm1.eps}"
         )
     if layer.linear1.weight.shape != block.ffn.linear1.weight.shape:
         raise ValueError(
-            f"feed-forward shape mismatch: torch {tuple(layer.linear1.weight.shape)}, "
-            f"this block {tuple(block.ffn.linear1.weight.shape)} (ffn_width, d_model)"
+            "feed-forward shape mismatch: torch "
+            f"{tuple(layer.linear1.weight.shape)}, "
+            f"this block {tuple(block.ffn.linear1.weight.shape)} (ffn_width, "
+            "d_model)"
         )
     if not layer.self_attn.batch_first:
-        # the weights are the same either way, so copying is fine; comparing outputs is not
+        # the weights are the same either way, so copying is fine; comparing
+        # outputs is not
         warnings.warn(
-            f"the torch layer was built with batch_first=False, so it expects (T, B, D) "
-            f"inputs while this block takes (B, T, D); to compare their outputs, build it "
+            "the torch layer was built with batch_first=False, so it expects "
+            "(T, B, D) "
+            "inputs while this block takes (B, T, D); to compare their "
+            "outputs, build it "
             f"with nn.{name}(..., batch_first=True)",
             stacklevel=4,
         )
@@ -135,12 +153,13 @@ def _check_same_layout(block, layer, torch_class: type) -> None:
 
 @torch.no_grad()
 def load_encoder_block(block, layer: nn.TransformerEncoderLayer):
-    """Copy a same-shape ``torch.nn.TransformerEncoderLayer`` into an ``EncoderBlock``; return it.
+    """Copy a same-shape ``torch.nn.TransformerEncoderLayer`` into an
+    ``EncoderBlock``; return it.
 
-    The layer must use ReLU, LayerNorm with the block's ``eps``, the same ``norm_first`` and
-    the same bias setting. Afterwards both compute the same function (in eval mode; in
-    training mode their dropout masks differ). Its ``src_mask`` means True = may *not*
-    attend: pass it ``~mask``.
+    The layer must use ReLU, LayerNorm with the block's ``eps``, the same
+    ``norm_first`` and the same bias setting. Afterwards both compute the same
+    function (in eval mode; in training mode their dropout masks differ). Its
+    ``src_mask`` means True = may *not* attend: pass it ``~mask``.
     """
     _check_same_layout(block, layer, nn.TransformerEncoderLayer)
     load_multihead_attention(block.self_attn, layer.self_attn)
@@ -155,12 +174,14 @@ def load_encoder_block(block, layer: nn.TransformerEncoderLayer):
 
 @torch.no_grad()
 def load_decoder_block(block, layer: nn.TransformerDecoderLayer):
-    """Copy a same-shape ``torch.nn.TransformerDecoderLayer`` into a ``DecoderBlock``; return it.
+    """Copy a same-shape ``torch.nn.TransformerDecoderLayer`` into a
+    ``DecoderBlock``; return it.
 
-    The same conditions as :func:`load_encoder_block`. The layer's ``self_attn`` becomes the
-    block's ``self_attn``, its ``multihead_attn`` (cross-attention) the block's ``cross_attn``,
-    and ``norm1``, ``norm2``, ``norm3`` keep their names. Its ``tgt_mask``,
-    ``memory_mask`` and key-padding masks mean True = may *not* attend: pass them ``~mask``.
+    The same conditions as :func:`load_encoder_block`. The layer's ``self_attn``
+    becomes the block's ``self_attn``, its ``multihead_attn`` (cross-attention)
+    the block's ``cross_attn``, and ``norm1``, ``norm2``, ``norm3`` keep their
+    names. Its ``tgt_mask``, ``memory_mask`` and key-padding masks mean True =
+    may *not* attend: pass them ``~mask``.
     """
     _check_same_layout(block, layer, nn.TransformerDecoderLayer)
     load_multihead_attention(block.self_attn, layer.self_attn)
@@ -185,51 +206,63 @@ _GPT2_ACTIVATIONS = {
 
 
 def _gpt2_prefix(state_dict) -> str:
-    """``"transformer."`` for ``GPT2LMHeadModel``'s keys, ``""`` for ``GPT2Model``'s (and the
-    released ``gpt2`` weights file's); refuse anything else."""
+    """``"transformer."`` for ``GPT2LMHeadModel``'s keys, ``""`` for
+    ``GPT2Model``'s (and the released ``gpt2`` weights file's); refuse anything
+    else."""
     if not hasattr(state_dict, "keys"):
         raise TypeError(
-            f"state_dict must be a mapping of names to tensors (GPT2LMHeadModel(...)."
+            "state_dict must be a mapping of names to tensors "
+            "(GPT2LMHeadModel(...)."
             f"state_dict()), got {type(state_dict).__name__}"
         )
     for prefix in ("transformer.", ""):
         if f"{prefix}wte.weight" in state_dict:
             return prefix
     raise ValueError(
-        "the state dict has no 'transformer.wte.weight' (nor 'wte.weight'): load_gpt2 "
-        "reads the layout of transformers' GPT2LMHeadModel ('transformer.h.0.attn.c_attn."
+        "the state dict has no 'transformer.wte.weight' (nor 'wte.weight'): "
+        "load_gpt2 "
+        "reads the layout of transformers' GPT2LMHeadModel "
+        "('transformer.h.0.attn.c_attn."
         "weight', ...) or GPT2Model ('h.0.attn.c_attn.weight', ...)"
     )
 
 
 def _gpt2_heads(config, num_heads) -> int:
-    """The checkpoint's head count, from ``config`` or ``num_heads`` (one is required)."""
+    """The checkpoint's head count, from ``config`` or ``num_heads`` (one is
+    required)."""
     if config is None and num_heads is None:
         raise TypeError(
-            "load_gpt2 needs the checkpoint's configuration, which a state dict does not "
-            "record: pass config=GPT2Config (e.g. GPT2LMHeadModel.config) to have all of it "
+            "load_gpt2 needs the checkpoint's configuration, which a state "
+            "dict does not "
+            "record: pass config=GPT2Config (e.g. GPT2LMHeadModel.config) to "
+            "have all of it "
             "checked, or at least num_heads=<its n_head> (GPT-2 small: 12)"
         )
     if config is None:
         return num_heads
     if not hasattr(config, "n_head"):
         raise TypeError(
-            f"config must be a transformers GPT2Config, got {type(config).__name__}"
+            "config must be a transformers GPT2Config, got "
+            f"{type(config).__name__}"
         )
     if num_heads is not None and num_heads != config.n_head:
         raise ValueError(
-            f"num_heads={num_heads} contradicts config.n_head={config.n_head}; pass one"
+            f"num_heads={num_heads} contradicts config.n_head={config.n_head}; "
+            "pass one"
         )
     return config.n_head
 
 
 def _check_gpt2_config(model, config) -> None:
-    """Refuse a model that lacks a choice the checkpoint's ``GPT2Config`` records."""
+    """Refuse a model that lacks a choice the checkpoint's ``GPT2Config``
+    records."""
     activation = _GPT2_ACTIVATIONS.get(config.activation_function)
     if activation is None:
         raise ValueError(
-            f"activation mismatch: the checkpoint uses {config.activation_function!r}, "
-            f"which the book's GPT does not have ({', '.join(_GPT2_ACTIVATIONS)})"
+            "activation mismatch: the checkpoint uses "
+            f"{config.activation_function!r}, "
+            "which the book's GPT does not have "
+            f"({', '.join(_GPT2_ACTIVATIONS)})"
         )
     eps = getattr(model.final_norm, "eps", None)
     ffn_width = config.n_inner or 4 * config.n_embd
@@ -261,7 +294,8 @@ def _check_gpt2_config(model, config) -> None:
     for name, theirs, mine, fix in recorded:
         if theirs != mine:
             raise ValueError(
-                f"{name} mismatch: the checkpoint's config has {theirs!r}, the model "
+                f"{name} mismatch: the checkpoint's config has {theirs!r}, the "
+                "model "
                 f"{mine!r}; {fix}"
             )
 
@@ -269,8 +303,9 @@ def _check_gpt2_config(model, config) -> None:
 def _gpt2_plan(
     model, state_dict, num_heads, config=None
 ) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
-    """Pair each of ``model``'s tensors with its GPT-2 tensor, as ``(name, ours, theirs)``
-    with ``theirs`` already in our layout; refuse what differs (shapes checked too)."""
+    """Pair each of ``model``'s tensors with its GPT-2 tensor, as ``(name, ours,
+    theirs)`` with ``theirs`` already in our layout; refuse what differs (shapes
+    checked too)."""
     if type(model).__name__ != "GPT" or not isinstance(model, nn.Module):
         raise TypeError(
             f"model must be a helpers.gpt.GPT, got {type(model).__name__}"
@@ -287,7 +322,8 @@ def _gpt2_plan(
     block = model.blocks[0]
     if num_heads != block.self_attn.num_heads:
         raise ValueError(
-            f"num_heads mismatch: the checkpoint has {num_heads} heads, the model "
+            f"num_heads mismatch: the checkpoint has {num_heads} heads, the "
+            "model "
             f"{block.self_attn.num_heads}; build it with num_heads={num_heads}"
         )
     ours = {
@@ -299,23 +335,28 @@ def _gpt2_plan(
     for name, (mine, theirs) in ours.items():
         if mine != theirs:
             raise ValueError(
-                f"{name} mismatch: the state dict has {theirs}, the model {mine}; build the "
-                "GPT with the checkpoint's configuration (GPT-2 small: GPT(GPTConfig("
-                "vocab_size=50_257, context_length=1024, d_model=768, num_layers=12, "
+                f"{name} mismatch: the state dict has {theirs}, the model "
+                f"{mine}; build the "
+                "GPT with the checkpoint's configuration (GPT-2 small: "
+                "GPT(GPTConfig("
+                "vocab_size=50_257, context_length=1024, d_model=768, "
+                "num_layers=12, "
                 "num_heads=12, ...)))"
             )
     gpt2_like = "build it as GPT(GPTConfig(..., bias=True, norm='layer', activation='gelu_tanh'))"
     if model.config.positions != "learned":
         raise ValueError(
             f"positions mismatch: GPT-2 learns its positions, the model uses "
-            f"positions={model.config.positions!r}; build it with positions='learned'"
+            f"positions={model.config.positions!r}; build it with "
+            "positions='learned'"
         )
     if (
         block.self_attn.num_kv_heads != block.self_attn.num_heads
         or block.self_attn.window
     ):
         raise ValueError(
-            "attention mismatch: GPT-2 has as many key/value heads as query heads "
+            "attention mismatch: GPT-2 has as many key/value heads as query "
+            "heads "
             "and no window; build the model with num_kv_heads=None, window=None"
         )
     if block.self_attn.qkv_proj.bias is None:
@@ -334,13 +375,15 @@ def _gpt2_plan(
     if config is None and model.config.activation != "gelu_tanh":
         raise ValueError(
             f"activation mismatch: GPT-2's feed-forward network applies GELU's "
-            f"tanh approximation, the model {model.config.activation!r}; {gpt2_like}"
+            f"tanh approximation, the model {model.config.activation!r}; "
+            f"{gpt2_like}"
         )
     if config is not None:
         _check_gpt2_config(model, config)
     if model.head.weight is not model.token_embedding.weight:
         raise ValueError(
-            "head mismatch: GPT-2's output head is tied to its token embedding, "
+            "head mismatch: GPT-2's output head is tied to its token "
+            "embedding, "
             "the model's is not; build it with tie_weights=True"
         )
     head = state_dict.get("lm_head.weight")
@@ -348,7 +391,8 @@ def _gpt2_plan(
         head, state_dict[f"{prefix}wte.weight"]
     ):
         raise ValueError(
-            "the state dict's lm_head.weight differs from transformer.wte.weight: "
+            "the state dict's lm_head.weight differs from "
+            "transformer.wte.weight: "
             "an untied head, which the book's GPT-2 configuration cannot hold"
         )
     plan = [("token_embedding.weight", model.token_embedding.weight, "wte.weight"),
@@ -382,13 +426,14 @@ def _gpt2_plan(
             and key.startswith(f"{prefix}h.")
             and "ln_" not in key
         ):
-            tensor = (
-                tensor.t()
-            )  # GPT-2's Conv1D stores (in, out); nn.Linear holds (out, in)
+            # GPT-2's Conv1D stores (in, out); nn.Linear holds (out, in)
+            tensor = tensor.t()
         if tensor.shape != param.shape:
             raise ValueError(
-                f"shape mismatch at {key}: {tuple(state_dict[key].shape)} (as Conv1D's (in, "
-                f"out)) does not fit the model's {name} {tuple(param.shape)}: check ffn_width"
+                f"shape mismatch at {key}: {tuple(state_dict[key].shape)} (as "
+                "Conv1D's (in, "
+                f"out)) does not fit the model's {name} {tuple(param.shape)}: "
+                "check ffn_width"
                 " and num_heads"
             )
         pairs.append((name, param, tensor))
@@ -399,23 +444,26 @@ def _gpt2_plan(
 def load_gpt2(model, state_dict, *, config=None, num_heads: int | None = None):
     """Copy a ``transformers`` GPT-2 state dict into a :class:`GPT`; return it.
 
-    ``state_dict``: ``GPT2LMHeadModel``'s (keys ``transformer.h.0...``) or ``GPT2Model``'s
-    and the released weights file's (keys ``h.0...``). A state dict records the shapes, not
-    the choices that shaped them, so pass the checkpoint's ``config`` (a ``GPT2Config``,
-    e.g. ``GPT2LMHeadModel.config``), or at least ``num_heads``; one of them is required.
+    ``state_dict``: ``GPT2LMHeadModel``'s (keys ``transformer.h.0...``) or
+    ``GPT2Model``'s and the released weights file's (keys ``h.0...``). A state
+    dict records the shapes, not the choices that shaped them, so pass the
+    checkpoint's ``config`` (a ``GPT2Config``, e.g. ``GPT2LMHeadModel.config``),
+    or at least ``num_heads``; one of them is required.
 
-    Checked from the state dict against the model: layers, width, vocabulary, context length,
-    every tensor's shape (so the feed-forward width), biases, a tied head. Checked against the
-    model always: learned positions, LayerNorm, as many key/value heads as query heads, no
-    window, the head count. With ``config``, also: ``activation_function`` (``gelu_new`` is
+    Checked from the state dict against the model: layers, width, vocabulary,
+    context length, every tensor's shape (so the feed-forward width), biases, a
+    tied head. Checked against the model always: learned positions, LayerNorm,
+    as many key/value heads as query heads, no window, the head count. With
+    ``config``, also: ``activation_function`` (``gelu_new`` is
     ``activation="gelu_tanh"``), ``scale_attn_weights=True``,
-    ``scale_attn_by_inverse_layer_idx=False``, ``layer_norm_epsilon`` equal to the model's,
-    ``n_inner``, ``tie_word_embeddings=True``, ``add_cross_attention=False``. With
-    ``num_heads`` alone, those are taken to be GPT-2's own: GELU's tanh approximation,
-    scores scaled by 1/sqrt(d_head), eps 1e-5. GPT-2's ``Conv1D`` layers store ``(in, out)``
-    matrices, the transpose of ``nn.Linear``'s, so those are transposed; ``c_attn`` stacks
-    the query, key and value projections as ``qkv_proj`` does. Every check runs before any
-    weight is copied, so a refused model is left as it was.
+    ``scale_attn_by_inverse_layer_idx=False``, ``layer_norm_epsilon`` equal to
+    the model's, ``n_inner``, ``tie_word_embeddings=True``,
+    ``add_cross_attention=False``. With ``num_heads`` alone, those are taken to
+    be GPT-2's own: GELU's tanh approximation, scores scaled by 1/sqrt(d_head),
+    eps 1e-5. GPT-2's ``Conv1D`` layers store ``(in, out)`` matrices, the
+    transpose of ``nn.Linear``'s, so those are transposed; ``c_attn`` stacks the
+    query, key and value projections as ``qkv_proj`` does. Every check runs
+    before any weight is copied, so a refused model is left as it was.
     """
     for _, param, tensor in _gpt2_plan(model, state_dict, num_heads, config):
         param.copy_(tensor)

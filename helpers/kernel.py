@@ -1,15 +1,16 @@
 """Attention as kernel regression (chapter 1): the Nadaraya-Watson estimator.
 
-Shapes: ``queries`` (Tq,), ``keys`` (Tk,), ``values`` (Tk,); attention weights (Tq, Tk),
-one row per query, each row a probability distribution over the keys.
+Shapes: ``queries`` (Tq,), ``keys`` (Tk,), ``values`` (Tk,); attention weights
+(Tq, Tk), one row per query, each row a probability distribution over the keys.
 
 The estimator predicts, for a query ``q``, the weighted average of the values
 
     f(q) = sum_j a_j(q) v_j,   a_j(q) = softmax_j( -(q - k_j)^2 / (2 width^2) ),
 
-which is attention with a Gaussian kernel as its similarity. Writing the normalized kernel as
-a softmax (instead of dividing exponentials by their sum) keeps it finite when every kernel
-value underflows to zero: a narrow kernel far from every key.
+which is attention with a Gaussian kernel as its similarity. Writing the
+normalized kernel as a softmax (instead of dividing exponentials by their sum)
+keeps it finite when every kernel value underflows to zero: a narrow kernel far
+from every key.
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ def gaussian_kernel(
 def kernel_scores(
     queries: torch.Tensor, keys: torch.Tensor, width: float | torch.Tensor
 ) -> torch.Tensor:
-    """Attention scores ``-(q_i - k_j)^2 / (2 width^2)``, shape (Tq, Tk): the kernel's logarithm."""
+    """Attention scores ``-(q_i - k_j)^2 / (2 width^2)``, shape (Tq, Tk): the
+    kernel's logarithm."""
     check.vector("queries", queries)
     check.vector("keys", keys)
     check.kernel_width(width)
@@ -97,7 +99,8 @@ def nearest_neighbour(
 class LearnedWidthRegression(nn.Module):
     """Nadaraya-Watson regression whose kernel width is a trainable parameter.
 
-    The width is stored as its logarithm so that gradient steps can never make it negative.
+    The width is stored as its logarithm so that gradient steps can never make
+    it negative.
     """
 
     def __init__(self, initial_width: float = 1.0):
@@ -116,7 +119,8 @@ class LearnedWidthRegression(nn.Module):
         values: torch.Tensor,
         mask: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Predictions (Tq,) and weights (Tq, Tk) with the current learned width."""
+        """Predictions (Tq,) and weights (Tq, Tk) with the current learned
+        width."""
         return nadaraya_watson(queries, keys, values, self.width, mask=mask)
 
 

@@ -1,20 +1,25 @@
-"""Masks: every rule that decides which key a query may attend to (chapter 2, and after).
+"""Masks: every rule that decides which key a query may attend to (chapter 2,
+and after).
 
-The one convention of the whole package: a **boolean** tensor where ``True`` means "this
-query may attend to this key", as in ``torch.nn.functional.scaled_dot_product_attention``.
-(``torch.nn.MultiheadAttention`` uses the opposite: its ``key_padding_mask`` and boolean
-``attn_mask`` mean True = ignore; invert with ``~mask`` when talking to it.) Against per-head
-scores (B, H, Tq, Tk), a 3-D mask is always (B, Tq, Tk), one mask per sequence shared by the
-heads. Float masks are refused by the attention functions: a 0/1 float mask and an additive
-0/-inf mask look alike but mean opposite things, so the caller says which one it is
-(:func:`additive_mask` turns a boolean mask into the additive kind).
+The one convention of the whole package: a **boolean** tensor where ``True``
+means "this query may attend to this key", as in
+``torch.nn.functional.scaled_dot_product_attention``.
+(``torch.nn.MultiheadAttention`` uses the opposite: its ``key_padding_mask`` and
+boolean ``attn_mask`` mean True = ignore; invert with ``~mask`` when talking to
+it.) Against per-head scores (B, H, Tq, Tk), a 3-D mask is always (B, Tq, Tk),
+one mask per sequence shared by the heads. Float masks are refused by the
+attention functions: a 0/1 float mask and an additive 0/-inf mask look alike but
+mean opposite things, so the caller says which one it is (:func:`additive_mask`
+turns a boolean mask into the additive kind).
 
 - :func:`causal_mask`, :func:`earlier_mask`: who comes before whom (chapter 2);
-- :func:`padding_mask` (from lengths), :func:`token_padding_mask` (from a padding token) and
-  :func:`causal_padding_mask` (a decoder's self-attention): which keys are real tokens;
-- :func:`position_mask` and :func:`sliding_window_mask`: causal and local attention between
-  tokens at given positions, the one rule behind chapter 11's windows, the tiles of
-  :func:`helpers.efficient.tiled_attention` and :class:`helpers.gpt.CausalSelfAttention`.
+- :func:`padding_mask` (from lengths), :func:`token_padding_mask` (from a
+  padding token) and :func:`causal_padding_mask` (a decoder's self-attention):
+  which keys are real tokens;
+- :func:`position_mask` and :func:`sliding_window_mask`: causal and local
+  attention between tokens at given positions, the one rule behind chapter 12's
+  windows, the tiles of :func:`helpers.efficient.tiled_attention` and
+  :class:`helpers.gpt.CausalSelfAttention`.
 
 Every chapter's module imports its masks from here; :mod:`helpers.attention` and
 :mod:`helpers.efficient` re-export the ones their chapters introduce.
@@ -41,20 +46,23 @@ __all__ = [
 ]
 
 
-# --------------------------------------------------------------------------- order
+# ------------------------------------------------------------------------ order
 
 
 def causal_mask(T: int, device: torch.device | str | None = None) -> Tensor:
-    """The (T, T) boolean mask of causal attention: query t may attend to keys 0..t.
+    """The (T, T) boolean mask of causal attention: query t may attend to keys
+    0..t.
 
-    True on and below the diagonal (the package's convention: True = may attend).
+    True on and below the diagonal (the package's convention: True = may
+    attend).
     """
     T = check.positive_int("T", T)
     return torch.ones(T, T, dtype=torch.bool, device=device).tril()
 
 
 def earlier_mask(T: int, device: torch.device | str | None = None) -> Tensor:
-    """The (T, T) boolean mask of the keys strictly before each query: key j < query t.
+    """The (T, T) boolean mask of the keys strictly before each query: key j <
+    query t.
 
     :func:`causal_mask` without its diagonal: a token does not see itself.
     """
@@ -62,18 +70,20 @@ def earlier_mask(T: int, device: torch.device | str | None = None) -> Tensor:
     return torch.ones(T, T, dtype=torch.bool, device=device).tril(-1)
 
 
-# --------------------------------------------------------------------------- padding
+# ---------------------------------------------------------------------- padding
 
 
 def padding_mask(
     lengths: Tensor | Sequence[int], max_len: int | None = None
 ) -> Tensor:
-    """A key-padding mask from sequence lengths, shape (B, 1, 1, Tk) with Tk = max_len.
+    """A key-padding mask from sequence lengths, shape (B, 1, 1, Tk) with Tk =
+    max_len.
 
-    Entry [b, 0, 0, j] is True when key j is a real token of sequence b (j < lengths[b]).
-    The two size-1 dimensions broadcast over heads and queries, so the same mask serves
-    self-attention (Tq = Tk) and cross-attention (any Tq); ``mask[:, 0]`` is the
-    (B, 1, Tk) form for 3-D scores. ``max_len`` defaults to the longest length.
+    Entry [b, 0, 0, j] is True when key j is a real token of sequence b (j <
+    lengths[b]). The two size-1 dimensions broadcast over heads and queries, so
+    the same mask serves self-attention (Tq = Tk) and cross-attention (any Tq);
+    ``mask[:, 0]`` is the (B, 1, Tk) form for 3-D scores. ``max_len`` defaults
+    to the longest length.
     """
     lengths, max_len = check.lengths(lengths, max_len)
     positions = torch.arange(max_len, device=lengths.device)
@@ -81,13 +91,15 @@ def padding_mask(
 
 
 def token_padding_mask(tokens: Tensor, pad_id: int | None) -> Tensor | None:
-    """The key-padding mask (B, 1, 1, T) of token ids (B, T): True where a token is not
-    ``pad_id``. None when there is no padding token (``pad_id=None``): every key is real."""
+    """The key-padding mask (B, 1, 1, T) of token ids (B, T): True where a token
+    is not ``pad_id``. None when there is no padding token (``pad_id=None``):
+    every key is real."""
     return None if pad_id is None else (tokens != pad_id)[:, None, None, :]
 
 
 def causal_padding_mask(tokens: Tensor, pad_id: int | None) -> Tensor:
-    """A decoder's self-attention mask for token ids (B, T): causal, and never a padding key.
+    """A decoder's self-attention mask for token ids (B, T): causal, and never a
+    padding key.
 
     Shape (T, T) without ``pad_id``, (B, 1, T, T) with it.
     """
@@ -97,17 +109,18 @@ def causal_padding_mask(tokens: Tensor, pad_id: int | None) -> Tensor:
 
 
 def additive_mask(mask: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
-    """The additive form of a boolean mask: 0 where True (may attend), -inf where False.
+    """The additive form of a boolean mask: 0 where True (may attend), -inf
+    where False.
 
-    Adding it to the scores before the softmax is the same as masking them; this is the
-    float ``attn_mask`` that ``F.scaled_dot_product_attention`` accepts.
+    Adding it to the scores before the softmax is the same as masking them; this
+    is the float ``attn_mask`` that ``F.scaled_dot_product_attention`` accepts.
     """
     mask = check.bool_mask(mask)
     zeros = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
     return zeros.masked_fill(~mask, float("-inf"))
 
 
-# --------------------------------------------------------------------------- positions
+# -------------------------------------------------------------------- positions
 
 
 def position_mask(
@@ -117,18 +130,19 @@ def position_mask(
     causal: bool = True,
     window: int | None = None,
 ) -> Tensor:
-    """The (Tq, Tk) boolean mask (True = may attend) of queries and keys at the given positions.
+    """The (Tq, Tk) boolean mask (True = may attend) of queries and keys at the
+    given positions.
 
-    ``causal``: query at position i sees keys at j <= i. ``window``: only keys less than
-    ``window`` positions away (j > i - window when causal, |i - j| < window otherwise). The
-    positions need not start at 0: a decoder with a key/value cache passes the new queries'
-    positions and every cached key's. The one rule behind :func:`sliding_window_mask`, the
-    tiles of :func:`helpers.efficient.tiled_attention` and
+    ``causal``: query at position i sees keys at j <= i. ``window``: only keys
+    less than ``window`` positions away (j > i - window when causal, |i - j| <
+    window otherwise). The positions need not start at 0: a decoder with a
+    key/value cache passes the new queries' positions and every cached key's.
+    The one rule behind :func:`sliding_window_mask`, the tiles of
+    :func:`helpers.efficient.tiled_attention` and
     :class:`helpers.gpt.CausalSelfAttention`.
     """
-    offset = (
-        query_positions[:, None] - key_positions[None, :]
-    )  # how far back each key is
+    # how far back each key is
+    offset = query_positions[:, None] - key_positions[None, :]
     allowed = torch.ones_like(offset, dtype=torch.bool)
     if causal:
         allowed &= offset >= 0
@@ -146,9 +160,10 @@ def sliding_window_mask(
 ) -> Tensor:
     """The (T, T) boolean mask of sliding-window attention (True = may attend).
 
-    Causal (Mistral's kind): query t sees keys t - window + 1, ..., t, that is ``window`` keys
-    counting itself. Not causal: keys less than ``window`` positions away on either side,
-    ``2 * window - 1`` keys. ``window >= T`` (causal) gives the plain causal mask.
+    Causal (Mistral's kind): query t sees keys t - window + 1, ..., t, that is
+    ``window`` keys counting itself. Not causal: keys less than ``window``
+    positions away on either side, ``2 * window - 1`` keys. ``window >= T``
+    (causal) gives the plain causal mask.
     """
     T = check.positive_int("T", T)
     window = check.positive_int("window", window)

@@ -1,8 +1,9 @@
-"""Plotting shared by the chapters: one look for every figure, and the figures chapters reuse.
+"""Plotting shared by the chapters: one look for every figure, and the figures
+chapters reuse.
 
-Static figures are matplotlib/seaborn rendered as high-DPI PNG (sharp on every screen, and
-byte-stable output is not needed because nbval does not compare images). Interactive figures
-are Altair charts.
+Static figures are matplotlib/seaborn rendered as high-DPI PNG (sharp on every
+screen, and byte-stable output is not needed because nbval does not compare
+images). Interactive figures are Altair charts.
 """
 
 from __future__ import annotations
@@ -71,7 +72,8 @@ def heatmap(
     vmax: float | None = None,
     colorbar: bool = True,
 ) -> plt.Axes:
-    """Draw a 2-D matrix (attention weights, a mask, distances) with labelled axes."""
+    """Draw a 2-D matrix (attention weights, a mask, distances) with labelled
+    axes."""
     values = to_numpy(matrix)
     if values.ndim != 2:
         raise ValueError(
@@ -84,8 +86,8 @@ def heatmap(
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.grid(False)
-    # Rows and columns are positions: integer ticks only, and a full frame so that white
-    # (zero) cells at the edge are not mistaken for empty page.
+    # Rows and columns are positions: integer ticks only, and a full frame so
+    # that white (zero) cells at the edge are not mistaken for empty page.
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     for spine in ax.spines.values():

@@ -1,18 +1,23 @@
-"""Positional information for attention, which on its own sees a sequence as a set.
+"""Positional information for attention, which on its own sees a sequence as a
+set.
 
-Chapter 5 builds each piece from scratch; this module is the canonical version later
-chapters import. Shapes: ``B`` batch, ``T`` sequence length, ``H`` heads, ``D`` model width
-(``d_model``).
+Chapter 5 builds each piece from scratch; this module is the canonical version
+later chapters import. Shapes: ``B`` batch, ``T`` sequence length, ``H`` heads,
+``D`` model width (``d_model``).
 
-- :func:`sinusoidal_encoding` and :class:`SinusoidalPositionalEncoding`: the fixed sine/cosine
-  table of Vaswani et al. (2017), added to the input. Columns come in pairs
-  ``(sin(t * w_j), cos(t * w_j))`` with angular speeds ``w_j = base ** (-2j / D)``.
-- :func:`relative_rotation`: the block-diagonal matrix ``R(k)`` with ``p[t + k] = R(k) @ p[t]``.
-- :class:`LearnedPositionalEmbedding`: one trained vector per position (GPT-2, BERT).
-- :func:`alibi_slopes` and :func:`alibi_bias`: ALiBi's per-head linear penalty on distance,
-  added to the attention scores instead of to the input (Press et al., 2022).
-- :func:`apply_rotary`: rotary embeddings (RoPE), which rotate queries and keys so their dot
-  product depends on the offset only (Su et al., 2021).
+- :func:`sinusoidal_encoding` and :class:`SinusoidalPositionalEncoding`: the
+  fixed sine/cosine table of Vaswani et al. (2017), added to the input. Columns
+  come in pairs ``(sin(t * w_j), cos(t * w_j))`` with angular speeds ``w_j =
+  base ** (-2j / D)``.
+- :func:`relative_rotation`: the block-diagonal matrix ``R(k)`` with ``p[t + k]
+  = R(k) @ p[t]``.
+- :class:`LearnedPositionalEmbedding`: one trained vector per position (GPT-2,
+  BERT).
+- :func:`alibi_slopes` and :func:`alibi_bias`: ALiBi's per-head linear penalty
+  on distance, added to the attention scores instead of to the input (Press et
+  al., 2022).
+- :func:`apply_rotary`: rotary embeddings (RoPE), which rotate queries and keys
+  so their dot product depends on the offset only (Su et al., 2021).
 """
 
 from __future__ import annotations
@@ -36,11 +41,12 @@ __all__ = [
 ]
 
 
-# --- sinusoidal encodings --------------------------------------------------------------------
+# --- sinusoidal encodings -----------------------------------------------------
 
 
 def angular_speeds(d_model: int, base: float = 10000.0) -> torch.Tensor:
-    """The angular speeds ``w_j = base ** (-2j / d_model)`` of the D/2 sine/cosine pairs.
+    """The angular speeds ``w_j = base ** (-2j / d_model)`` of the D/2
+    sine/cosine pairs.
 
     Returns a float64 tensor of shape (D/2,), from 1 radian per position down to
     ``base ** (-(D - 2) / D)``. ``d_model`` must be even.
@@ -57,31 +63,34 @@ def sinusoidal_encoding(
     base: float = 10000.0,
     dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor:
-    """The sinusoidal position table of shape (T, D), T = ``num_positions``, D = ``d_model``.
+    """The sinusoidal position table of shape (T, D), T = ``num_positions``, D =
+    ``d_model``.
 
-    Row ``t`` is the encoding of position ``t`` (counting from 0); columns ``2j`` and ``2j + 1``
-    hold ``sin(t * w_j)`` and ``cos(t * w_j)`` with ``w_j = base ** (-2j / D)``. The angles are
-    computed in float64 and only the result is cast to ``dtype``: computed in float32, the
-    angles of positions near 5000 are already off by up to 2e-4 radian.
+    Row ``t`` is the encoding of position ``t`` (counting from 0); columns
+    ``2j`` and ``2j + 1`` hold ``sin(t * w_j)`` and ``cos(t * w_j)`` with ``w_j
+    = base ** (-2j / D)``. The angles are computed in float64 and only the
+    result is cast to ``dtype``: computed in float32, the angles of positions
+    near 5000 are already off by up to 2e-4 radian.
     """
     check.positive_int("num_positions", num_positions)
     speeds = angular_speeds(d_model, base)  # validates d_model and base
     positions = torch.arange(num_positions, dtype=torch.float64)
     angles = positions[:, None] * speeds[None, :]  # (T, D/2)
-    table = torch.stack(
-        (torch.sin(angles), torch.cos(angles)), dim=-1
-    )  # (T, D/2, 2)
+    # (T, D/2, 2)
+    table = torch.stack((torch.sin(angles), torch.cos(angles)), dim=-1)
     return table.reshape(num_positions, d_model).to(dtype)
 
 
 def relative_rotation(
     offset: float, d_model: int, base: float = 10000.0
 ) -> torch.Tensor:
-    """The (D, D) block-diagonal matrix ``R(k)`` that moves an encoding ``k`` positions on.
+    """The (D, D) block-diagonal matrix ``R(k)`` that moves an encoding ``k``
+    positions on.
 
-    For the table ``P = sinusoidal_encoding(T, D, base)``: ``P[t + k] == R(k) @ P[t]`` for every
-    ``t`` (as rows: ``P[k:] == P[:-k] @ R(k).T``). Block ``j`` rotates the pair
-    ``(sin, cos)`` by the angle ``k * w_j``; it does not depend on ``t``. Returned in float64.
+    For the table ``P = sinusoidal_encoding(T, D, base)``: ``P[t + k] == R(k) @
+    P[t]`` for every ``t`` (as rows: ``P[k:] == P[:-k] @ R(k).T``). Block ``j``
+    rotates the pair ``(sin, cos)`` by the angle ``k * w_j``; it does not depend
+    on ``t``. Returned in float64.
     """
     offset = check.real("offset", offset)
     angles = offset * angular_speeds(d_model, base)  # (D/2,)
@@ -93,13 +102,15 @@ def relative_rotation(
 
 
 class SinusoidalPositionalEncoding(nn.Module):
-    """Add the fixed sinusoidal encoding to a batch of sequences: ``x + PE[:T]``.
+    """Add the fixed sinusoidal encoding to a batch of sequences: ``x +
+    PE[:T]``.
 
-    ``forward(x)``: x of shape (B, T, D) with T <= ``max_len`` and D = ``d_model``; returns the
-    same shape and dtype. The table ``pe`` of shape (max_len, D) is a *buffer*: it is saved in
-    the ``state_dict`` and moves with ``.to(device)``, but it is not a parameter, so no
-    optimizer ever changes it. ``d_model`` must be even (the table is made of sin/cos pairs).
-    The input is not rescaled; multiply by ``sqrt(d_model)`` before if a model needs that.
+    ``forward(x)``: x of shape (B, T, D) with T <= ``max_len`` and D =
+    ``d_model``; returns the same shape and dtype. The table ``pe`` of shape
+    (max_len, D) is a *buffer*: it is saved in the ``state_dict`` and moves with
+    ``.to(device)``, but it is not a parameter, so no optimizer ever changes it.
+    ``d_model`` must be even (the table is made of sin/cos pairs). The input is
+    not rescaled; multiply by ``sqrt(d_model)`` before if a model needs that.
     """
 
     pe: torch.Tensor
@@ -122,13 +133,15 @@ class SinusoidalPositionalEncoding(nn.Module):
 
 
 class LearnedPositionalEmbedding(nn.Module):
-    """Add one trained vector per position: ``x + W[:T]``, with W of shape (max_len, D).
+    """Add one trained vector per position: ``x + W[:T]``, with W of shape
+    (max_len, D).
 
-    ``forward(x)``: x of shape (B, T, D) with T <= ``max_len``; returns the same shape. ``W``
-    is an ``nn.Parameter`` (trained with the model, initialised from N(0, 0.02^2), the scale of
-    GPT-2's token embeddings; GPT-2's own position table starts from N(0, 0.01^2)),
-    so a position the model never saw in training has an untrained vector, and positions past
-    ``max_len`` have none at all.
+    ``forward(x)``: x of shape (B, T, D) with T <= ``max_len``; returns the same
+    shape. ``W`` is an ``nn.Parameter`` (trained with the model, initialised
+    from N(0, 0.02^2), the scale of GPT-2's token embeddings; GPT-2's own
+    position table starts from N(0, 0.01^2)), so a position the model never saw
+    in training has an untrained vector, and positions past ``max_len`` have
+    none at all.
     """
 
     def __init__(
@@ -152,15 +165,16 @@ class LearnedPositionalEmbedding(nn.Module):
         return f"d_model={self.d_model}, max_len={self.max_len}"
 
 
-# --- ALiBi -----------------------------------------------------------------------------------
+# --- ALiBi --------------------------------------------------------------------
 
 
 def alibi_slopes(num_heads: int) -> torch.Tensor:
     """ALiBi's fixed per-head slopes ``m_h``, shape (H,), float32.
 
-    For H a power of two: the geometric sequence ``2 ** (-8 h / H)`` for h = 1..H (for H = 8:
-    1/2, 1/4, ..., 1/256). Otherwise, as in the paper's code: the slopes of the largest power
-    of two below H, then every other slope of twice that many heads to fill up.
+    For H a power of two: the geometric sequence ``2 ** (-8 h / H)`` for h =
+    1..H (for H = 8: 1/2, 1/4, ..., 1/256). Otherwise, as in the paper's code:
+    the slopes of the largest power of two below H, then every other slope of
+    twice that many heads to fill up.
     """
     check.positive_int("num_heads", num_heads)
 
@@ -176,25 +190,24 @@ def alibi_slopes(num_heads: int) -> torch.Tensor:
 def alibi_bias(
     num_heads: int, seq_len: int, device: torch.device | str | None = None
 ) -> torch.Tensor:
-    """The ALiBi score bias of shape (H, T, T): ``bias[h, i, j] = -m_h * |i - j|``, float32.
+    """The ALiBi score bias of shape (H, T, T): ``bias[h, i, j] = -m_h * |i -
+    j|``, float32.
 
-    Add it to the attention scores before the softmax (it can be passed as a float
-    ``attn_mask`` to ``F.scaled_dot_product_attention``, broadcasting over the batch). The
-    paper's causal models only ever see ``j <= i``, where this equals ``-m_h * (i - j)``:
-    combine it with a causal mask for a decoder.
+    Add it to the attention scores before the softmax (it can be passed as a
+    float ``attn_mask`` to ``F.scaled_dot_product_attention``, broadcasting over
+    the batch). The paper's causal models only ever see ``j <= i``, where this
+    equals ``-m_h * (i - j)``: combine it with a causal mask for a decoder.
     """
     check.positive_int("seq_len", seq_len)
     slopes = alibi_slopes(num_heads).to(device)  # validates num_heads
     positions = torch.arange(seq_len, device=device)
-    distance = (
-        (positions[:, None] - positions[None, :]).abs().to(torch.float32)
-    )  # (T, T)
-    return (
-        0.0 - slopes[:, None, None] * distance
-    )  # (H, T, T); 0.0 - avoids printing -0.0
+    # (T, T)
+    distance = (positions[:, None] - positions[None, :]).abs().to(torch.float32)
+    # (H, T, T); 0.0 - avoids printing -0.0
+    return 0.0 - slopes[:, None, None] * distance
 
 
-# --- RoPE ------------------------------------------------------------------------------------
+# --- RoPE ---------------------------------------------------------------------
 
 
 def apply_rotary(
@@ -202,18 +215,21 @@ def apply_rotary(
     positions: torch.Tensor | None = None,
     base: float = 10000.0,
 ) -> torch.Tensor:
-    """Rotary position embedding: rotate each pair ``(x[..., 2j], x[..., 2j+1])`` of x.
+    """Rotary position embedding: rotate each pair ``(x[..., 2j], x[...,
+    2j+1])`` of x.
 
-    x has shape (..., T, D) (for example (B, H, T, d_head)) with D even; ``positions`` has shape
-    (T,) and defaults to ``0, 1, ..., T-1``. The pair j of the vector at position t is rotated
-    by the angle ``t * w_j``, ``w_j = base ** (-2j / D)``. Apply it to queries and keys (not
-    values): then ``q_m . k_n`` depends on the positions only through ``n - m``. Returns the
-    same shape and dtype as x; norms are preserved.
+    x has shape (..., T, D) (for example (B, H, T, d_head)) with D even;
+    ``positions`` has shape (T,) and defaults to ``0, 1, ..., T-1``. The pair j
+    of the vector at position t is rotated by the angle ``t * w_j``, ``w_j =
+    base ** (-2j / D)``. Apply it to queries and keys (not values): then ``q_m .
+    k_n`` depends on the positions only through ``n - m``. Returns the same
+    shape and dtype as x; norms are preserved.
     """
     check.tensor("x", x, floating=True)
     if x.dim() < 2:
         raise ValueError(
-            f"apply_rotary expects x of shape (..., T, D), got shape {tuple(x.shape)}; "
+            "apply_rotary expects x of shape (..., T, D), got shape "
+            f"{tuple(x.shape)}; "
             "add a sequence dimension"
         )
     seq_len, width = x.shape[-2], x.shape[-1]
@@ -227,13 +243,15 @@ def apply_rotary(
             else positions
         )
         raise ValueError(
-            f"positions must be a tensor of shape (T,) = ({seq_len},) for x of shape "
+            f"positions must be a tensor of shape (T,) = ({seq_len},) for x of "
+            "shape "
             f"{tuple(x.shape)}, got {shape}; pass e.g. torch.arange({seq_len})"
         )
-    # Angles in float64 on the CPU (MPS has no float64), then cast and moved to x.
+    # Angles in float64 on the CPU (MPS has no float64), then cast and moved to
+    # x. (T, D/2)
     angles = (
         positions.detach().to("cpu", torch.float64)[:, None] * speeds[None, :]
-    )  # (T, D/2)
+    )
     cos = torch.cos(angles).to(device=x.device, dtype=x.dtype)
     sin = torch.sin(angles).to(device=x.device, dtype=x.dtype)
     x_even, x_odd = x[..., 0::2], x[..., 1::2]

@@ -1,16 +1,19 @@
 """The book's one training loop: plain PyTorch, readable top to bottom.
 
-Every chapter that trains a model calls :func:`fit` and gets back a pandas DataFrame of its
-history, so learning curves are one ``DataFrame.plot`` away and no chapter writes its own loop.
+Every chapter that trains a model calls :func:`fit` and gets back a pandas
+DataFrame of its history, so learning curves are one ``DataFrame.plot`` away and
+no chapter writes its own loop.
 
-Batches are tuples ``(x_1, ..., x_n, target)``: the model is called as ``model(x_1, ..., x_n)``
-and the loss as ``loss_fn(output, target)``. A ``DataLoader`` over a ``TensorDataset(x, y)``
-gives exactly that. ``loss_fn`` must return the *mean* loss of a batch (PyTorch's default
-``reduction="mean"``), so that averages over batches of different sizes are exact.
+Batches are tuples ``(x_1, ..., x_n, target)``: the model is called as
+``model(x_1, ..., x_n)`` and the loss as ``loss_fn(output, target)``. A
+``DataLoader`` over a ``TensorDataset(x, y)`` gives exactly that. ``loss_fn``
+must return the *mean* loss of a batch (PyTorch's default ``reduction="mean"``),
+so that averages over batches of different sizes are exact.
 
-Metrics are a dict ``{"name": fn}`` with ``fn(output, target) -> scalar`` (a tensor or a float),
-also a mean over the batch. Learning-rate schedulers are stepped after every optimizer step,
-which is what per-step schedules such as :func:`cosine_warmup_schedule` expect.
+Metrics are a dict ``{"name": fn}`` with ``fn(output, target) -> scalar`` (a
+tensor or a float), also a mean over the batch. Learning-rate schedulers are
+stepped after every optimizer step, which is what per-step schedules such as
+:func:`cosine_warmup_schedule` expect.
 """
 
 from __future__ import annotations
@@ -44,24 +47,28 @@ Metric = Callable[[torch.Tensor, torch.Tensor], "torch.Tensor | float"]
 def token_cross_entropy(
     logits: torch.Tensor, targets: torch.Tensor
 ) -> torch.Tensor:
-    """Mean cross-entropy over every token: logits ``(B, T, C)``, targets ``(B, T)``.
+    """Mean cross-entropy over every token: logits ``(B, T, C)``, targets ``(B,
+    T)``.
 
-    The loss of every sequence model of the book: chapter 7 labels each token, chapters 10 and
-    11 predict the next one (``targets[b, t]`` is the token after position ``t``). Targets
-    equal to -100 (PyTorch's ``ignore_index``) do not count.
+    The loss of every sequence model of the book: chapter 7 labels each token,
+    chapters 10 to 12 predict the next one (``targets[b, t]`` is the token
+    after position ``t``). Targets equal to -100 (PyTorch's ``ignore_index``) do
+    not count.
     """
     check.logits_targets(logits, targets)
     return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
 
 
 def _resolve_device(model: nn.Module, device) -> torch.device:
-    """The requested device, or the device of the model's first parameter (CPU if it has none)."""
+    """The requested device, or the device of the model's first parameter (CPU
+    if it has none)."""
     if device is not None:
         try:
             return torch.device(device)
         except (RuntimeError, TypeError) as error:
             raise ValueError(
-                f"device must be a torch.device or a name such as 'cpu', 'cuda' or 'mps', "
+                "device must be a torch.device or a name such as 'cpu', "
+                "'cuda' or 'mps', "
                 f"got {device!r} ({error})"
             ) from None
     first = next(model.parameters(), None)
@@ -71,11 +78,13 @@ def _resolve_device(model: nn.Module, device) -> torch.device:
 def _split_batch(
     batch, device: torch.device
 ) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
-    """Move a batch ``(x_1, ..., x_n, target)`` to ``device``; return ``((x_1, ...), target)``."""
+    """Move a batch ``(x_1, ..., x_n, target)`` to ``device``; return ``((x_1,
+    ...), target)``."""
     if not isinstance(batch, (tuple, list)) or len(batch) < 2:
         kind = type(batch).__name__
         raise TypeError(
-            f"each batch must be a tuple (inputs..., target) of at least 2 tensors, got {kind}; "
+            "each batch must be a tuple (inputs..., target) of at least 2 "
+            f"tensors, got {kind}; "
             "build the loader on TensorDataset(inputs, targets)"
         )
     moved = [item.to(device, non_blocking=True) for item in batch]
@@ -86,7 +95,7 @@ def _as_float(value) -> float:
     return value.item() if isinstance(value, torch.Tensor) else float(value)
 
 
-# --- evaluation -------------------------------------------------------------------------------
+# --- evaluation ---------------------------------------------------------------
 
 
 def evaluate(
@@ -96,11 +105,13 @@ def evaluate(
     metrics: Mapping[str, Metric] | None = None,
     device: torch.device | str | None = None,
 ) -> dict[str, float]:
-    """Mean loss and metrics of ``model`` over every batch of ``loader``, without gradients.
+    """Mean loss and metrics of ``model`` over every batch of ``loader``,
+    without gradients.
 
-    Returns ``{"loss": ..., "<metric>": ...}``: sample-weighted means over the loader, so a
-    smaller last batch counts for what it holds. The model is put in ``eval()`` mode (dropout
-    off) and given back in the mode it was in. ``device=None`` uses the model's own device.
+    Returns ``{"loss": ..., "<metric>": ...}``: sample-weighted means over the
+    loader, so a smaller last batch counts for what it holds. The model is put
+    in ``eval()`` mode (dropout off) and given back in the mode it was in.
+    ``device=None`` uses the model's own device.
     """
     check.module(model)
     check.loader("loader", loader)
@@ -130,7 +141,7 @@ def evaluate(
     return {name: total / num_samples for name, total in totals.items()}
 
 
-# --- training ---------------------------------------------------------------------------------
+# --- training -----------------------------------------------------------------
 
 
 def fit(
@@ -169,9 +180,8 @@ def fit(
     last row of each epoch, NaN elsewhere), ``elapsed_s`` (wall-clock seconds,
     volatile).
     """
-    metrics = check.fit_arguments(
-        locals()
-    )  # every argument above, checked by name
+    # every argument above, checked by name
+    metrics = check.fit_arguments(locals())
     if seed is not None:
         torch.manual_seed(seed)
     device = _resolve_device(model, device)
@@ -199,9 +209,8 @@ def fit(
                     scheduler.step()
                 log.add(loss, output, target)
                 batch = next(batches, None)
-                if (
-                    batch is None and val_loader is not None
-                ):  # the epoch's end: validate
+                # the epoch's end: validate
+                if batch is None and val_loader is not None:
                     log.row(
                         epoch,
                         lr,
@@ -256,9 +265,8 @@ class _Log:
     def __enter__(self) -> _Log:
         return self
 
-    def __exit__(
-        self, *exc_info
-    ) -> None:  # also when training stops on an error
+    # also when training stops on an error
+    def __exit__(self, *exc_info) -> None:
         self.close()
 
     def history(self, validation: bool) -> pd.DataFrame:
@@ -278,7 +286,7 @@ def _num_steps(loader: Iterable, epochs: int) -> int | None:
         return None
 
 
-# --- checkpoints ------------------------------------------------------------------------------
+# --- checkpoints --------------------------------------------------------------
 
 
 def save_checkpoint(
@@ -287,11 +295,13 @@ def save_checkpoint(
     optimizer: torch.optim.Optimizer | None = None,
     **extra,
 ) -> None:
-    """Save the model's (and optionally the optimizer's) state and any ``extra`` values.
+    """Save the model's (and optionally the optimizer's) state and any ``extra``
+    values.
 
-    ``extra`` holds plain values (numbers, strings, lists, dicts, tensors), e.g. ``epoch=5``;
-    they come back from :func:`load_checkpoint`, which loads with ``weights_only=True`` (safe
-    for files from others), so arbitrary Python objects such as DataFrames are refused there.
+    ``extra`` holds plain values (numbers, strings, lists, dicts, tensors), e.g.
+    ``epoch=5``; they come back from :func:`load_checkpoint`, which loads with
+    ``weights_only=True`` (safe for files from others), so arbitrary Python
+    objects such as DataFrames are refused there.
     """
     check.module(model)
     if optimizer is not None:
@@ -311,10 +321,11 @@ def load_checkpoint(
     model: nn.Module,
     optimizer: torch.optim.Optimizer | None = None,
 ) -> dict:
-    """Load a :func:`save_checkpoint` file into ``model`` (and ``optimizer``); return the extras.
+    """Load a :func:`save_checkpoint` file into ``model`` (and ``optimizer``);
+    return the extras.
 
-    Tensors are mapped to the model's current device, so a checkpoint saved on a GPU loads on
-    a CPU-only machine.
+    Tensors are mapped to the model's current device, so a checkpoint saved on a
+    GPU loads on a CPU-only machine.
     """
     check.module(model)
     if optimizer is not None:
@@ -328,20 +339,22 @@ def load_checkpoint(
     )
     if not isinstance(state, dict) or "model" not in state:
         raise ValueError(
-            f"{os.fspath(path)!r} is not a checkpoint written by save_checkpoint"
+            f"{os.fspath(path)!r} is not a checkpoint written by "
+            "save_checkpoint"
         )
     model.load_state_dict(state["model"])
     if optimizer is not None:
         if "optimizer" not in state:
             raise ValueError(
                 f"{os.fspath(path)!r} holds no optimizer state; "
-                "save it with save_checkpoint(path, model, optimizer) or load without optimizer"
+                "save it with save_checkpoint(path, model, optimizer) or load "
+                "without optimizer"
             )
         optimizer.load_state_dict(state["optimizer"])
     return state["extra"]
 
 
-# --- learning-rate schedule -------------------------------------------------------------------
+# --- learning-rate schedule ---------------------------------------------------
 
 
 def cosine_warmup_factor(
@@ -367,10 +380,11 @@ def cosine_warmup_factor(
 def cosine_warmup_schedule(
     optimizer: torch.optim.Optimizer, warmup_steps: int, total_steps: int
 ) -> torch.optim.lr_scheduler.LambdaLR:
-    """A ``LambdaLR`` scaling each group's learning rate by :func:`cosine_warmup_factor`.
+    """A ``LambdaLR`` scaling each group's learning rate by
+    :func:`cosine_warmup_factor`.
 
-    Call ``scheduler.step()`` after every ``optimizer.step()`` (as :func:`fit` does);
-    ``total_steps`` is then ``epochs * len(train_loader)``.
+    Call ``scheduler.step()`` after every ``optimizer.step()`` (as :func:`fit`
+    does); ``total_steps`` is then ``epochs * len(train_loader)``.
     """
     check.optimizer_of(optimizer)
     check.schedule(warmup_steps, total_steps)

@@ -1,29 +1,34 @@
-"""The Transformer: normalization, the feed-forward network, encoder and decoder blocks.
+"""The Transformer: normalization, the feed-forward network, encoder and decoder
+blocks.
 
 Chapter 6 builds the encoder's pieces from scratch, chapter 9 the decoder's
-(:class:`DecoderBlock`, :class:`TransformerDecoder`) and the whole encoder-decoder on tokens
-(:class:`EncoderDecoderTransformer`); this module is the canonical version later chapters
-import. Shapes: ``B`` batch, ``T`` sequence length, ``D`` model width (``d_model``),
-``H`` heads, ``F`` feed-forward width (``ffn_width``). Masks follow the package convention of
-:mod:`helpers.attention`: boolean, ``True`` = may attend, broadcastable to ``(B, H, T, T)``.
+(:class:`DecoderBlock`, :class:`TransformerDecoder`) and the whole
+encoder-decoder on tokens (:class:`EncoderDecoderTransformer`); this module is
+the canonical version later chapters import. Shapes: ``B`` batch, ``T`` sequence
+length, ``D`` model width (``d_model``), ``H`` heads, ``F`` feed-forward width
+(``ffn_width``). Masks follow the package convention of
+:mod:`helpers.attention`: boolean, ``True`` = may attend, broadcastable to ``(B,
+H, T, T)``.
 
-A block has two sublayers, self-attention and a position-wise feed-forward network, each
-wrapped in a residual connection and a normalization. Where the normalization sits is the one
-design choice that matters most for training:
+A block has two sublayers, self-attention and a position-wise feed-forward
+network, each wrapped in a residual connection and a normalization. Where the
+normalization sits is the one design choice that matters most for training:
 
 * post-LN (the 2017 paper): ``x = norm(x + dropout(sublayer(x)))``
-* pre-LN (``norm_first=True``, the default): ``x = x + dropout(sublayer(norm(x)))``
+* pre-LN (``norm_first=True``, the default): ``x = x +
+  dropout(sublayer(norm(x)))``
 
 Dropout only ever touches a sublayer's output, never the residual stream itself.
 
-:class:`TransformerStack` is what the encoder and decoder stacks share (the blocks in a row
-and a final normalization); :class:`Seq2SeqInference` gives :class:`EncoderDecoderTransformer`
-its generation (greedy, beam search) and attention maps. That model's arguments:
-``ffn_width`` defaults to ``4 * d_model``; embeddings start from ``N(0, 1 / d_model)``, are
-scaled by ``sqrt(d_model)`` and added to the sinusoidal encoding, as in Vaswani et al. (2017);
-``tie_embeddings`` shares one matrix between the source embedding, the target embedding and
-the output projection (it needs one vocabulary, ``source_vocab == target_vocab``); ``max_len``
-bounds both sequences.
+:class:`TransformerStack` is what the encoder and decoder stacks share (the
+blocks in a row and a final normalization); :class:`Seq2SeqInference` gives
+:class:`EncoderDecoderTransformer` its generation (greedy, beam search) and
+attention maps. That model's arguments: ``ffn_width`` defaults to ``4 *
+d_model``; embeddings start from ``N(0, 1 / d_model)``, are scaled by
+``sqrt(d_model)`` and added to the sinusoidal encoding, as in Vaswani et al.
+(2017); ``tie_embeddings`` shares one matrix between the source embedding, the
+target embedding and the output projection (it needs one vocabulary,
+``source_vocab == target_vocab``); ``max_len`` bounds both sequences.
 """
 
 from __future__ import annotations
@@ -55,12 +60,14 @@ ACTIVATIONS = ("relu", "gelu", "gelu_tanh")
 
 
 class RMSNorm(nn.Module):
-    """Root-mean-square normalization (Zhang and Sennrich, 2019): no centring, no bias.
+    """Root-mean-square normalization (Zhang and Sennrich, 2019): no centring,
+    no bias.
 
-    ``y = x / sqrt(mean(x**2) + eps) * weight`` over the last dimension. It equals LayerNorm
-    without bias exactly when every feature vector already has zero mean and both use the same
-    gain and the same ``eps``. ``eps`` defaults to 1e-5, as LayerNorm's and :func:`make_norm`'s.
-    Shapes: ``(..., D) -> (..., D)``.
+    ``y = x / sqrt(mean(x**2) + eps) * weight`` over the last dimension. It
+    equals LayerNorm without bias exactly when every feature vector already has
+    zero mean and both use the same gain and the same ``eps``. ``eps`` defaults
+    to 1e-5, as LayerNorm's and :func:`make_norm`'s. Shapes: ``(..., D) -> (...,
+    D)``.
     """
 
     def __init__(self, d_model: int, eps: float = 1e-5) -> None:
@@ -84,7 +91,8 @@ class RMSNorm(nn.Module):
 def make_norm(
     kind: str, d_model: int, eps: float = 1e-5, bias: bool = True
 ) -> nn.Module:
-    """A normalization layer over the last dimension: ``"layer"`` (LayerNorm) or ``"rms"``.
+    """A normalization layer over the last dimension: ``"layer"`` (LayerNorm) or
+    ``"rms"``.
 
     ``bias`` only concerns LayerNorm (RMSNorm has none).
     """
@@ -98,10 +106,10 @@ def make_norm(
 def make_activation(kind: str) -> nn.Module:
     """The feed-forward network's nonlinearity, one of :data:`ACTIVATIONS`.
 
-    ``"relu"``: ``max(0, x)`` (the 2017 Transformer); ``"gelu"``: ``x * Phi(x)``, ``Phi`` the
-    standard normal's distribution function (BERT); ``"gelu_tanh"``: GELU's tanh approximation
-    ``x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))`` (GPT-2, ``gelu_new`` in
-    ``transformers``).
+    ``"relu"``: ``max(0, x)`` (the 2017 Transformer); ``"gelu"``: ``x *
+    Phi(x)``, ``Phi`` the standard normal's distribution function (BERT);
+    ``"gelu_tanh"``: GELU's tanh approximation ``x/2 * (1 + tanh(sqrt(2/pi) * (x
+    + 0.044715 x^3)))`` (GPT-2, ``gelu_new`` in ``transformers``).
     """
     check.activation(kind, ACTIVATIONS)
     if kind == "relu":
@@ -110,12 +118,14 @@ def make_activation(kind: str) -> nn.Module:
 
 
 class FeedForward(nn.Module):
-    """The position-wise feed-forward network ``linear2(dropout(act(linear1(x))))``.
+    """The position-wise feed-forward network
+    ``linear2(dropout(act(linear1(x))))``.
 
-    Applied to every position independently: ``(B, T, D) -> (B, T, F) -> (B, T, D)``.
-    ``F = ffn_width`` is usually 2 to 4 times ``D``: the wide hidden layer is where most of a
-    block's parameters and per-token computation live. ``activation`` is ReLU unless given
-    (one of :data:`ACTIVATIONS`, see :func:`make_activation`).
+    Applied to every position independently: ``(B, T, D) -> (B, T, F) -> (B, T,
+    D)``. ``F = ffn_width`` is usually 2 to 4 times ``D``: the wide hidden layer
+    is where most of a block's parameters and per-token computation live.
+    ``activation`` is ReLU unless given (one of :data:`ACTIVATIONS`, see
+    :func:`make_activation`).
     """
 
     def __init__(
@@ -142,8 +152,9 @@ class FeedForward(nn.Module):
 
 
 def _attend(attention: nn.Module, query, memory, mask, return_attention: bool):
-    """``attention(query, memory, memory)`` and its weights ``(B, H, Tq, Tk)``, or None for
-    the weights unless ``return_attention``: the attention sublayer of every block."""
+    """``attention(query, memory, memory)`` and its weights ``(B, H, Tq, Tk)``,
+    or None for the weights unless ``return_attention``: the attention sublayer
+    of every block."""
     if return_attention:
         return attention(
             query, memory, memory, mask=mask, return_attention=True
@@ -152,18 +163,21 @@ def _attend(attention: nn.Module, query, memory, mask, return_attention: bool):
 
 
 class EncoderBlock(nn.Module):
-    """One encoder block: self-attention and a feed-forward network, each with a residual.
+    """One encoder block: self-attention and a feed-forward network, each with a
+    residual.
 
-    ``norm_first=True`` is the pre-LN block, ``False`` the post-LN block of the 2017 paper;
-    both match ``torch.nn.TransformerEncoderLayer`` with the same settings (activation ReLU,
-    ``batch_first=True``). ``bias`` switches the biases of every linear layer and LayerNorm,
-    as torch's ``bias`` does. ``dropout`` is used for the attention weights, inside the
-    feed-forward network and on each sublayer's output before it joins the residual stream.
+    ``norm_first=True`` is the pre-LN block, ``False`` the post-LN block of the
+    2017 paper; both match ``torch.nn.TransformerEncoderLayer`` with the same
+    settings (activation ReLU, ``batch_first=True``). ``bias`` switches the
+    biases of every linear layer and LayerNorm, as torch's ``bias`` does.
+    ``dropout`` is used for the attention weights, inside the feed-forward
+    network and on each sublayer's output before it joins the residual stream.
     ``norm="rms"`` swaps LayerNorm for :class:`RMSNorm`.
 
-    ``forward(x, mask=None, return_attention=False)``: ``x`` is ``(B, T, D)``; ``mask`` is
-    boolean, True = may attend, broadcastable to ``(B, H, T, T)``. Returns ``(B, T, D)``, or
-    ``(output, weights)`` with ``weights`` of shape ``(B, H, T, T)`` if ``return_attention``.
+    ``forward(x, mask=None, return_attention=False)``: ``x`` is ``(B, T, D)``;
+    ``mask`` is boolean, True = may attend, broadcastable to ``(B, H, T, T)``.
+    Returns ``(B, T, D)``, or ``(output, weights)`` with ``weights`` of shape
+    ``(B, H, T, T)`` if ``return_attention``.
     """
 
     def __init__(
@@ -212,14 +226,16 @@ class EncoderBlock(nn.Module):
 
 
 class TransformerStack(nn.Module):
-    """``num_blocks`` blocks of one kind (the class attribute ``block``) and a final norm.
+    """``num_blocks`` blocks of one kind (the class attribute ``block``) and a
+    final norm.
 
-    The body of :class:`TransformerEncoder` and :class:`TransformerDecoder`: block ``i + 1``
-    reads block ``i``'s output, and every block gets the same extra inputs (``*context``: a
-    mask, or the memory and two masks). The other arguments are those of the block. A pre-LN
-    stack adds the residual outputs of every block without normalizing them, so it ends with
-    one more normalization (``final_norm``, on by default exactly when ``norm_first``), as
-    ``torch.nn.TransformerEncoder(..., norm=LayerNorm)`` and GPT-2 do.
+    The body of :class:`TransformerEncoder` and :class:`TransformerDecoder`:
+    block ``i + 1`` reads block ``i``'s output, and every block gets the same
+    extra inputs (``*context``: a mask, or the memory and two masks). The other
+    arguments are those of the block. A pre-LN stack adds the residual outputs
+    of every block without normalizing them, so it ends with one more
+    normalization (``final_norm``, on by default exactly when ``norm_first``),
+    as ``torch.nn.TransformerEncoder(..., norm=LayerNorm)`` and GPT-2 do.
     """
 
     block: type[nn.Module]
@@ -267,9 +283,10 @@ class TransformerStack(nn.Module):
     def get_attention_maps(self, x: torch.Tensor, *context) -> list:
         """The attention weights each block uses on input ``x``, block by block.
 
-        The weights come from the blocks' own forward pass, so a pre-LN block reports the
-        attention of its *normalized* input, the one it really computes. Call ``.eval()``
-        first to see the weights without dropout's randomness in the residual stream.
+        The weights come from the blocks' own forward pass, so a pre-LN block
+        reports the attention of its *normalized* input, the one it really
+        computes. Call ``.eval()`` first to see the weights without dropout's
+        randomness in the residual stream.
         """
         maps = []
         for block in self.blocks:
@@ -279,11 +296,12 @@ class TransformerStack(nn.Module):
 
 
 class TransformerEncoder(TransformerStack):
-    """A stack of ``num_blocks`` :class:`EncoderBlock`\\ s, ``(B, T, D) -> (B, T, D)``.
+    """A stack of ``num_blocks`` :class:`EncoderBlock`\\ s, ``(B, T, D) -> (B,
+    T, D)``.
 
-    Built as :class:`TransformerStack` (the arguments of :class:`EncoderBlock`, and
-    ``final_norm``). ``forward(x, mask=None)``; ``get_attention_maps(x, mask=None)`` returns a
-    list of ``(B, H, T, T)`` weights, one per block.
+    Built as :class:`TransformerStack` (the arguments of :class:`EncoderBlock`,
+    and ``final_norm``). ``forward(x, mask=None)``; ``get_attention_maps(x,
+    mask=None)`` returns a list of ``(B, H, T, T)`` weights, one per block.
     """
 
     block = EncoderBlock
@@ -296,11 +314,12 @@ class TransformerEncoder(TransformerStack):
     def get_attention_maps(
         self, x: torch.Tensor, mask: torch.Tensor | None = None
     ) -> list:
-        """The weights ``(B, H, T, T)`` of each block (see :class:`TransformerStack`)."""
+        """The weights ``(B, H, T, T)`` of each block (see
+        :class:`TransformerStack`)."""
         return super().get_attention_maps(x, mask)
 
 
-# --------------------------------------------------------------------------- the decoder side
+# ------------------------------------------------------------- the decoder side
 
 
 class DecoderBlock(nn.Module):
@@ -387,11 +406,13 @@ class DecoderBlock(nn.Module):
 
 
 class TransformerDecoder(TransformerStack):
-    """A stack of ``num_blocks`` :class:`DecoderBlock`\\ s reading one shared ``memory``.
+    """A stack of ``num_blocks`` :class:`DecoderBlock`\\ s reading one shared
+    ``memory``.
 
-    ``forward(target (B, Tt, D), memory (B, Ts, D), target_mask=None, memory_mask=None)``
-    returns ``(B, Tt, D)``. Every block attends to the same encoder output. The other
-    arguments, and ``final_norm``, are those of :class:`TransformerEncoder`.
+    ``forward(target (B, Tt, D), memory (B, Ts, D), target_mask=None,
+    memory_mask=None)`` returns ``(B, Tt, D)``. Every block attends to the same
+    encoder output. The other arguments, and ``final_norm``, are those of
+    :class:`TransformerEncoder`.
     """
 
     block = DecoderBlock
@@ -402,19 +423,22 @@ class TransformerDecoder(TransformerStack):
     def get_attention_maps(
         self, target, memory, target_mask=None, memory_mask=None
     ):
-        """Each block's ``(self_weights (B, H, Tt, Tt), cross_weights (B, H, Tt, Ts))``."""
+        """Each block's ``(self_weights (B, H, Tt, Tt), cross_weights (B, H, Tt,
+        Ts))``."""
         return super().get_attention_maps(
             target, memory, target_mask, memory_mask
         )
 
 
 class Seq2SeqInference:
-    """What a trained :class:`EncoderDecoderTransformer` does besides its forward pass:
-    generation (greedy decoding and beam search) and its attention maps.
+    """What a trained :class:`EncoderDecoderTransformer` does besides its
+    forward pass: generation (greedy decoding and beam search) and its attention
+    maps.
 
-    A mixin of the model class, which keeps the model's own computation (embeddings, the two
-    stacks, the masks, the logits) short enough to read in one screen; it uses the model's
-    ``encode``, ``decode``, ``_embed``, ``encoder``, ``decoder`` and ``pad_id``.
+    A mixin of the model class, which keeps the model's own computation
+    (embeddings, the two stacks, the masks, the logits) short enough to read in
+    one screen; it uses the model's ``encode``, ``decode``, ``_embed``,
+    ``encoder``, ``decoder`` and ``pad_id``.
     """
 
     @torch.no_grad()
@@ -469,18 +493,19 @@ class Seq2SeqInference:
     def _beam_search(
         self, memory, source_mask, start_id, num_steps, end_id, beam_size, alpha
     ):
-        """Keep the ``beam_size`` prefixes of highest total log-prob at each step.
+        """Keep the ``beam_size`` prefixes of highest total log-prob at each
+        step.
 
-        A finished hypothesis (it wrote ``end_id``) goes on with ``pad_id`` at no
-        cost, so it competes with the live ones on its final score. The returned
-        one has the highest ``total log-prob / length**alpha`` (``length``: tokens
-        written, ``end_id`` included; ``alpha = length_penalty``: 0 ranks by the
-        total, larger values favour longer ones).
+        A finished hypothesis (it wrote ``end_id``) goes on with ``pad_id`` at
+        no cost, so it competes with the live ones on its final score. The
+        returned one has the highest ``total log-prob / length**alpha``
+        (``length``: tokens written, ``end_id`` included; ``alpha =
+        length_penalty``: 0 ranks by the total, larger values favour longer
+        ones).
         """
         (batch, _, _), k, vocab = memory.shape, beam_size, self.target_vocab
-        memory = memory.repeat_interleave(
-            k, dim=0
-        )  # (B * k, Ts, D): row b * k + j
+        # (B * k, Ts, D): row b * k + j
+        memory = memory.repeat_interleave(k, dim=0)
         if source_mask is not None:
             source_mask = source_mask.repeat_interleave(k, dim=0)
         tokens = torch.full((batch * k, 1), start_id, device=memory.device)
@@ -495,17 +520,15 @@ class Seq2SeqInference:
             log_probs = self.decode(tokens, memory, source_mask)[
                 :, -1
             ].log_softmax(dim=-1)
-            if (
-                end_id is not None
-            ):  # (B * k, V): a finished hypothesis can only pad, for free
+            # (B * k, V): a finished hypothesis can only pad, for free
+            if end_id is not None:
                 log_probs[done] = -torch.inf
                 log_probs[done, self.pad_id] = 0.0
             total = (scores.reshape(-1, 1) + log_probs).reshape(
                 batch, k * vocab
             )
-            scores, index = total.topk(
-                k, dim=-1
-            )  # the k best extensions of all k prefixes
+            # the k best extensions of all k prefixes
+            scores, index = total.topk(k, dim=-1)
             parent = (first_row + index // vocab).flatten()
             next_token = (index % vocab).flatten()
             tokens = torch.cat([tokens[parent], next_token[:, None]], dim=1)
@@ -518,8 +541,9 @@ class Seq2SeqInference:
     def get_attention_maps(
         self, source: torch.Tensor, target: torch.Tensor
     ) -> dict:
-        """Per block, the weights of ``"encoder"`` self-, ``"decoder"`` self- and ``"cross"``
-        attention: lists of ``(B, H, Ts, Ts)``, ``(B, H, Tt, Tt)`` and ``(B, H, Tt, Ts)``."""
+        """Per block, the weights of ``"encoder"`` self-, ``"decoder"`` self-
+        and ``"cross"`` attention: lists of ``(B, H, Ts, Ts)``, ``(B, H, Tt,
+        Tt)`` and ``(B, H, Tt, Ts)``."""
         x = self._embed(self.source_embedding, source)
         source_mask = token_padding_mask(source, self.pad_id)
         encoder_maps = self.encoder.get_attention_maps(x, source_mask)
@@ -589,9 +613,8 @@ class EncoderDecoderTransformer(Seq2SeqInference, nn.Module):
         self.decoder = TransformerDecoder(num_decoder_blocks, *sizes)
         self.output = nn.Linear(d_model, target_vocab)
         _init_embeddings(self.source_embedding, self.target_embedding)
-        if (
-            tie_embeddings
-        ):  # one (vocab, D) matrix reads tokens in and writes logits out
+        # one (vocab, D) matrix reads tokens in and writes logits out
+        if tie_embeddings:
             self.output.weight = self.source_embedding.weight
 
     def _embed(
@@ -607,9 +630,8 @@ class EncoderDecoderTransformer(Seq2SeqInference, nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The encoder's output ``memory (B, Ts, D)``, the source key mask."""
         x = self._embed(self.source_embedding, source)
-        source_mask = token_padding_mask(
-            source, self.pad_id
-        )  # (B, 1, 1, Ts) or None
+        # (B, 1, 1, Ts) or None
+        source_mask = token_padding_mask(source, self.pad_id)
         return self.encoder(x, source_mask), source_mask
 
     def decode(self, target, memory, source_mask=None) -> torch.Tensor:
@@ -618,9 +640,8 @@ class EncoderDecoderTransformer(Seq2SeqInference, nn.Module):
         ``memory`` is the encoder's output, ``source_mask`` its key mask.
         """
         x = self._embed(self.target_embedding, target)
-        target_mask = causal_padding_mask(
-            target, self.pad_id
-        )  # causal, no padding key
+        # causal, no padding key
+        target_mask = causal_padding_mask(target, self.pad_id)
         return self.output(self.decoder(x, memory, target_mask, source_mask))
 
     def forward(
@@ -632,7 +653,7 @@ class EncoderDecoderTransformer(Seq2SeqInference, nn.Module):
 
 @torch.no_grad()
 def _init_embeddings(*embeddings: nn.Embedding) -> None:
-    """Entries of ``N(0, 1 / D)``: of size 1 after the ``sqrt(D)`` scaling, like the positional
-    encoding's. A tied embedding, passed twice, is drawn once."""
+    """Entries of ``N(0, 1 / D)``: of size 1 after the ``sqrt(D)`` scaling, like
+    the positional encoding's. A tied embedding, passed twice, is drawn once."""
     for embedding in dict.fromkeys(embeddings):
         nn.init.normal_(embedding.weight, std=embedding.embedding_dim**-0.5)

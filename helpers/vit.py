@@ -1,19 +1,23 @@
-"""The Vision Transformer (Dosovitskiy et al., 2021): an image read as a sequence of patches.
+"""The Vision Transformer (Dosovitskiy et al., 2021): an image read as a
+sequence of patches.
 
-Chapter 12 builds it. An image is cut into square patches; each patch is flattened and mapped
-to a vector of width ``D`` by one linear map (the same for every patch, so a strided
-``Conv2d`` computes it too); positions are added; the sequence goes through the encoder of
-chapter 6 (:class:`helpers.transformer.TransformerEncoder`, reused as it is); one vector, the
-output at a learned *class token* or the mean over the patches, is classified.
+Chapter 13 builds it. An image is cut into square patches; each patch is
+flattened and mapped to a vector of width ``D`` by one linear map (the same for
+every patch, so a strided ``Conv2d`` computes it too); positions are added; the
+sequence goes through the encoder of chapter 6
+(:class:`helpers.transformer.TransformerEncoder`, reused as it is); one vector,
+the output at a learned *class token* or the mean over the patches, is
+classified.
 
-Shapes: ``B`` batch, ``C`` channels, ``S`` the side of a square image, ``P`` the side of a
-patch, ``G = S / P`` patches per side, ``N = G * G`` patches, ``D`` model width, ``L``
-blocks, ``H`` heads, ``T`` tokens (``N``, plus one with a class token). Patches are numbered
-row by row; the features of a flattened patch are ordered (channel, row, column), as the
-weight of a ``Conv2d`` is.
+Shapes: ``B`` batch, ``C`` channels, ``S`` the side of a square image, ``P`` the
+side of a patch, ``G = S / P`` patches per side, ``N = G * G`` patches, ``D``
+model width, ``L`` blocks, ``H`` heads, ``T`` tokens (``N``, plus one with a
+class token). Patches are numbered row by row; the features of a flattened patch
+are ordered (channel, row, column), as the weight of a ``Conv2d`` is.
 
-:func:`attention_rollout` (Abnar and Zuidema, 2020) follows attention through the blocks;
-:func:`patch_attention` turns attention weights into maps over the image.
+:func:`attention_rollout` (Abnar and Zuidema, 2020) follows attention through
+the blocks; :func:`patch_attention` turns attention weights into maps over the
+image.
 """
 
 from __future__ import annotations
@@ -48,11 +52,12 @@ POSITIONS = ("learned", "sinusoidal", "none")
 PATCH_EMBEDDINGS = ("conv", "linear")
 
 
-# --------------------------------------------------------------------------- patches
+# ---------------------------------------------------------------------- patches
 
 
 def _square_grid(images: Tensor, patch_size: int, who: str) -> int:
-    """Patches per side of square ``(B, C, S, S)`` images whose side ``P`` divides."""
+    """Patches per side of square ``(B, C, S, S)`` images whose side ``P``
+    divides."""
     height, width = images.shape[-2:]
     grid = check.patch_grid(height, patch_size)
     check.patch_grid(width, patch_size)
@@ -76,7 +81,8 @@ def patchify(images: Tensor, patch_size: int) -> Tensor:
 
 
 class LinearPatchEmbedding(nn.Module):
-    """Flatten each patch and apply one ``nn.Linear``: ``(B, C, S, S) -> (B, N, D)``."""
+    """Flatten each patch and apply one ``nn.Linear``: ``(B, C, S, S) -> (B, N,
+    D)``."""
 
     def __init__(self, patch_size: int, channels: int, d_model: int) -> None:
         super().__init__()
@@ -105,32 +111,33 @@ class ConvPatchEmbedding(nn.Module):
 
     def forward(self, images: Tensor) -> Tensor:
         check.images(images, self.channels, None, type(self).__name__)
-        _square_grid(
-            images, self.patch_size, type(self).__name__
-        )  # else a stride drops pixels
-        return (
-            self.proj(images).flatten(2).transpose(1, 2)
-        )  # (B, D, G, G) -> (B, N, D)
+        # else a stride drops pixels
+        _square_grid(images, self.patch_size, type(self).__name__)
+        # (B, D, G, G) -> (B, N, D)
+        return self.proj(images).flatten(2).transpose(1, 2)
 
 
 @torch.no_grad()
 def copy_patch_weights(source: nn.Module, target: nn.Module) -> nn.Module:
-    """Copy one patch embedding's weights into the other (linear <-> conv); return ``target``.
+    """Copy one patch embedding's weights into the other (linear <-> conv);
+    return ``target``.
 
-    A ``Conv2d`` weight ``(D, C, P, P)`` flattened row by row is the ``Linear`` weight
-    ``(D, C * P * P)``; the biases are the same vector.
+    A ``Conv2d`` weight ``(D, C, P, P)`` flattened row by row is the ``Linear``
+    weight ``(D, C * P * P)``; the biases are the same vector.
     """
     kinds = (LinearPatchEmbedding, ConvPatchEmbedding)
     if not (isinstance(source, kinds) and isinstance(target, kinds)):
         raise TypeError(
-            "copy_patch_weights copies between LinearPatchEmbedding and ConvPatchEmbedding, "
+            "copy_patch_weights copies between LinearPatchEmbedding and "
+            "ConvPatchEmbedding, "
             f"got {type(source).__name__} and {type(target).__name__}"
         )
     shapes = [(m.patch_size, m.channels, m.proj.out_channels if isinstance(m, ConvPatchEmbedding)
                else m.proj.out_features) for m in (source, target)]  # fmt: skip
     if shapes[0] != shapes[1]:
         raise ValueError(
-            f"(patch_size, channels, d_model) differ: {shapes[0]} and {shapes[1]}; build both "
+            f"(patch_size, channels, d_model) differ: {shapes[0]} and "
+            f"{shapes[1]}; build both "
             "patch embeddings with the same sizes"
         )
     target.proj.weight.copy_(
@@ -140,22 +147,25 @@ def copy_patch_weights(source: nn.Module, target: nn.Module) -> nn.Module:
     return target
 
 
-# --------------------------------------------------------------------------- positions
+# -------------------------------------------------------------------- positions
 
 
 def sinusoidal_2d_encoding(
     grid: int, d_model: int, base: float = 10000.0
 ) -> Tensor:
-    """The ``(G * G, D)`` table of 2-D sinusoidal positions, patches numbered row by row.
+    """The ``(G * G, D)`` table of 2-D sinusoidal positions, patches numbered
+    row by row.
 
-    The first ``D / 2`` features are chapter 5's 1-D encoding of the patch's row, the last
-    ``D / 2`` that of its column, so the dot product of two positions depends only on their
-    row offset and their column offset. ``D`` must be a multiple of 4.
+    The first ``D / 2`` features are chapter 5's 1-D encoding of the patch's
+    row, the last ``D / 2`` that of its column, so the dot product of two
+    positions depends only on their row offset and their column offset. ``D``
+    must be a multiple of 4.
     """
     check.positive_int("grid", grid)
     if check.positive_int("d_model", d_model) % 4:
         raise ValueError(
-            f"d_model must be a multiple of 4 for 2-D sinusoidal positions (half for the row, "
+            "d_model must be a multiple of 4 for 2-D sinusoidal positions "
+            "(half for the row, "
             f"half for the column, each in sin/cos pairs), got {d_model}"
         )
     axis = sinusoidal_encoding(grid, d_model // 2, base)  # (G, D/2)
@@ -165,7 +175,8 @@ def sinusoidal_2d_encoding(
 
 
 class Sinusoidal2DPositionalEncoding(nn.Module):
-    """Add :func:`sinusoidal_2d_encoding` (a buffer, never trained) to ``(B, N, D)`` patches."""
+    """Add :func:`sinusoidal_2d_encoding` (a buffer, never trained) to ``(B, N,
+    D)`` patches."""
 
     pe: Tensor
 
@@ -181,16 +192,18 @@ class Sinusoidal2DPositionalEncoding(nn.Module):
         return x + self.pe.to(x.dtype)
 
 
-# --------------------------------------------------------------------------- the model
+# -------------------------------------------------------------------- the model
 
 
 @dataclass(frozen=True)
 class ViTConfig:
-    """Every size of a :class:`VisionTransformer` (the defaults: chapter 12's, for 8 x 8 digits).
+    """Every size of a :class:`VisionTransformer` (the defaults: chapter 13's,
+    for 8 x 8 digits).
 
-    ``pool``: one of :data:`POOLS`, classify the output at a class token or the mean over the
-    patches. ``positions``: one of :data:`POSITIONS`. ``patch_embedding``: one of
-    :data:`PATCH_EMBEDDINGS` (the same map; the convolution is faster).
+    ``pool``: one of :data:`POOLS`, classify the output at a class token or the
+    mean over the patches. ``positions``: one of :data:`POSITIONS`.
+    ``patch_embedding``: one of :data:`PATCH_EMBEDDINGS` (the same map; the
+    convolution is faster).
     """
 
     image_size: int = 8
@@ -277,7 +290,7 @@ class VisionTransformer(nn.Module):
         return self.encoder.get_attention_maps(self.tokens(images))
 
 
-# --------------------------------------------------------------------------- reading attention
+# ------------------------------------------------------------ reading attention
 
 
 def attention_rollout(
@@ -326,25 +339,26 @@ def attention_rollout(
 def patch_attention(
     model: VisionTransformer, images: Tensor
 ) -> dict[str, Tensor]:
-    """Attention over the image: ``{"heads": (B, L, H, G, G), "rollout": (B, G, G)}``.
+    """Attention over the image: ``{"heads": (B, L, H, G, G), "rollout": (B, G,
+    G)}``.
 
-    With a class token, the weights (and the rollout) of the class token's query over the
-    patches: where the classified vector reads from. With mean pooling the classified vector is
-    the mean of the patches' outputs, so the map is the mean of the patches' rows: how much
-    that mean draws on each patch. The model must be in eval mode (``model.eval()``): in
-    training mode, attention dropout would drop weights and the rollout would not be a
-    row-stochastic product.
+    With a class token, the weights (and the rollout) of the class token's query
+    over the patches: where the classified vector reads from. With mean pooling
+    the classified vector is the mean of the patches' outputs, so the map is the
+    mean of the patches' rows: how much that mean draws on each patch. The model
+    must be in eval mode (``model.eval()``): in training mode, attention dropout
+    would drop weights and the rollout would not be a row-stochastic product.
     """
     check.instance("model", model, VisionTransformer)
     if model.training:
         raise ValueError(
-            "patch_attention reads a model in eval mode (no dropout in the weights it maps): "
+            "patch_attention reads a model in eval mode (no dropout in the "
+            "weights it maps): "
             "call model.eval() first"
         )
     maps = model.attention_maps(images)
-    first = (
-        1 if model.cls_token is not None else 0
-    )  # index of the first patch token
+    # index of the first patch token
+    first = 1 if model.cls_token is not None else 0
     grid = model.config.grid
 
     def over_patches(weights: Tensor) -> Tensor:  # (..., T, T) -> (..., G, G)

@@ -489,9 +489,8 @@ assert errors.loc[errors["width"] < 0.15, "bias²"].max() < 0.02
 assert errors.loc[errors["width"] >= 0.15, "bias²"].is_monotonic_increasing
 variance_min_width = errors.loc[errors["variance"].idxmin(), "width"]
 assert 1 < variance_min_width < 2.5
-assert (
-    errors["variance"].iloc[-1] > 1.2 * errors["variance"].min()
-)  # creeps back up
+# creeps back up
+assert errors["variance"].iloc[-1] > 1.2 * errors["variance"].min()
 assert errors["error"].iloc[0] > best["error"] < errors["error"].iloc[-1]
 # Numbers quoted in the text and the dropdown.
 glue("ch1_variance_min_width", round(variance_min_width, 1))
@@ -561,9 +560,8 @@ plt.show()
 # ```
 
 # %%
-kernel_matrix = gaussian_kernel(
-    x_query[:, None] - x_train[None, :], width=0.5
-)  # (200, 80)
+# (200, 80)
+kernel_matrix = gaussian_kernel(x_query[:, None] - x_train[None, :], width=0.5)
 # the bug: normalized over the queries (each column sums to one)
 wrong_weights = kernel_matrix / kernel_matrix.sum(0)
 # right: normalized over the keys (each row sums to one)
@@ -621,12 +619,10 @@ self_model, self_losses, self_widths = fit_width(
 learned_width = loo_widths[-1]
 
 # %% tags=["remove-cell"]
-assert (
-    0.5 * best["width"] < learned_width < 2 * best["width"]
-)  # near the best width
-assert (
-    self_widths[-1] < 0.1 * learned_width
-)  # without the mask, the width collapses
+# near the best width
+assert 0.5 * best["width"] < learned_width < 2 * best["width"]
+# without the mask, the width collapses
+assert self_widths[-1] < 0.1 * learned_width
 assert loo_losses[-1] < loo_losses[0]
 
 # %% tags=["hide-input"]
@@ -686,9 +682,8 @@ print("learned widths:", [round(width, 2) for width in all_widths.tolist()])
 
 # %% tags=["remove-cell"]
 assert min(other_widths) < best["width"] < max(other_widths)  # on both sides
-assert (
-    factors.max() < 2
-)  # the chapter's "near the best width", on every training set
+# the chapter's "near the best width", on every training set
+assert factors.max() < 2
 glue("ch1_width_sets", len(other_widths))
 glue("ch1_width_min", round(min(other_widths), 2))
 glue("ch1_width_max", round(max(other_widths), 2))

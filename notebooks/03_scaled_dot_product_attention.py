@@ -465,12 +465,10 @@ assert gradient_ratio > 3
 q_grads = scaling_table.pivot(
     index="d", columns="scaling", values="Jacobian w.r.t. q"
 )
-assert (
-    q_grads["none"] > q_grads["1/sqrt(d)"]
-).all()  # not smaller without scaling
-assert (
-    q_grads["1/sqrt(d)"].max() / q_grads["1/sqrt(d)"].min() < 1.2
-)  # flat with it
+# not smaller without scaling
+assert (q_grads["none"] > q_grads["1/sqrt(d)"]).all()
+# flat with it
+assert q_grads["1/sqrt(d)"].max() / q_grads["1/sqrt(d)"].min() < 1.2
 # without it, its size depends on the width, and saturation starts to win at the widest
 assert q_grads["none"].max() / q_grads["none"].min() > 1.5
 assert q_grads["none"].iloc[-1] < q_grads["none"].max()
@@ -760,9 +758,8 @@ def head_with_dropout(x, training):
 
 
 tokens = torch.randn(1, n_tokens, width_d)
-batch = tokens.expand(
-    draws, n_tokens, width_d
-)  # the same sequence, many dropout patterns
+# the same sequence, many dropout patterns
+batch = tokens.expand(draws, n_tokens, width_d)
 with torch.no_grad():
     head_train_outputs = head_with_dropout(batch, training=True)
     head_eval_output = head_with_dropout(tokens, training=False)

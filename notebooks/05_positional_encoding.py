@@ -371,9 +371,8 @@ torch.testing.assert_close(
 torch.testing.assert_close(speeds_8, angular_speeds(8))
 
 # %% tags=["hide-input"]
-dial_angles_8 = (
-    torch.arange(10)[None, :] * speeds_8[:, None]
-)  # (hands, positions)
+# (hands, positions)
+dial_angles_8 = torch.arange(10)[None, :] * speeds_8[:, None]
 
 fig, ax = plt.subplots(figsize=(6.2, 4.2))
 draw_dials(

@@ -394,9 +394,8 @@ pre_slope = round(float(slope), 2)
 glue("ch6_pre_slope", pre_slope)
 post_32, pre_32 = grads[("post-LN", 32)], grads[("pre-LN", 32)]
 assert post_32[-1] > post_32[0] and pre_32[-1] < pre_32[0]  # the left panel
-assert (
-    post_last[-1] > post_last[0]
-)  # post-LN: the last block's gradient does not shrink
+# post-LN: the last block's gradient does not shrink
+assert post_last[-1] > post_last[0]
 assert pre_last[-1] < 0.6 * pre_last[0]  # pre-LN: it does
 assert gap_32 > 3 * gap_2  # so the gap widens with depth
 assert -0.8 < pre_slope < -0.15

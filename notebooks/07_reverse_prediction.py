@@ -1035,9 +1035,8 @@ table
 (schedules_machine,) = schedules["machine"].unique()
 glue("ch7_schedule_seeds", steps_table.shape[1])
 reached_all = steps_table.notna().all(axis=1)
-slowest = steps_table.max(axis=1).where(
-    reached_all
-)  # NaN unless every seed got to 99%
+# NaN unless every seed got to 99%
+slowest = steps_table.max(axis=1).where(reached_all)
 schedules_at_book_lr = [
     "book: lr 0.02, warm-up, cosine",
     "no warm-up",

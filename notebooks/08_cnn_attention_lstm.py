@@ -209,16 +209,14 @@ np.testing.assert_allclose(peaks, first_shapes["target height"], atol=0.01)
 glue("ch8_num_train", NUM_TRAIN)
 
 # %% tags=["remove-cell"]
-candidates = make_shapes_dataset(
-    5_000, min_height_gap=0.0, seed=4
-)  # collision check only
+# collision check only
+candidates = make_shapes_dataset(5_000, min_height_gap=0.0, seed=4)
 triangle_gap = (
     candidates.triangles[:, 0, 1] - candidates.triangles[:, 1, 1]
 ).abs()
 box_gap = (candidates.boxes[:, 0, 1] - candidates.boxes[:, 1, 1]).abs()
-source_rule = (triangle_gap > 4) & (
-    triangle_gap > 4
-)  # the blog post's logic, verbatim
+# the blog post's logic, verbatim
+source_rule = (triangle_gap > 4) & (triangle_gap > 4)
 fixed_rule = (triangle_gap > 4) & (box_gap > 4)
 easy_boxes = (box_gap[source_rule] <= 4).float().mean().item()
 glue("ch8_source_rule_easy_boxes", round(easy_boxes, 3))
@@ -451,17 +449,15 @@ def mean_max_weight(model, inputs):
 torch.manual_seed(0)
 fresh_scaled = make_shapes_attention_model(scaled=True)
 fresh_unscaled = make_shapes_attention_model(scaled=False)
-fresh_unscaled.load_state_dict(
-    fresh_scaled.state_dict()
-)  # same weights, only the scale differs
+# same weights, only the scale differs
+fresh_unscaled.load_state_dict(fresh_scaled.state_dict())
 batch_inputs = train_set.tensors[0][:256]
 init_scaled = mean_max_weight(fresh_scaled, batch_inputs)
 init_unscaled = mean_max_weight(fresh_unscaled, batch_inputs)
 glue("ch8_init_max_weight_scaled", round(init_scaled, 3))
 glue("ch8_init_max_weight_unscaled", round(init_unscaled, 3))
-assert (
-    init_scaled < init_unscaled < 0.02
-)  # both within a factor 2 of uniform's 0.01
+# both within a factor 2 of uniform's 0.01
+assert init_scaled < init_unscaled < 0.02
 
 # %% [markdown]
 # ### A recurrent network reads the signal in order
@@ -956,12 +952,13 @@ assert abs(val_loss.loc["CNN"].iloc[-1] / oracle_mse - 1) < 0.1
 assert val_loss.loc["CNN + attention"].is_monotonic_decreasing
 
 # %% tags=["hide-input"]
+# the indices of the test sequences the blog post plots
 EXAMPLES = [
     84,
     701,
     27,
     493,
-]  # the indices of the test sequences the blog post plots
+]
 shown = ["CNN", "CNN + attention", "bidirectional LSTM"]
 with torch.no_grad():
     predictions = {
@@ -1008,9 +1005,10 @@ plt.show()
 # %%
 attention_model = models["CNN + attention", 0]
 with torch.no_grad():
+    # [N, T, T]
     test_weights = attention_model[4].attention(
         attention_model[:4](test_inputs)
-    )  # [N, T, T]
+    )
 print("weights", tuple(test_weights.shape), "(sequences, queries, keys)")
 
 # %% tags=["remove-cell"]
@@ -1136,20 +1134,17 @@ from itertools import product
 
 T_SMALL = 4
 causal_weights = torch.tril(torch.ones(T_SMALL, T_SMALL))
-causal_weights = causal_weights / causal_weights.sum(
-    -1, keepdim=True
-)  # rows: queries
+# rows: queries
+causal_weights = causal_weights / causal_weights.sum(-1, keepdim=True)
 post_frame = pd.DataFrame(
     list(product(range(T_SMALL), range(T_SMALL))), columns=["input", "output"]
 ).assign(weight=causal_weights.flatten().numpy())
 # Read as the caption reads it: rows "output" (what is computed), columns "input" (read).
 as_read = post_frame.pivot(index="output", columns="input", values="weight")
-assert np.array_equal(
-    as_read.to_numpy(), causal_weights.T.numpy()
-)  # the transpose
-assert (
-    np.triu(as_read.to_numpy(), k=1).sum() > 0
-)  # weight on later positions: impossible
+# the transpose
+assert np.array_equal(as_read.to_numpy(), causal_weights.T.numpy())
+# weight on later positions: impossible
+assert np.triu(as_read.to_numpy(), k=1).sum() > 0
 as_read.round(2)
 
 # %% [markdown]
@@ -1386,24 +1381,19 @@ def full_claims(column):
 claims = {column: full_claims(column) for column in ("valid_mse", "test_mse")}
 # The statements below, checked on the validation split and on the test set, on every seed:
 for c in claims.values():
-    assert all(
-        map(math.isnan, c["first_below"]["CNN"])
-    )  # the CNN never gets there
-    assert (
-        0.8 < c["cnn_over_floor"] < 1
-    )  # ... and ends just under the oracle's floor
+    # the CNN never gets there
+    assert all(map(math.isnan, c["first_below"]["CNN"]))
+    # ... and ends just under the oracle's floor
+    assert 0.8 < c["cnn_over_floor"] < 1
     assert c["ratio"] > 50  # every attention seed far below every CNN seed
     attention_first = c["first_below"]["CNN + attention"]
     assert max(attention_first) < min(c["first_below"]["bidirectional LSTM"])
-    assert (
-        c["lstm_over_attention"] > 1.5
-    )  # still above attention after fifty epochs
-    assert (
-        c["batch_over_cnn"] > 1 and c["batch_over_floor"] > 1
-    )  # the post's LSTM
-    assert (
-        c["jump_low"] > 1.3
-    )  # every attention seed's error jumps at least once
+    # still above attention after fifty epochs
+    assert c["lstm_over_attention"] > 1.5
+    # the post's LSTM
+    assert c["batch_over_cnn"] > 1 and c["batch_over_floor"] > 1
+    # every attention seed's error jumps at least once
+    assert c["jump_low"] > 1.3
 valid = claims["valid_mse"]
 glue("ch8_full_cnn_over_floor", round(valid["cnn_over_floor"], 2))
 glue("ch8_full_batch_over_floor", round(valid["batch_over_floor"], 2))

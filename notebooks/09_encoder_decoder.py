@@ -437,9 +437,8 @@ print(
 paired = len(train_clockwise)
 agreement = (train_clockwise == test_clockwise[:paired]).float().mean().item()
 glue("ch9_label_agreement", f"{agreement:.0%}")
-assert (
-    0.3 < agreement < 0.7
-)  # chance, not the 100% of labels drawn with the points
+# chance, not the 100% of labels drawn with the points
+assert 0.3 < agreement < 0.7
 print(f"training labels right on test sequences: {agreement:.0%} of {paired}")
 
 # %% [markdown]

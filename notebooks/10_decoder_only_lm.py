@@ -128,6 +128,7 @@ def seeded(seed: int) -> torch.Generator:
 
 
 # %% [markdown]
+# (ch10-tokens)=
 # ## Tokens
 #
 # A language model reads integers. The simplest way to turn text into integers is one token
@@ -252,9 +253,8 @@ merges = learn_bpe(fitting_text, 1000)
 print(len(merges), "merges learned")
 
 # %% tags=["remove-cell"]
-assert (
-    "".join(bpe_tokens(held_out_text, merges)) == held_out_text
-)  # nothing lost
+# nothing lost
+assert "".join(bpe_tokens(held_out_text, merges)) == held_out_text
 
 # %% [markdown]
 # Now the trade-off, measured on the held-out fifth of the text. The vocabulary is the
@@ -484,7 +484,7 @@ with torch.no_grad():
 assert not torch.allclose(unmasked, books_layer(x), atol=1e-6)
 
 # %% [markdown]
-# (It also holds a cache for generation, explained below, and options chapter 11 uses.)
+# (It also holds a cache for generation, explained below, and options chapter 12 uses.)
 # A block is chapter 6's pre-norm block with RMSNorm. The model adds token and position
 # embeddings, runs the blocks, normalizes once more and maps each position to logits with a
 # head that reuses the embedding matrix (*weight tying* {cite}`press2017tying`):
@@ -867,9 +867,8 @@ glue("ch10_wrong_mass", f"{wrong:.1%}")
 # model would match:
 
 # %% tags=["remove-cell", "nbval-ignore-output"]
-start_ids = torch.zeros(
-    4, 1, dtype=torch.long
-)  # four rows that start after a newline
+# four rows that start after a newline
+start_ids = torch.zeros(4, 1, dtype=torch.long)
 ended = lm.generate(start_ids, CONTEXT - 1, generator=seeded(5), end_id=0)
 free = lm.generate(start_ids, CONTEXT - 1, generator=seeded(5))
 # the tokens up to each end are the ones generation without end_id writes
@@ -1106,9 +1105,8 @@ assert ngram_above_floor > 5 * above_floor
 # the n-gram model (counts, the same in every run) 0.861, 0.999 near, 0.327 far; the
 # validity gap 0.48-0.62
 assert lm_closing > 0.96 and ngram_closing < 0.92 and lm_far > 0.9
-assert (
-    scores["opener in sight"].iloc[0] > 0.99 and ngram_far < 0.5
-)  # chance: 1/3
+# chance: 1/3
+assert scores["opener in sight"].iloc[0] > 0.99 and ngram_far < 0.5
 assert valid["τ = 1"] - ngram_valid > 0.35
 
 # %% [markdown]
@@ -1259,9 +1257,8 @@ assert (cached == cached.iloc[0]).all().all() and cached["value reads"].eq(
     0
 ).all()
 recomputed = step_costs.loc["no cache"]
-assert (
-    recomputed["operators"].nunique() == 1
-)  # as many operators, on more positions:
+# as many operators, on more positions:
+assert recomputed["operators"].nunique() == 1
 assert recomputed["elements written"].is_monotonic_increasing
 glue("ch10_step_ops", int(cached["operators"].iloc[0]))
 glue("ch10_step_launches", int(cached["not views"].iloc[0]))
@@ -1421,7 +1418,7 @@ if cpu_bench is not None and gpu_bench is not None:
 # token at its ~3 TB/s takes {glue:text}`ch10_weights_read_ms` ms, and the step takes
 # {glue:text}`ch10_launch_bound_ratio` times that, spent in launches, not arithmetic.
 #
-# The full `CausalSelfAttention`, with the cache and chapter 11's options (grouped-query
+# The full `CausalSelfAttention`, with the cache and chapter 12's options (grouped-query
 # heads {cite}`ainslie2023gqa`, multi-query {cite}`shazeer2019mqa`, a sliding window
 # {cite}`beltagy2020longformer`, RoPE or ALiBi), and the function that builds its mask:
 
@@ -1743,7 +1740,7 @@ print("GPT reads 5 tokens:", tuple(sinusoidal(five_tokens).shape))
 # $2 \times 32 \times 8 \times 128 \times 4096 \times 2$ bytes $= 536{,}870{,}912$ bytes,
 # 512 MiB; with 32 key/value heads four times as much, 2 GiB per sequence.
 # `kv_cache_bytes(32, 8, 128, 4096)` computes it (bfloat16 is its default). Grouped-query
-# attention (chapter 11) exists because of this line.
+# attention (chapter 12) exists because of this line.
 # :::
 #
 # 3. **Why the $n$-gram model fails.** Find a validation string where the best $n$-gram model

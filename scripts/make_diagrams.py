@@ -618,8 +618,9 @@ MAP_PARTS = {
         "dec_in", "dec_emb", "dec_mattn", "dec_xattn", "dec_ffn", "dec_head", "memory",
     },
     "10_decoder_only_lm": {"dec_in", "dec_emb", "dec_mattn", "dec_ffn", "dec_head"},
-    "11_long_sequences": {"enc_attn", "dec_mattn", "dec_xattn"},
-    "12_vision_transformer": {
+    "11_shakespeare_gpt": {"dec_in", "dec_emb", "dec_mattn", "dec_ffn", "dec_head"},
+    "12_long_sequences": {"enc_attn", "dec_mattn", "dec_xattn"},
+    "13_vision_transformer": {
         "enc_in", "enc_emb", "enc_attn", "enc_norm1", "enc_ffn", "enc_norm2", "enc_head",
     },
 }  # fmt: skip

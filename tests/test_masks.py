@@ -1,6 +1,6 @@
 """Tests of helpers.masks: every mask rule of the package lives there, and what each returns.
 
-The masks chapters 2 and 11 introduce (causal, padding, additive, position and sliding-window
+The masks chapters 2 and 12 introduce (causal, padding, additive, position and sliding-window
 masks) are tested against attention in tests/test_attention.py and tests/test_efficient.py;
 here: one home, and the masks that other modules used to build by hand.
 """

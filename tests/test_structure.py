@@ -192,7 +192,7 @@ def test_no_module_imports_a_later_chapters_module():
 
 
 def test_the_chapter_order_check_fails_on_a_later_import():
-    """The check itself: chapter 8's shapes importing chapter 11's efficient is refused."""
+    """The check itself: chapter 8's shapes importing chapter 12's efficient is refused."""
     graph = {"helpers.tasks.shapes": {"helpers.efficient", "helpers.masks"}}
     chapters = {
         "helpers.tasks.shapes": 8,

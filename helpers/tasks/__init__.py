@@ -1,4 +1,5 @@
-"""Each training chapter's task: its data, model, configuration and shipped measurements."""
+"""Each training chapter's task: its data, model, configuration and shipped
+measurements."""
 
 from __future__ import annotations
 
@@ -8,16 +9,19 @@ import pandas as pd
 
 
 def shipped_table(name: str, how_to_make: str) -> pd.DataFrame:
-    """A results file that ships in ``helpers/tasks`` (package data), read as a DataFrame.
+    """A results file that ships in ``helpers/tasks`` (package data), read as a
+    DataFrame.
 
-    Scripts in ``scripts/`` write these files (the command and the machine are columns of
-    each), so that a chapter states a spread over seeds without training every run. A missing
-    file says how to make it: ``how_to_make`` is the command that writes it.
+    Scripts in ``scripts/`` write these files (the command and the machine are
+    columns of each), so that a chapter states a spread over seeds without
+    training every run. A missing file says how to make it: ``how_to_make`` is
+    the command that writes it.
     """
     path = resources.files("helpers.tasks") / name
     if not path.is_file():
         raise FileNotFoundError(
-            f"{name} is not in helpers/tasks: run `{how_to_make}`, or reinstall the package "
+            f"{name} is not in helpers/tasks: run `{how_to_make}`, or "
+            "reinstall the package "
             "from the book's repository"
         )
     with resources.as_file(path) as file:

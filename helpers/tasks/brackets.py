@@ -1,19 +1,21 @@
 """Chapter 10's language: balanced brackets of three kinds, one string per line.
 
-A string of the language (a *Dyck* word) is a sequence of ``( ) [ ] { }`` in which every
-opening bracket is closed by the closing bracket of its own kind, in last-opened-first-closed
-order: ``([]{})`` belongs to it, ``([)]`` and ``(()`` do not. A program checks membership
-(:func:`is_balanced`), so "the model learned the language" becomes a measured fraction of
-valid samples, and where the language leaves no choice (which kind of bracket closes here)
-there is a right answer to score (:func:`closing_accuracy`).
+A string of the language (a *Dyck* word) is a sequence of ``( ) [ ] { }`` in
+which every opening bracket is closed by the closing bracket of its own kind, in
+last-opened-first-closed order: ``([]{})`` belongs to it, ``([)]`` and ``(()``
+do not. A program checks membership (:func:`is_balanced`), so "the model learned
+the language" becomes a measured fraction of valid samples, and where the
+language leaves no choice (which kind of bracket closes here) there is a right
+answer to score (:func:`closing_accuracy`).
 
-Characters are the tokens (:data:`ALPHABET`, a newline then the six brackets). Each training
-row is a newline, one string, a newline: the model learns to start after a newline and to end
-a string with one. Shapes: ``N`` rows, ``T`` positions (``context_length``), ``V`` = 7.
+Characters are the tokens (:data:`ALPHABET`, a newline then the six brackets).
+Each training row is a newline, one string, a newline: the model learns to start
+after a newline and to end a string with one. Shapes: ``N`` rows, ``T``
+positions (``context_length``), ``V`` = 7.
 
 The model is :class:`helpers.gpt.GPT`; :func:`train_brackets` trains it with
-:func:`helpers.training.fit`. The baseline is an n-gram model fitted to the same rows
-(:class:`NGramModel`).
+:func:`helpers.training.fit`. The baseline is an n-gram model fitted to the same
+rows (:class:`NGramModel`).
 """
 
 from __future__ import annotations
@@ -80,7 +82,7 @@ def decode(ids: Sequence[int]) -> str:
     return "".join(ALPHABET[int(index)] for index in ids)
 
 
-# --------------------------------------------------------------------------- the language
+# ----------------------------------------------------------------- the language
 
 
 def make_strings(
@@ -89,11 +91,13 @@ def make_strings(
     max_pairs: int = 16,
     max_depth: int = 8,
 ) -> list[str]:
-    """``num_strings`` random balanced strings of 1 to ``max_pairs`` bracket pairs.
+    """``num_strings`` random balanced strings of 1 to ``max_pairs`` bracket
+    pairs.
 
-    The number of pairs is uniform; the string is a random walk of opening and closing moves
-    (equally likely where both are allowed) whose depth never exceeds ``max_depth``, with each
-    opening bracket's kind uniform among the three.
+    The number of pairs is uniform; the string is a random walk of opening and
+    closing moves (equally likely where both are allowed) whose depth never
+    exceeds ``max_depth``, with each opening bracket's kind uniform among the
+    three.
     """
     check.positive_int("num_strings", num_strings)
     check.positive_int("max_pairs", max_pairs)
@@ -122,7 +126,8 @@ def make_strings(
 
 
 def is_balanced(text: str) -> bool:
-    """True if ``text`` is a non-empty string of the language: brackets only, all matched."""
+    """True if ``text`` is a non-empty string of the language: brackets only,
+    all matched."""
     stack = []
     for char in text:
         if char in _MATCH:
@@ -133,7 +138,8 @@ def is_balanced(text: str) -> bool:
 
 
 def expected_closer(prefix: str) -> str | None:
-    """The closing bracket that may come next after ``prefix`` (None if nothing is open)."""
+    """The closing bracket that may come next after ``prefix`` (None if nothing
+    is open)."""
     stack = []
     for char in prefix:
         if char in _MATCH:
@@ -144,7 +150,8 @@ def expected_closer(prefix: str) -> str | None:
 
 
 def _moves(depth: int, remaining: int, max_depth: int) -> tuple[bool, bool]:
-    """``(can_open, can_close)`` of :func:`make_strings`'s walk at a depth, steps remaining."""
+    """``(can_open, can_close)`` of :func:`make_strings`'s walk at a depth,
+    steps remaining."""
     can_open = depth < min(max_depth, remaining)  # room to close it again
     return can_open, depth > 0
 
@@ -152,10 +159,12 @@ def _moves(depth: int, remaining: int, max_depth: int) -> tuple[bool, bool]:
 def string_log_probability(
     text: str, max_pairs: int = 16, max_depth: int = 8
 ) -> float:
-    """``log P(text)`` (nats) under :func:`make_strings` with the same arguments (-inf if never).
+    """``log P(text)`` (nats) under :func:`make_strings` with the same arguments
+    (-inf if never).
 
-    The walk's choices are read off the string: ``log(1 / max_pairs)`` for the number of pairs,
-    ``log(1/2)`` at each step where both moves were allowed, ``log(1/3)`` for each opener's kind.
+    The walk's choices are read off the string: ``log(1 / max_pairs)`` for the
+    number of pairs, ``log(1/2)`` at each step where both moves were allowed,
+    ``log(1/3)`` for each opener's kind.
     """
     check.positive_int("max_pairs", max_pairs)
     check.positive_int("max_depth", max_depth)
@@ -175,14 +184,16 @@ def string_log_probability(
 
 
 def entropy_rate(max_pairs: int = 16, max_depth: int = 8) -> float:
-    """The language's exact entropy in nats per token, the end-of-string newline included.
+    """The language's exact entropy in nats per token, the end-of-string newline
+    included.
 
-    ``H(string) / (E[length] + 1)``: the loss, per predicted character, of the generator's own
-    probabilities on an endless stream of its strings (each followed by a newline), so the
-    floor that no model's expected loss goes below. ``H`` adds the choices of
-    :func:`string_log_probability`: the number of pairs, ``n log 3`` for the kinds, and
-    ``log 2`` times the expected number of steps with two allowed moves (summed exactly over
-    the walk's depth distribution).
+    ``H(string) / (E[length] + 1)``: the loss, per predicted character, of the
+    generator's own probabilities on an endless stream of its strings (each
+    followed by a newline), so the floor that no model's expected loss goes
+    below. ``H`` adds the choices of :func:`string_log_probability`: the number
+    of pairs, ``n log 3`` for the kinds, and ``log 2`` times the expected number
+    of steps with two allowed moves (summed exactly over the walk's depth
+    distribution).
     """
     check.positive_int("max_pairs", max_pairs)
     check.positive_int("max_depth", max_depth)
@@ -208,10 +219,12 @@ def entropy_rate(max_pairs: int = 16, max_depth: int = 8) -> float:
 def generator_loss(
     strings: Sequence[str], max_pairs: int = 16, max_depth: int = 8
 ) -> float:
-    """The generator's own loss on ``strings`` (nats per character, end newlines included).
+    """The generator's own loss on ``strings`` (nats per character, end newlines
+    included).
 
-    What :func:`per_token_loss` would give for a model that predicts with the true
-    probabilities, on the rows of ``strings``: ``sum(-log P(s)) / sum(len(s) + 1)``.
+    What :func:`per_token_loss` would give for a model that predicts with the
+    true probabilities, on the rows of ``strings``: ``sum(-log P(s)) /
+    sum(len(s) + 1)``.
     """
     total = -sum(
         string_log_probability(text, max_pairs, max_depth) for text in strings
@@ -222,14 +235,16 @@ def generator_loss(
 def _row_places(
     strings: Sequence[str], context_length: int
 ) -> list[int | None]:
-    """Where :func:`make_rows` puts each string: None if it starts a row, else the room left.
+    """Where :func:`make_rows` puts each string: None if it starts a row, else
+    the room left.
 
     The room is the length of the longest string that fits there.
     """
+    # a full row: the first string starts a new one
     places, used = (
         [],
         context_length + 1,
-    )  # a full row: the first string starts a new one
+    )
     for text in strings:
         room = context_length - used
         if len(text) > room:
@@ -247,15 +262,17 @@ def packed_generator_loss(
     context_length: int,
     max_pairs: int = 16,
 ) -> float:
-    """The generator's loss on the rows of ``strings`` when it also knows how rows are packed.
+    """The generator's loss on the rows of ``strings`` when it also knows how
+    rows are packed.
 
-    :func:`make_rows` leaks a little about the next string: one that follows another in a
-    row fits in the room left, so its length is drawn from the lengths that fit
-    (probability ``P(s) / P(length <= room)``), and the first string of a row is the one
-    that did not fit in the last row, so long ones are over-represented there (its length
-    distribution is counted on the rows of ``reference``, the training strings). Lower than
-    :func:`generator_loss` on the same strings by what a model that knows its place in the
-    row can learn from the packing.
+    :func:`make_rows` leaks a little about the next string: one that follows
+    another in a row fits in the room left, so its length is drawn from the
+    lengths that fit (probability ``P(s) / P(length <= room)``), and the first
+    string of a row is the one that did not fit in the last row, so long ones
+    are over-represented there (its length distribution is counted on the rows
+    of ``reference``, the training strings). Lower than :func:`generator_loss`
+    on the same strings by what a model that knows its place in the row can
+    learn from the packing.
     """
     lengths = [2 * pairs for pairs in range(1, max_pairs + 1)]  # equally likely
     places = _row_places(reference, context_length)
@@ -270,7 +287,8 @@ def packed_generator_loss(
     )
     if missing:
         raise ValueError(
-            f"no row of the reference strings starts with a string of length {missing}; "
+            "no row of the reference strings starts with a string of length "
+            f"{missing}; "
             "pass more reference strings"
         )
     total = 0.0
@@ -278,9 +296,8 @@ def packed_generator_loss(
         strings, _row_places(strings, context_length), strict=True
     ):
         total -= string_log_probability(text, max_pairs)
-        if (
-            room is None
-        ):  # P(length) = 1 / max_pairs becomes the share among first strings
+        # P(length) = 1 / max_pairs becomes the share among first strings
+        if room is None:
             total -= math.log(first_share[len(text)] * max_pairs)
         else:
             total += math.log(sum(n <= room for n in lengths) / max_pairs)
@@ -288,18 +305,21 @@ def packed_generator_loss(
 
 
 def make_rows(strings: Sequence[str], context_length: int) -> TensorDataset:
-    """``TensorDataset(inputs, targets)``, both int64 ``(N, context_length)``: strings packed.
+    """``TensorDataset(inputs, targets)``, both int64 ``(N, context_length)``:
+    strings packed.
 
-    Each row is a newline followed by as many whole strings as fit, each ended by a newline
-    (``"\\n([])\\n{}\\n"``), in the order given; no string is cut. ``inputs`` is the row without
-    its last character, ``targets`` the row without its first (the next character at every
-    position). Rows are padded to ``context_length``; padded targets are :data:`IGNORE`.
+    Each row is a newline followed by as many whole strings as fit, each ended
+    by a newline (``"\\n([])\\n{}\\n"``), in the order given; no string is cut.
+    ``inputs`` is the row without its last character, ``targets`` the row
+    without its first (the next character at every position). Rows are padded to
+    ``context_length``; padded targets are :data:`IGNORE`.
     """
     check.positive_int("context_length", context_length)
     longest = max(len(text) for text in strings) + 1
     if longest > context_length:
         raise ValueError(
-            f"a string of {longest - 1} characters needs context_length >= {longest}, "
+            f"a string of {longest - 1} characters needs context_length >= "
+            f"{longest}, "
             f"got {context_length}"
         )
     rows, row = [], NEWLINE
@@ -309,9 +329,8 @@ def make_rows(strings: Sequence[str], context_length: int) -> TensorDataset:
             row = NEWLINE
         row += text + NEWLINE
     rows.append(row)
-    inputs = torch.zeros(
-        len(rows), context_length, dtype=torch.long
-    )  # padded with newlines
+    # padded with newlines
+    inputs = torch.zeros(len(rows), context_length, dtype=torch.long)
     targets = torch.full((len(rows), context_length), IGNORE, dtype=torch.long)
     for index, text in enumerate(rows):
         ids = torch.tensor(encode(text))
@@ -320,15 +339,17 @@ def make_rows(strings: Sequence[str], context_length: int) -> TensorDataset:
     return TensorDataset(inputs, targets)
 
 
-# --------------------------------------------------------------------------- the baseline
+# ----------------------------------------------------------------- the baseline
 
 
 class NGramModel:
-    """A character n-gram model: the next character given the previous ``n - 1``.
+    """A character n-gram model: the next character given the previous ``n -
+    1``.
 
-    Fitted by counting on the rows ``newline + string + newline`` (contexts at the start of a
-    row are padded with newlines), with add-``alpha`` smoothing. ``probabilities(prefix)``
-    returns the distribution over :data:`ALPHABET` after a string prefix.
+    Fitted by counting on the rows ``newline + string + newline`` (contexts at
+    the start of a row are padded with newlines), with add-``alpha`` smoothing.
+    ``probabilities(prefix)`` returns the distribution over :data:`ALPHABET`
+    after a string prefix.
     """
 
     def __init__(self, n: int, alpha: float = 0.1) -> None:
@@ -350,7 +371,8 @@ class NGramModel:
         return self
 
     def probabilities(self, prefix: str) -> torch.Tensor:
-        """``(V,)`` float64 probabilities of the next character after ``newline + prefix``."""
+        """``(V,)`` float64 probabilities of the next character after ``newline
+        + prefix``."""
         seen = self.counts.get(self._context(NEWLINE + prefix), Counter())
         counts = torch.tensor(
             [seen[char] for char in ALPHABET], dtype=torch.float64
@@ -360,7 +382,8 @@ class NGramModel:
         )
 
     def loss(self, strings: Sequence[str]) -> float:
-        """Mean cross-entropy (nats) per predicted character of the rows of ``strings``."""
+        """Mean cross-entropy (nats) per predicted character of the rows of
+        ``strings``."""
         total = count = 0
         for text in strings:
             for t, char in enumerate(text + NEWLINE):
@@ -373,7 +396,8 @@ class NGramModel:
     def sample(
         self, num_strings: int, generator: torch.Generator, max_len: int
     ) -> list[str]:
-        """Strings drawn character by character until a newline (at most ``max_len`` chars)."""
+        """Strings drawn character by character until a newline (at most
+        ``max_len`` chars)."""
         strings = []
         for _ in range(num_strings):
             text = ""
@@ -390,11 +414,12 @@ class NGramModel:
         return strings
 
 
-# --------------------------------------------------------------------------- measurements
+# ----------------------------------------------------------------- measurements
 
 
 def validity_rate(strings: Sequence[str | None]) -> float:
-    """The fraction of ``strings`` that belong to the language (None, unfinished, counts as not)."""
+    """The fraction of ``strings`` that belong to the language (None,
+    unfinished, counts as not)."""
     if not strings:
         raise ValueError("no strings to score; sample at least one")
     return sum(
@@ -407,12 +432,14 @@ def closing_accuracy(
     strings: Sequence[str],
     distance: tuple[int, int] | None = None,
 ) -> float:
-    """Where a string closes a bracket, how often the most likely *closing* bracket is right.
+    """Where a string closes a bracket, how often the most likely *closing*
+    bracket is right.
 
-    At each such position the kind is forced by the bracket left open, so there is one right
-    answer. ``probabilities(prefix)`` returns ``(V,)`` next-character probabilities after
-    ``newline + prefix``. ``distance=(low, high)`` scores only the positions whose opening
-    bracket is ``low`` to ``high`` characters back (1 = the character just before).
+    At each such position the kind is forced by the bracket left open, so there
+    is one right answer. ``probabilities(prefix)`` returns ``(V,)``
+    next-character probabilities after ``newline + prefix``. ``distance=(low,
+    high)`` scores only the positions whose opening bracket is ``low`` to
+    ``high`` characters back (1 = the character just before).
     """
     right = total = 0
     closer_ids = encode(CLOSERS)
@@ -438,7 +465,8 @@ def closing_accuracy(
 def gpt_probabilities(
     model: GPT, strings: Sequence[str]
 ) -> dict[str, torch.Tensor]:
-    """Next-character probabilities of ``model`` after every prefix of ``strings``."""
+    """Next-character probabilities of ``model`` after every prefix of
+    ``strings``."""
     model.eval()
     table = {}
     for text in strings:
@@ -453,7 +481,8 @@ def gpt_probabilities(
 def per_token_loss(
     model: GPT, rows: TensorDataset, batch_size: int = 1024
 ) -> float:
-    """The exact mean cross-entropy (nats) over every counted target of ``rows``."""
+    """The exact mean cross-entropy (nats) over every counted target of
+    ``rows``."""
     model.eval()
     total, count = 0.0, 0
     for inputs, targets in DataLoader(rows, batch_size=batch_size):
@@ -474,10 +503,10 @@ def sample_strings(
     top_k: int | None = None,
     greedy: bool = False,
 ) -> list[str | None]:
-    """Strings the model writes after a newline, up to its next newline (None if none comes)."""
-    prompt = torch.zeros(
-        num_strings, 1, dtype=torch.long
-    )  # id 0 is the newline
+    """Strings the model writes after a newline, up to its next newline (None if
+    none comes)."""
+    # id 0 is the newline
+    prompt = torch.zeros(num_strings, 1, dtype=torch.long)
     written = model.generate(
         prompt, model.context_length - 1, temperature, top_k, greedy, generator=generator,
         end_id=_ID[NEWLINE],
@@ -489,7 +518,7 @@ def sample_strings(
     return strings
 
 
-# --------------------------------------------------------------------------- training
+# --------------------------------------------------------------------- training
 
 
 @dataclass(frozen=True)
@@ -512,10 +541,12 @@ class BracketConfig:
 def train_brackets(
     config: BracketConfig, train_rows: TensorDataset, val_rows=None
 ):
-    """Train a :class:`GPT` on rows of the language; return ``(model, history)``.
+    """Train a :class:`GPT` on rows of the language; return ``(model,
+    history)``.
 
-    AdamW with a cosine schedule and warm-up, next-character cross-entropy, a history row
-    every 20 steps with the validation loss at the end of each epoch.
+    AdamW with a cosine schedule and warm-up, next-character cross-entropy, a
+    history row every 20 steps with the validation loss at the end of each
+    epoch.
     """
     check.instance("config", config, BracketConfig)
     torch.manual_seed(config.seed)

@@ -1,14 +1,17 @@
-"""Chapter 9's first task (source 001): the corners of a square, clockwise or not.
+"""Chapter 9's first task (source 001): the corners of a square, clockwise or
+not.
 
-Each sequence visits the four corners of the square ``[-1, 1]^2`` one after another, starting
-from a random corner and turning clockwise or counter-clockwise, with Gaussian noise on every
-point. Given the first two points (the *source*), a model predicts the last two (the
-*target*). Shapes: ``B`` batch, ``D`` model width; points are ``(B, T, 2)`` floats.
+Each sequence visits the four corners of the square ``[-1, 1]^2`` one after
+another, starting from a random corner and turning clockwise or
+counter-clockwise, with Gaussian noise on every point. Given the first two
+points (the *source*), a model predicts the last two (the *target*). Shapes:
+``B`` batch, ``D`` model width; points are ``(B, T, 2)`` floats.
 
-:class:`CornerTransformer` is an encoder-decoder on points: a linear layer lifts each point to
-``D`` features, the sinusoidal encoding marks positions, and a linear layer maps the decoder's
-output back to the plane. ``residual=False`` builds source 001's layers instead, which have no
-residual connections and no normalization (the chapter measures what that costs).
+:class:`CornerTransformer` is an encoder-decoder on points: a linear layer lifts
+each point to ``D`` features, the sinusoidal encoding marks positions, and a
+linear layer maps the decoder's output back to the plane. ``residual=False``
+builds source 001's layers instead, which have no residual connections and no
+normalization (the chapter measures what that costs).
 """
 
 from __future__ import annotations
@@ -45,17 +48,20 @@ __all__ = [
 ]
 
 CORNERS = torch.tensor([[-1.0, -1.0], [-1.0, 1.0], [1.0, 1.0], [1.0, -1.0]])
-"""The square's corners in clockwise order: bottom-left, top-left, top-right, bottom-right."""
+"""The square's corners in clockwise order: bottom-left, top-left, top-right,
+bottom-right."""
 
 
 def make_corner_sequences(
     num_sequences: int, generator: torch.Generator, noise: float = 0.1
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``points (N, 4, 2)`` and ``clockwise (N,)`` (bool): noisy walks around the square.
+    """``points (N, 4, 2)`` and ``clockwise (N,)`` (bool): noisy walks around
+    the square.
 
-    Sequence ``n`` starts at a uniformly random corner and visits the other three clockwise
-    (``clockwise[n]``) or counter-clockwise; every coordinate gets ``N(0, noise^2)`` noise.
-    Draw each split from its own ``generator`` (different seeds) for a held-out test set.
+    Sequence ``n`` starts at a uniformly random corner and visits the other
+    three clockwise (``clockwise[n]``) or counter-clockwise; every coordinate
+    gets ``N(0, noise^2)`` noise. Draw each split from its own ``generator``
+    (different seeds) for a held-out test set.
     """
     check.positive_int("num_sequences", num_sequences)
     check.generator(generator)
@@ -63,9 +69,8 @@ def make_corner_sequences(
     start = torch.randint(4, (num_sequences,), generator=generator)
     clockwise = torch.randint(2, (num_sequences,), generator=generator).bool()
     step = torch.where(clockwise, 1, -1)
-    order = (
-        start[:, None] + step[:, None] * torch.arange(4)
-    ) % 4  # (N, 4) corner indices
+    # (N, 4) corner indices
+    order = (start[:, None] + step[:, None] * torch.arange(4)) % 4
     points = CORNERS[order] + noise * torch.randn(
         num_sequences, 4, 2, generator=generator
     )
@@ -75,9 +80,10 @@ def make_corner_sequences(
 def teacher_forcing_split(points: torch.Tensor) -> TensorDataset:
     """``TensorDataset(source, decoder_input, target)`` for teacher forcing.
 
-    ``source`` is points 1-2, ``target`` points 3-4, and ``decoder_input`` is the target
-    shifted right by one: the last source point, then the first target point. At step ``t``
-    the decoder reads the true point ``t - 1`` and predicts point ``t``.
+    ``source`` is points 1-2, ``target`` points 3-4, and ``decoder_input`` is
+    the target shifted right by one: the last source point, then the first
+    target point. At step ``t`` the decoder reads the true point ``t - 1`` and
+    predicts point ``t``.
     """
     check.tensor("points", points, floating=True, min_ndim=3)
     if points.shape[1:] != (4, 2):
@@ -86,7 +92,8 @@ def teacher_forcing_split(points: torch.Tensor) -> TensorDataset:
 
 
 class _PlainEncoderLayer(nn.Module):
-    """Source 001's encoder layer: ``ffn(attention(x))``, no residual, no normalization."""
+    """Source 001's encoder layer: ``ffn(attention(x))``, no residual, no
+    normalization."""
 
     def __init__(self, d_model: int, num_heads: int, ffn_width: int) -> None:
         super().__init__()
@@ -98,7 +105,8 @@ class _PlainEncoderLayer(nn.Module):
 
 
 class _PlainDecoderLayer(nn.Module):
-    """Source 001's decoder layer: ``ffn(cross(self(x), memory))``, no residual, no norm."""
+    """Source 001's decoder layer: ``ffn(cross(self(x), memory))``, no residual,
+    no norm."""
 
     def __init__(self, d_model: int, num_heads: int, ffn_width: int) -> None:
         super().__init__()
@@ -112,12 +120,14 @@ class _PlainDecoderLayer(nn.Module):
 
 
 class CornerTransformer(nn.Module):
-    """An encoder-decoder Transformer on 2-D points (source 001's model, the book's blocks).
+    """An encoder-decoder Transformer on 2-D points (source 001's model, the
+    book's blocks).
 
-    ``forward(source (B, Ts, 2), decoder_input (B, Tt, 2))`` returns the predicted points
-    ``(B, Tt, 2)`` under teacher forcing; :meth:`generate` predicts without it, one point at a
-    time. The encoder and decoder are pre-LN stacks of ``num_blocks`` blocks, or, with
-    ``residual=False``, one layer each of source 001's kind.
+    ``forward(source (B, Ts, 2), decoder_input (B, Tt, 2))`` returns the
+    predicted points ``(B, Tt, 2)`` under teacher forcing; :meth:`generate`
+    predicts without it, one point at a time. The encoder and decoder are pre-LN
+    stacks of ``num_blocks`` blocks, or, with ``residual=False``, one layer each
+    of source 001's kind.
     """
 
     def __init__(
@@ -172,11 +182,11 @@ class CornerTransformer(nn.Module):
     def generate(
         self, source: torch.Tensor, num_points: int = 2
     ) -> torch.Tensor:
-        """Free-running prediction ``(B, num_points, 2)``: each step reads its own outputs."""
+        """Free-running prediction ``(B, num_points, 2)``: each step reads its
+        own outputs."""
         memory = self.encode(source)
-        written = source[
-            :, -1:
-        ]  # the decoder starts from the last source point
+        # the decoder starts from the last source point
+        written = source[:, -1:]
         for _ in range(check.positive_int("num_points", num_points)):
             next_point = self.decode(written, memory)[:, -1:]
             written = torch.cat([written, next_point], dim=1)
@@ -186,7 +196,8 @@ class CornerTransformer(nn.Module):
     def get_attention_maps(
         self, source: torch.Tensor, decoder_input: torch.Tensor
     ) -> dict:
-        """``"encoder"``, ``"decoder"`` and ``"cross"`` weights per block (residual model)."""
+        """``"encoder"``, ``"decoder"`` and ``"cross"`` weights per block
+        (residual model)."""
         if not self.residual:
             raise ValueError(
                 "attention maps are only recorded for the residual model"
@@ -221,10 +232,11 @@ class CornerConfig:
 def train_corners(
     config: CornerConfig, train_points: torch.Tensor, val_points=None
 ):
-    """Train a :class:`CornerTransformer` with teacher forcing; return ``(model, history)``.
+    """Train a :class:`CornerTransformer` with teacher forcing; return ``(model,
+    history)``.
 
-    Adam, mean squared error on the two target points, a shuffled loader seeded by
-    ``config.seed`` (as is the initialization), one history row per epoch.
+    Adam, mean squared error on the two target points, a shuffled loader seeded
+    by ``config.seed`` (as is the initialization), one history row per epoch.
     """
     check.instance("config", config, CornerConfig)
     torch.manual_seed(config.seed)
@@ -266,8 +278,9 @@ def free_running_mse(
 ) -> tuple[float, float]:
     """Mean squared error on points 3-4: ``(teacher_forced, free_running)``.
 
-    Teacher forced: the decoder reads the *true* point 3 to predict point 4. Free running: it
-    reads its own prediction of point 3, as it must when no answer is given.
+    Teacher forced: the decoder reads the *true* point 3 to predict point 4.
+    Free running: it reads its own prediction of point 3, as it must when no
+    answer is given.
     """
     source, decoder_input, target = teacher_forcing_split(points).tensors
     teacher_forced = F.mse_loss(model(source, decoder_input), target).item()
@@ -276,10 +289,12 @@ def free_running_mse(
 
 
 def reflection_rule(source: torch.Tensor) -> torch.Tensor:
-    """The fixed rule with no parameters: point ``t + 2`` is the corner opposite point ``t``.
+    """The fixed rule with no parameters: point ``t + 2`` is the corner opposite
+    point ``t``.
 
-    ``source (B, 2, 2)`` holds points 1-2; the result ``(B, 2, 2)`` is ``-sign(source)``,
-    points 3-4 without noise: its mean squared error is the noise's variance, the floor.
+    ``source (B, 2, 2)`` holds points 1-2; the result ``(B, 2, 2)`` is
+    ``-sign(source)``, points 3-4 without noise: its mean squared error is the
+    noise's variance, the floor.
     """
     check.tensor("source", source, floating=True, min_ndim=3)
     return -source.sign()
@@ -289,11 +304,12 @@ def reflection_rule(source: torch.Tensor) -> torch.Tensor:
 def follows_the_rule(
     model: CornerTransformer, points: torch.Tensor, generator: torch.Generator
 ) -> float:
-    """How often the model still predicts the corner opposite point 1 when point 2 is a
-    random corner (so that the two given points no longer fix a direction).
+    """How often the model still predicts the corner opposite point 1 when point
+    2 is a random corner (so that the two given points no longer fix a
+    direction).
 
-    A model that reads point 1 for point 3, as :func:`reflection_rule` does, scores 1; one
-    that guesses scores about 1/4.
+    A model that reads point 1 for point 3, as :func:`reflection_rule` does,
+    scores 1; one that guesses scores about 1/4.
     """
     hits, _ = _rule_hits(model, points, generator)
     return hits.float().mean().item()
@@ -305,10 +321,11 @@ def follows_the_rule_by_case(
 ) -> dict[str, float]:
     """:func:`follows_the_rule` (the same draws) split by where point 2 fell.
 
-    ``"adjacent"``: a corner next to point 1's, so the two points show a direction;
-    ``"same"``: point 1's own corner; ``"opposite"``: the corner opposite it. In the last
-    two the rule's answer is the corner opposite point 2 and point 2 itself: a model whose
-    point 3 depends on point 2 alone scores at most 1 on ``same + opposite``, the rule 2.
+    ``"adjacent"``: a corner next to point 1's, so the two points show a
+    direction; ``"same"``: point 1's own corner; ``"opposite"``: the corner
+    opposite it. In the last two the rule's answer is the corner opposite point
+    2 and point 2 itself: a model whose point 3 depends on point 2 alone scores
+    at most 1 on ``same + opposite``, the rule 2.
     """
     hits, offset = _rule_hits(model, points, generator)
     cases = {
@@ -322,8 +339,9 @@ def follows_the_rule_by_case(
 
 
 def _rule_hits(model, points, generator):
-    """Per sequence: does point 3 land nearest the corner opposite point 1, and how many
-    corners (0-3, clockwise) point 2 sits from point 1's, with point 2 a random corner."""
+    """Per sequence: does point 3 land nearest the corner opposite point 1, and
+    how many corners (0-3, clockwise) point 2 sits from point 1's, with point 2
+    a random corner."""
     source = teacher_forcing_split(points).tensors[0].clone()
     second = torch.randint(
         4, (len(source),), generator=check.generator(generator)

@@ -1,17 +1,20 @@
-"""Chapter 12's task: scikit-learn's handwritten digits, a ViT and a CNN that compete on them.
+"""Chapter 13's task: scikit-learn's handwritten digits, a ViT and a CNN that
+compete on them.
 
-The data are real images that ship inside scikit-learn (``sklearn.datasets.load_digits``, no
-download): 1,797 grey images of 8 x 8 pixels with values 0 to 16, ten classes, about 180 of
-each. :func:`digits_split` fixes one seeded split, the same in every run: 50 test images per
-class, and an order of the remaining 1,297 training images in which every prefix is as
-balanced over the classes as it can be, so that ``num_train=100`` means ten of each class, and
-a smaller training set is always a subset of a larger one.
+The data are real images that ship inside scikit-learn
+(``sklearn.datasets.load_digits``, no download): 1,797 grey images of 8 x 8
+pixels with values 0 to 16, ten classes, about 180 of each. :func:`digits_split`
+fixes one seeded split, the same in every run: 50 test images per class, and an
+order of the remaining 1,297 training images in which every prefix is as
+balanced over the classes as it can be, so that ``num_train=100`` means ten of
+each class, and a smaller training set is always a subset of a larger one.
 
 :func:`make_digits_cnn` is the convolutional network the Vision Transformer
-(:class:`helpers.vit.VisionTransformer`) is compared with, of about the same parameter count.
-:func:`train_digits` trains either on the split with one recipe (AdamW, a warm-up and a cosine
-decay, a fixed number of steps whatever the training-set size); it is a module-level function
-so that :func:`helpers.parallel.run_in_processes` can run several side by side.
+(:class:`helpers.vit.VisionTransformer`) is compared with, of about the same
+parameter count. :func:`train_digits` trains either on the split with one recipe
+(AdamW, a warm-up and a cosine decay, a fixed number of steps whatever the
+training-set size); it is a module-level function so that
+:func:`helpers.parallel.run_in_processes` can run several side by side.
 """
 
 from __future__ import annotations
@@ -55,10 +58,12 @@ SPLIT_SEED = 0
 
 
 def load_digits_images() -> tuple[Tensor, Tensor]:
-    """All 1,797 digits as ``(images (N, 1, 8, 8) float32 in [0, 16], labels (N,) int64)``."""
+    """All 1,797 digits as ``(images (N, 1, 8, 8) float32 in [0, 16], labels
+    (N,) int64)``."""
+    # imported here: only this task needs it
     from sklearn.datasets import (
         load_digits,
-    )  # imported here: only this task needs it
+    )
 
     digits = load_digits()
     images = torch.tensor(digits.images, dtype=torch.float32).unsqueeze(1)
@@ -68,12 +73,14 @@ def load_digits_images() -> tuple[Tensor, Tensor]:
 def digits_split(
     labels: Tensor, test_per_class: int = TEST_PER_CLASS, seed: int = SPLIT_SEED
 ):
-    """A seeded split of ``range(len(labels))``: ``(train_indices, test_indices)``.
+    """A seeded split of ``range(len(labels))``: ``(train_indices,
+    test_indices)``.
 
-    ``test_per_class`` images of each class, drawn in a seeded order, go to the test set. The
-    training indices are ordered round-robin over the classes, in the fixed class order 0 to 9
-    (the next image of class 0, then of class 1, ..., class 9, then again), the order within a
-    class seeded; so every prefix is class-balanced to within one image.
+    ``test_per_class`` images of each class, drawn in a seeded order, go to the
+    test set. The training indices are ordered round-robin over the classes, in
+    the fixed class order 0 to 9 (the next image of class 0, then of class 1,
+    ..., class 9, then again), the order within a class seeded; so every prefix
+    is class-balanced to within one image.
     """
     check.tensor("labels", labels)
     check.positive_int("test_per_class", test_per_class)
@@ -97,7 +104,8 @@ def digits_split(
 
 @dataclass(frozen=True)
 class DigitsData:
-    """The split, normalized: pixels minus ``mean``, over ``std`` (the training images')."""
+    """The split, normalized: pixels minus ``mean``, over ``std`` (the training
+    images')."""
 
     train_images: Tensor  # (N_train, 1, 8, 8) float32
     train_labels: Tensor  # (N_train,) int64
@@ -108,10 +116,12 @@ class DigitsData:
 
 
 def make_digits_data(num_train: int | None = None) -> DigitsData:
-    """The fixed split with the first ``num_train`` training images (all 1,297 if None).
+    """The fixed split with the first ``num_train`` training images (all 1,297
+    if None).
 
-    Normalized with the mean and standard deviation of the training images used (one number
-    each, over all pixels), so nothing about the test set enters training.
+    Normalized with the mean and standard deviation of the training images used
+    (one number each, over all pixels), so nothing about the test set enters
+    training.
     """
     images, labels = load_digits_images()
     train, test = digits_split(labels)
@@ -127,7 +137,7 @@ def make_digits_data(num_train: int | None = None) -> DigitsData:
                       mean, std)  # fmt: skip
 
 
-# --------------------------------------------------------------------------- models
+# ----------------------------------------------------------------------- models
 
 
 def make_digits_cnn(
@@ -135,9 +145,10 @@ def make_digits_cnn(
 ):
     """A small CNN for 8 x 8 images: ``(B, 1, 8, 8) -> (B, num_classes)``.
 
-    Two 3 x 3 convolutions at full resolution, a 2 x 2 max-pool, a third convolution at 4 x 4,
-    the mean over the positions and a linear layer. Every unit sees a 3 x 3 neighbourhood of
-    the layer below: locality and weight sharing are built in.
+    Two 3 x 3 convolutions at full resolution, a 2 x 2 max-pool, a third
+    convolution at 4 x 4, the mean over the positions and a linear layer. Every
+    unit sees a 3 x 3 neighbourhood of the layer below: locality and weight
+    sharing are built in.
     """
     first, second = (check.positive_int("channels", c) for c in channels)
     return nn.Sequential(
@@ -152,23 +163,26 @@ def make_digits_cnn(
 
 DIGITS_MODELS = ("ViT", "CNN")
 DIGITS_VIT = ViTConfig()
-"""The chapter's ViT: class token, learned positions, patches of 2 pixels, width 32."""
+"""The chapter's ViT: class token, learned positions, patches of 2 pixels, width
+32."""
 
 
 def make_digits_model(name: str, vit: ViTConfig = DIGITS_VIT) -> nn.Module:
-    """``"ViT"``: :class:`VisionTransformer` with ``vit``; ``"CNN"``: :func:`make_digits_cnn`."""
+    """``"ViT"``: :class:`VisionTransformer` with ``vit``; ``"CNN"``:
+    :func:`make_digits_cnn`."""
     if check.one_of("name", name, DIGITS_MODELS) == "ViT":
         return VisionTransformer(vit)
     return make_digits_cnn()
 
 
-# --------------------------------------------------------------------------- training
+# --------------------------------------------------------------------- training
 
 
 @dataclass(frozen=True)
 class DigitsTrainConfig:
-    """The recipe of every run: ``steps`` AdamW steps of ``batch_size`` images (fewer if the
-    training set is smaller), a linear warm-up over ``warmup`` of them and a cosine decay."""
+    """The recipe of every run: ``steps`` AdamW steps of ``batch_size`` images
+    (fewer if the training set is smaller), a linear warm-up over ``warmup`` of
+    them and a cosine decay."""
 
     steps: int = 500
     batch_size: int = 64
@@ -179,8 +193,8 @@ class DigitsTrainConfig:
 
 @dataclass
 class DigitsRun:
-    """What :func:`train_digits` returns: the trained model (on the CPU, in eval mode, whatever
-    device trained it) and its scores."""
+    """What :func:`train_digits` returns: the trained model (on the CPU, in eval
+    mode, whatever device trained it) and its scores."""
 
     model: nn.Module
     num_train: int
@@ -198,12 +212,12 @@ def accuracy(logits: Tensor, labels: Tensor) -> Tensor:
 def _batches(
     data: DigitsData, config: DigitsTrainConfig, generator: torch.Generator
 ):
-    """``config.steps`` batches: passes over the training set, each in a fresh seeded order."""
+    """``config.steps`` batches: passes over the training set, each in a fresh
+    seeded order."""
     count = len(data.train_labels)
     size = min(config.batch_size, count)
-    per_pass = (
-        count // size
-    )  # whole batches per pass; the rest of a pass is dropped
+    # whole batches per pass; the rest of a pass is dropped
+    per_pass = count // size
     passes = math.ceil(config.steps / per_pass)
     order = torch.cat([torch.randperm(count, generator=generator)[: per_pass * size]
                        for _ in range(passes)])[: config.steps * size]  # fmt: skip
@@ -221,11 +235,13 @@ def train_digits(
     config: DigitsTrainConfig = DigitsTrainConfig(),
     device: str = "cpu",
 ) -> DigitsRun:
-    """Train one model (``"ViT"`` or ``"CNN"``) on the fixed split; score it on the test set.
+    """Train one model (``"ViT"`` or ``"CNN"``) on the fixed split; score it on
+    the test set.
 
-    ``seed`` sets the initialization and the order of the batches; the split is the same for
-    every seed. ``num_train`` takes the first images of the balanced training order. The
-    returned model is on the CPU, in eval mode, whatever ``device`` trained it.
+    ``seed`` sets the initialization and the order of the batches; the split is
+    the same for every seed. ``num_train`` takes the first images of the
+    balanced training order. The returned model is on the CPU, in eval mode,
+    whatever ``device`` trained it.
     """
     check.instance("config", config, DigitsTrainConfig)
     data = make_digits_data(num_train)
@@ -252,7 +268,8 @@ def train_digits(
         score(data.test_images, data.test_labels),
         score(data.train_images, data.train_labels),
     )
-    # Back on the CPU, where the chapter's data live, whatever device trained it.
+    # Back on the CPU, where the chapter's data live, whatever device trained
+    # it.
     return DigitsRun(
         network.cpu().eval(),
         len(data.train_labels),
@@ -267,12 +284,14 @@ SEEDS_FILE = "digits_seeds.csv"
 
 
 def seed_results() -> pd.DataFrame:
-    """Chapter 12's runs over seeds, as measured by ``scripts/reproduce_digits.py``.
+    """Chapter 13's runs over seeds, as measured by
+    ``scripts/reproduce_digits.py``.
 
-    One row per run: ``experiment`` (``"models"``, ``"size"``, ``"variant"`` or ``"patch"``),
-    ``model``, ``pool``, ``positions``, ``patch_size``, ``num_train``, ``seed``,
-    ``test_accuracy``, ``train_accuracy``, ``seconds`` (training time), ``tokens``, and the
-    ``machine`` and ``command`` that produced it.
+    One row per run: ``experiment`` (``"models"``, ``"size"``, ``"variant"`` or
+    ``"patch"``), ``model``, ``pool``, ``positions``, ``patch_size``,
+    ``num_train``, ``seed``, ``test_accuracy``, ``train_accuracy``, ``seconds``
+    (training time), ``tokens``, and the ``machine`` and ``command`` that
+    produced it.
     """
     return shipped_table(
         SEEDS_FILE,

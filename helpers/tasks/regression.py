@@ -1,6 +1,8 @@
-"""Chapter 1's task: noisy samples of a smooth curve, for kernel regression to recover.
+"""Chapter 1's task: noisy samples of a smooth curve, for kernel regression to
+recover.
 
-The estimator itself is in :mod:`helpers.kernel`; this module only makes the data.
+The estimator itself is in :mod:`helpers.kernel`; this module only makes the
+data.
 """
 
 from __future__ import annotations
@@ -23,12 +25,14 @@ def make_regression_data(
     x_max: float = 10.0,
     generator: torch.Generator | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sorted inputs ``x`` uniform on [0, x_max) and targets ``true_function(x)`` plus noise.
+    """Sorted inputs ``x`` uniform on [0, x_max) and targets
+    ``true_function(x)`` plus noise.
 
-    The noise is Gaussian with standard deviation ``noise``. Everything is drawn and computed in
-    float64 and rounded once to float32, so the data are the same bits on every CPU: float32
-    ``randn`` and ``sin`` differ in their last bit between instruction sets (AVX2 vs scalar
-    code), and so would every chart and table made from the data.
+    The noise is Gaussian with standard deviation ``noise``. Everything is drawn
+    and computed in float64 and rounded once to float32, so the data are the
+    same bits on every CPU: float32 ``randn`` and ``sin`` differ in their last
+    bit between instruction sets (AVX2 vs scalar code), and so would every chart
+    and table made from the data.
     """
     check.positive_int("num_points", num_points)
     noise = check.non_negative_number(

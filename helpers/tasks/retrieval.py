@@ -1,21 +1,24 @@
-"""Chapter 11's length-generalization task: retrieve what followed the last occurrence.
+"""Chapter 12's length-generalization task: retrieve what followed the last
+occurrence.
 
-At position ``t`` the target is the token that followed the most recent earlier occurrence
-of token ``x_t``: if ``x_j = x_t`` for a latest ``j < t``, the answer is ``x_{j+1}``.
-(Positions whose token has not occurred before have no target, -100.) The chapter's sequences
-are ``T / 2`` distinct random tokens followed by the same tokens rotated by a random shift, so
-that every answer is unique and lies at a distance that varies from sequence to sequence; with
-``repeated=False`` tokens are uniform instead. The rule reads the same at every length, so a model
-that has learned *the rule* should answer as well on sequences twice or four times as long as
-those it was trained on; a model that has learned *the positions it saw* will not. Solving it
-takes two steps of attention, the classic "induction head": one head copies each token's
-predecessor into its position, a later one looks for the current token among those
-predecessors.
+At position ``t`` the target is the token that followed the most recent earlier
+occurrence of token ``x_t``: if ``x_j = x_t`` for a latest ``j < t``, the answer
+is ``x_{j+1}``. (Positions whose token has not occurred before have no target,
+-100.) The chapter's sequences are ``T / 2`` distinct random tokens followed by
+the same tokens rotated by a random shift, so that every answer is unique and
+lies at a distance that varies from sequence to sequence; with
+``repeated=False`` tokens are uniform instead. The rule reads the same at every
+length, so a model that has learned *the rule* should answer as well on
+sequences twice or four times as long as those it was trained on; a model that
+has learned *the positions it saw* will not. Solving it takes two steps of
+attention, the classic "induction head": one head copies each token's
+predecessor into its position, a later one looks for the current token among
+those predecessors.
 
-:func:`train_retrieval` trains a small :class:`helpers.gpt.GPT` with one kind of positional
-information on length ``T`` and returns it with its accuracy at several lengths; it is a
-module-level function so that :func:`helpers.parallel.run_in_processes` can run the kinds side
-by side.
+:func:`train_retrieval` trains a small :class:`helpers.gpt.GPT` with one kind of
+positional information on length ``T`` and returns it with its accuracy at
+several lengths; it is a module-level function so that
+:func:`helpers.parallel.run_in_processes` can run the kinds side by side.
 """
 
 from __future__ import annotations
@@ -46,19 +49,23 @@ __all__ = [
 ]
 
 IGNORE = -100
-"""The target of a position with nothing to retrieve (PyTorch's ``ignore_index``)."""
+"""The target of a position with nothing to retrieve (PyTorch's
+``ignore_index``)."""
 
 
 def retrieval_targets(tokens: Tensor) -> Tensor:
-    """The task's targets for ``tokens`` (B, T), int64: what followed the last occurrence.
+    """The task's targets for ``tokens`` (B, T), int64: what followed the last
+    occurrence.
 
     ``targets[b, t] = tokens[b, j + 1]`` for the largest ``j < t`` with
-    ``tokens[b, j] == tokens[b, t]``, and :data:`IGNORE` where there is no such ``j``.
+    ``tokens[b, j] == tokens[b, t]``, and :data:`IGNORE` where there is no such
+    ``j``.
     """
     check.tensor("tokens", tokens)
     if tokens.dtype != torch.int64 or tokens.ndim != 2:
         raise TypeError(
-            f"tokens must be an int64 tensor of shape (B, T), got {tokens.dtype} of shape "
+            "tokens must be an int64 tensor of shape (B, T), got "
+            f"{tokens.dtype} of shape "
             f"{tuple(tokens.shape)}"
         )
     length = tokens.shape[1]
@@ -66,9 +73,8 @@ def retrieval_targets(tokens: Tensor) -> Tensor:
     earlier = earlier_mask(length)  # (T_query, T_key): key j < query t
     candidates = same & earlier
     # the latest earlier occurrence: the largest j where candidates is True
-    latest = torch.where(candidates, torch.arange(length), -1).amax(
-        dim=-1
-    )  # (B, T)
+    # (B, T)
+    latest = torch.where(candidates, torch.arange(length), -1).amax(dim=-1)
     following = tokens.gather(1, (latest + 1).clamp(max=length - 1))
     return torch.where(latest >= 0, following, IGNORE)
 
@@ -80,13 +86,15 @@ def make_retrieval_data(
     seed: int,
     repeated: bool = False,
 ) -> tuple[Tensor, Tensor]:
-    """``(tokens, targets)``, both (N, T) int64: random tokens and their targets.
+    """``(tokens, targets)``, both (N, T) int64: random tokens and their
+    targets.
 
-    ``repeated=False``: tokens uniform over the vocabulary (a token may occur several times;
-    the latest occurrence counts). ``repeated=True``: ``T / 2`` distinct tokens, then the same
-    tokens again, rotated by a random shift: each token of the second half has exactly one
-    earlier occurrence, at a distance that varies from sequence to sequence, so that no fixed
-    offset answers the task (T even, ``vocab_size >= T / 2``).
+    ``repeated=False``: tokens uniform over the vocabulary (a token may occur
+    several times; the latest occurrence counts). ``repeated=True``: ``T / 2``
+    distinct tokens, then the same tokens again, rotated by a random shift: each
+    token of the second half has exactly one earlier occurrence, at a distance
+    that varies from sequence to sequence, so that no fixed offset answers the
+    task (T even, ``vocab_size >= T / 2``).
     """
     check.positive_int("num_sequences", num_sequences)
     check.positive_int("seq_len", seq_len)
@@ -104,13 +112,14 @@ def make_retrieval_data(
         return tokens, retrieval_targets(tokens)
     if seq_len % 2 or vocab_size < seq_len // 2:
         raise ValueError(
-            f"repeated=True needs an even seq_len and vocab_size >= seq_len / 2 (distinct "
-            f"tokens in each half), got seq_len={seq_len}, vocab_size={vocab_size}"
+            "repeated=True needs an even seq_len and vocab_size >= seq_len / "
+            "2 (distinct "
+            f"tokens in each half), got seq_len={seq_len}, "
+            f"vocab_size={vocab_size}"
         )
     noise = torch.rand(num_sequences, vocab_size, generator=generator)
-    half = noise.argsort(dim=-1)[
-        :, : seq_len // 2
-    ]  # distinct tokens, random order
+    # distinct tokens, random order
+    half = noise.argsort(dim=-1)[:, : seq_len // 2]
     shifts = torch.randint(
         seq_len // 2, (num_sequences, 1), generator=generator
     )
@@ -123,13 +132,15 @@ def make_retrieval_data(
 
 @dataclass(frozen=True)
 class RetrievalConfig:
-    """The model and the training budget of chapter 11's length-generalization runs.
+    """The model and the training budget of chapter 12's length-generalization
+    runs.
 
-    The model is ``GPT(GPTConfig(vocab_size=..., context_length=max(test_lengths), d_model=...,
-    num_layers=..., num_heads=..., positions=..., **extra))``: built for the longest test
-    length, so that every kind of position can at least be *run* there (a learned table's rows
-    beyond ``train_len`` are never trained). Training sees ``steps`` fresh batches of length
-    ``train_len``.
+    The model is ``GPT(GPTConfig(vocab_size=...,
+    context_length=max(test_lengths), d_model=..., num_layers=...,
+    num_heads=..., positions=..., **extra))``: built for the longest test
+    length, so that every kind of position can at least be *run* there (a
+    learned table's rows beyond ``train_len`` are never trained). Training sees
+    ``steps`` fresh batches of length ``train_len``.
     """
 
     vocab_size: int = 64
@@ -148,11 +159,13 @@ class RetrievalConfig:
 
 
 SCALES = (None, "tokens", "encoding")
-"""How :func:`train_retrieval` may rescale the embeddings at the input (``scale=``)."""
+"""How :func:`train_retrieval` may rescale the embeddings at the input
+(``scale=``)."""
 
 
 class _Multiply:
-    """A forward hook that multiplies a module's output by a constant (picklable)."""
+    """A forward hook that multiplies a module's output by a constant
+    (picklable)."""
 
     def __init__(self, factor: float) -> None:
         self.factor = factor
@@ -166,28 +179,29 @@ class _Multiply:
 def _rescale(
     model: GPT, positions: str, scale: str | None, d_model: int
 ) -> None:
-    """Apply ``scale`` to a freshly initialized model (see :func:`train_retrieval`)."""
-    if (
-        scale == "tokens"
-    ):  # Vaswani et al.: embeddings times sqrt(D) on the way in only
+    """Apply ``scale`` to a freshly initialized model (see
+    :func:`train_retrieval`)."""
+    # Vaswani et al.: embeddings times sqrt(D) on the way in only
+    if scale == "tokens":
         model.token_embedding.register_forward_hook(
             _Multiply(math.sqrt(d_model))
         )
     elif scale == "encoding":
         if positions != "sinusoidal":
             raise ValueError(
-                f"scale='encoding' needs positions='sinusoidal', got {positions!r}"
+                "scale='encoding' needs positions='sinusoidal', got "
+                f"{positions!r}"
             )
         table = model.position_embedding.pe
-        table.mul_(
-            0.02 / table.pow(2).mean().sqrt()
-        )  # the tokens' initial size, 0.02
+        # the tokens' initial size, 0.02
+        table.mul_(0.02 / table.pow(2).mean().sqrt())
 
 
 def retrieval_accuracy(
     model: torch.nn.Module, tokens: Tensor, targets: Tensor
 ) -> float:
-    """The fraction of positions with a target whose arg-max prediction is right."""
+    """The fraction of positions with a target whose arg-max prediction is
+    right."""
     model.eval()
     with torch.no_grad():
         predicted = model(tokens).argmax(dim=-1)
@@ -201,18 +215,21 @@ def train_retrieval(
     config: RetrievalConfig = RetrievalConfig(),
     scale: str | None = None,
 ) -> tuple[GPT, dict[int, float]]:
-    """Train one model on length ``config.train_len``; return it and ``{length: accuracy}``.
+    """Train one model on length ``config.train_len``; return it and ``{length:
+    accuracy}``.
 
-    ``positions`` is one of :data:`helpers.gpt.POSITIONS`. ``seed`` sets the initialization
-    and the training data; the test sets (``config.num_test`` sequences per test length) are
-    the same for every seed and every kind, drawn from seeds 10_000 + length.
-    Adam with a linear warm-up and a cosine decay, gradients clipped to 1.
+    ``positions`` is one of :data:`helpers.gpt.POSITIONS`. ``seed`` sets the
+    initialization and the training data; the test sets (``config.num_test``
+    sequences per test length) are the same for every seed and every kind, drawn
+    from seeds 10_000 + length. Adam with a linear warm-up and a cosine decay,
+    gradients clipped to 1.
 
-    ``scale`` (one of :data:`SCALES`) fixes the size mismatch at initialization between an
-    added position table and the token embeddings (N(0, 0.02^2), GPT-2's): ``"tokens"``
-    multiplies the token embeddings by ``sqrt(d_model)`` on the way in, as Vaswani et al. do
-    (the tied output head is unchanged); ``"encoding"`` shrinks the sinusoidal table to the
-    tokens' initial root-mean-square size, 0.02 (``positions="sinusoidal"`` only).
+    ``scale`` (one of :data:`SCALES`) fixes the size mismatch at initialization
+    between an added position table and the token embeddings (N(0, 0.02^2),
+    GPT-2's): ``"tokens"`` multiplies the token embeddings by ``sqrt(d_model)``
+    on the way in, as Vaswani et al. do (the tied output head is unchanged);
+    ``"encoding"`` shrinks the sinusoidal table to the tokens' initial
+    root-mean-square size, 0.02 (``positions="sinusoidal"`` only).
     """
     check.non_negative_int("seed", seed)
     check.instance("config", config, RetrievalConfig)
@@ -263,13 +280,15 @@ SEEDS_FILE = "retrieval_seeds.csv"
 
 
 def seed_results() -> pd.DataFrame:
-    """Chapter 11's runs on five seeds, as measured by ``scripts/margins.py long``.
+    """Chapter 12's runs on five seeds, as measured by ``scripts/margins.py
+    long``.
 
-    One row per run: ``positions``, ``scale`` (``"-"``, ``"tokens"`` or ``"encoding"``, see
-    :func:`train_retrieval`), ``seed``, the accuracy at each test length (columns ``"32"``,
-    ``"64"``, ``"128"``), and the ``numerics``, ``machine`` and ``command`` that produced it.
-    The file ships with the package (``helpers/tasks/retrieval_seeds.csv``), so that the
-    chapter states the spread over seeds without training them all.
+    One row per run: ``positions``, ``scale`` (``"-"``, ``"tokens"`` or
+    ``"encoding"``, see :func:`train_retrieval`), ``seed``, the accuracy at each
+    test length (columns ``"32"``, ``"64"``, ``"128"``), and the ``numerics``,
+    ``machine`` and ``command`` that produced it. The file ships with the
+    package (``helpers/tasks/retrieval_seeds.csv``), so that the chapter states
+    the spread over seeds without training them all.
     """
     return shipped_table(
         SEEDS_FILE,

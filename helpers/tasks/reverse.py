@@ -1,13 +1,15 @@
 """Chapter 7's task: a Transformer encoder that learns to reverse sequences.
 
-The model reads a sequence of ``T`` tokens and predicts, at every position ``t``, the token at
-position ``T - 1 - t``. Shapes: ``B`` batch, ``T`` sequence length, ``C`` number of token
-classes, ``D`` model width. The data set is :func:`make_reverse_dataset`.
+The model reads a sequence of ``T`` tokens and predicts, at every position
+``t``, the token at position ``T - 1 - t``. Shapes: ``B`` batch, ``T`` sequence
+length, ``C`` number of token classes, ``D`` model width. The data set is
+:func:`make_reverse_dataset`.
 
-:class:`ReverseConfig` holds every choice of a training run; :data:`SOURCE_000_CONFIG` is
-source 000's configuration and :data:`BOOK_CONFIG` the faster one chapter 7 uses.
-:func:`build_reverse_training` turns a configuration into the model, optimizer, schedule and
-loader that :func:`helpers.training.fit` takes, so the chapter and the benchmark script
+:class:`ReverseConfig` holds every choice of a training run;
+:data:`SOURCE_000_CONFIG` is source 000's configuration and :data:`BOOK_CONFIG`
+the faster one chapter 7 uses. :func:`build_reverse_training` turns a
+configuration into the model, optimizer, schedule and loader that
+:func:`helpers.training.fit` takes, so the chapter and the benchmark script
 (``scripts/bench_reverse.py``) train exactly the same way.
 """
 
@@ -62,12 +64,14 @@ def make_reverse_dataset(
     num_classes: int,
     generator: torch.Generator,
 ) -> TensorDataset:
-    """Random token sequences and their reversals: ``TensorDataset(inputs, targets)``.
+    """Random token sequences and their reversals: ``TensorDataset(inputs,
+    targets)``.
 
-    ``inputs`` is ``[N, L]`` (int64) with tokens drawn uniformly from ``0 .. num_classes - 1``;
-    ``targets`` is ``inputs.flip(-1)``: the token at position ``t`` must be predicted from the
-    token at position ``L - 1 - t``. Draw from an explicit ``generator`` (one per split, with
-    different seeds) so the training and test sets are reproducible and independent.
+    ``inputs`` is ``[N, L]`` (int64) with tokens drawn uniformly from ``0 ..
+    num_classes - 1``; ``targets`` is ``inputs.flip(-1)``: the token at position
+    ``t`` must be predicted from the token at position ``L - 1 - t``. Draw from
+    an explicit ``generator`` (one per split, with different seeds) so the
+    training and test sets are reproducible and independent.
     """
     check.positive_int("num_sequences", num_sequences)
     check.positive_int("seq_len", seq_len)
@@ -143,15 +147,16 @@ def token_accuracy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
 
 def bag_oracle_accuracy(inputs: torch.Tensor, num_classes: int) -> float:
-    """The best token accuracy on reversal for a model that cannot see positions.
+    """The best token accuracy on reversal for a model that cannot see
+    positions.
 
         Without positions a model's prediction at ``t`` can depend only on the token at ``t`` and
         on the *bag* (multiset) of tokens of the sequence. The best it can then do is predict the
         most frequent token among the other ``T - 1`` positions. ``inputs`` is ``(N, T)``; returns
         the expected accuracy of that rule (ties split evenly) over the given sequences. This bounds
-    the *expected* accuracy of any position-blind model on them; a particular model's measured
-    accuracy on a finite test set can land slightly above it by chance (the targets are random
-    given the bag).
+    the *expected* accuracy of any position-blind model on them; a particular
+    model's measured accuracy on a finite test set can land slightly above it by
+    chance (the targets are random given the bag).
     """
     if (
         not isinstance(inputs, torch.Tensor)
@@ -159,14 +164,13 @@ def bag_oracle_accuracy(inputs: torch.Tensor, num_classes: int) -> float:
         or inputs.shape[1] < 2
     ):
         raise ValueError("inputs must be an (N, T) integer tensor with T >= 2")
-    counts = F.one_hot(inputs, num_classes).sum(
-        dim=1, keepdim=True
-    )  # (N, 1, C)
-    others = counts - F.one_hot(
-        inputs, num_classes
-    )  # (N, T, C): bag minus own token
-    # The target at t is, for such a model, a uniformly random element of the other T - 1
-    # tokens: predicting their most frequent one is right with probability max count / (T - 1).
+    # (N, 1, C)
+    counts = F.one_hot(inputs, num_classes).sum(dim=1, keepdim=True)
+    # (N, T, C): bag minus own token
+    others = counts - F.one_hot(inputs, num_classes)
+    # The target at t is, for such a model, a uniformly random element of the
+    # other T - 1 tokens: predicting their most frequent one is right with
+    # probability max count / (T - 1).
     best = others.max(dim=-1).values.float()
     return (best / (inputs.shape[1] - 1)).mean().item()
 
@@ -175,9 +179,9 @@ def bag_oracle_accuracy(inputs: torch.Tensor, num_classes: int) -> float:
 class ReverseConfig:
     """Every choice of one reversal training run (task, model and optimization).
 
-    The schedule is a linear warm-up over ``warmup_steps`` (0: none), then a cosine decay to
-    zero over the run (``cosine_decay=True``) or a constant learning rate (``False``).
-    ``norm_first=False`` trains a post-LN encoder.
+    The schedule is a linear warm-up over ``warmup_steps`` (0: none), then a
+    cosine decay to zero over the run (``cosine_decay=True``) or a constant
+    learning rate (``False``). ``norm_first=False`` trains a post-LN encoder.
     """
 
     seq_len: int = 16
@@ -200,27 +204,30 @@ class ReverseConfig:
     seed: int = 0
 
     def steps_per_epoch(self) -> int:
-        return (
-            self.num_train // self.batch_size
-        )  # the loader drops the last partial batch
+        # the loader drops the last partial batch
+        return self.num_train // self.batch_size
 
     def total_steps(self) -> int:
         return self.epochs * self.steps_per_epoch()
 
     def replace(self, **changes) -> ReverseConfig:
-        """A copy with some fields changed, e.g. ``config.replace(dropout=0.5)``."""
+        """A copy with some fields changed, e.g.
+        ``config.replace(dropout=0.5)``."""
         return dataclasses.replace(self, **changes)
 
 
 SOURCE_000_CONFIG = ReverseConfig(dropout=0.1)
-"""Source 000's hyper-parameters (batch 32, lr 1e-3, 100 warm-up steps, 3 epochs, dropout 0.1).
+"""Source 000's hyper-parameters (batch 32, lr 1e-3, 100 warm-up steps, 3
+epochs, dropout 0.1).
 
-Only the hyper-parameters: :func:`build_reverse_training` trains them on the book's model and
-schedule. Source 000's own model differs: its classifier head is Linear, LayerNorm, ReLU,
-Dropout, Linear, LayerNorm(num_classes) (the book's :class:`ReversePredictor` has one Linear),
-its encoder has no final LayerNorm (the book's pre-LN stack ends with one), and its schedule
-multiplies the warm-up by ``0.5 * (1 + cos(pi * step / max_iter))`` (the book's
-:func:`helpers.training.cosine_warmup_schedule` decays to zero over ``total_steps()``).
+Only the hyper-parameters: :func:`build_reverse_training` trains them on the
+book's model and schedule. Source 000's own model differs: its classifier head
+is Linear, LayerNorm, ReLU, Dropout, Linear, LayerNorm(num_classes) (the book's
+:class:`ReversePredictor` has one Linear), its encoder has no final LayerNorm
+(the book's pre-LN stack ends with one), and its schedule multiplies the warm-up
+by ``0.5 * (1 + cos(pi * step / max_iter))`` (the book's
+:func:`helpers.training.cosine_warmup_schedule` decays to zero over
+``total_steps()``).
 """
 
 BOOK_CONFIG = ReverseConfig(batch_size=128, lr=2e-2, warmup_steps=10, epochs=1)
@@ -231,24 +238,28 @@ ABLATIONS = {
     "dropout 0.1": {"dropout": 0.1},
     "dropout 0.3": {"dropout": 0.3},
 }
-"""Chapter 7's ablations of ``BOOK_CONFIG``, each a change of one setting: the positional
-encoding left out, and dropout everywhere at source 000's 0.1 and at 0.3."""
+"""Chapter 7's ablations of ``BOOK_CONFIG``, each a change of one setting: the
+positional encoding left out, and dropout everywhere at source 000's 0.1 and at
+0.3."""
 
 ABLATIONS_FILE = "reverse_ablations.csv"
 
 
 def ablation_results() -> pd.DataFrame:
-    """Chapter 7's ablations on several seeds, as measured by ``scripts/margins.py reverse``.
+    """Chapter 7's ablations on several seeds, as measured by
+    ``scripts/margins.py reverse``.
 
-    One row per run of :data:`ABLATIONS` and seed: the training accuracy at the end (mean of
-    the last five logged rows, dropout active) and its standard deviation over the last ten,
-    the test token and sequence accuracies, the bag oracle, and the machine and command that
-    produced the file. It ships with the package (``helpers/tasks/reverse_ablations.csv``), so
-    the chapter shows the spread over seeds without training them.
+    One row per run of :data:`ABLATIONS` and seed: the training accuracy at the
+    end (mean of the last five logged rows, dropout active) and its standard
+    deviation over the last ten, the test token and sequence accuracies, the bag
+    oracle, and the machine and command that produced the file. It ships with
+    the package (``helpers/tasks/reverse_ablations.csv``), so the chapter shows
+    the spread over seeds without training them.
     """
     return shipped_table(
         ABLATIONS_FILE,
-        f"python scripts/margins.py reverse --part ablations --out helpers/tasks/{ABLATIONS_FILE}",
+        "python scripts/margins.py reverse --part ablations --out "
+        f"helpers/tasks/{ABLATIONS_FILE}",
     )
 
 
@@ -269,10 +280,12 @@ SCHEDULE_EXPERIMENT = {
         "warmup_steps": 0,
     },
 }
-"""Chapter 7's schedule experiment: each run is ``BOOK_CONFIG.replace(**changes)``.
+"""Chapter 7's schedule experiment: each run is
+``BOOK_CONFIG.replace(**changes)``.
 
-"constant lr" has neither warm-up nor decay; "lr 0.001" is source 000's learning rate; the
-post-LN runs test chapter 6's claim that pre-LN, unlike post-LN, trains without warm-up.
+"constant lr" has neither warm-up nor decay; "lr 0.001" is source 000's learning
+rate; the post-LN runs test chapter 6's claim that pre-LN, unlike post-LN,
+trains without warm-up.
 """
 
 
@@ -280,32 +293,38 @@ SCHEDULES_FILE = "reverse_schedules.csv"
 
 
 def schedule_results() -> pd.DataFrame:
-    """The schedule experiment on several seeds, as measured by ``scripts/margins.py reverse``.
+    """The schedule experiment on several seeds, as measured by
+    ``scripts/margins.py reverse``.
 
-    One row per run of :data:`SCHEDULE_EXPERIMENT` and seed: the steps to 99% training
-    accuracy (empty if not reached), the accuracy at step 100 and over the last ten steps,
-    and the machine and command that produced the file (``helpers/tasks/reverse_schedules.csv``).
+    One row per run of :data:`SCHEDULE_EXPERIMENT` and seed: the steps to 99%
+    training accuracy (empty if not reached), the accuracy at step 100 and over
+    the last ten steps, and the machine and command that produced the file
+    (``helpers/tasks/reverse_schedules.csv``).
     """
     return shipped_table(
         SCHEDULES_FILE,
-        f"python scripts/margins.py reverse --part schedules --out helpers/tasks/{SCHEDULES_FILE}",
+        "python scripts/margins.py reverse --part schedules --out "
+        f"helpers/tasks/{SCHEDULES_FILE}",
     )
 
 
 @torch.no_grad()
 def mirror_routing(model: ReversePredictor, inputs: torch.Tensor, seq_len: int):
-    """Which head routes the mirror token, and how many queries it routes at another length.
+    """Which head routes the mirror token, and how many queries it routes at
+    another length.
 
-    The head is the one with the most attention mass on the anti-diagonal (query ``t`` reads
-    key ``seq_len - 1 - t``) for ``inputs`` of the training length ``seq_len``. Returns
-    ``(block, head, mass, reads)`` where ``reads(other)`` counts the queries ``t < seq_len``
-    of sequences ``other`` (a batch of another length) whose mean attention peaks at key
-    ``seq_len - 1 - t``: a model that learned "reverse" would instead read ``T' - 1 - t``.
+    The head is the one with the most attention mass on the anti-diagonal (query
+    ``t`` reads key ``seq_len - 1 - t``) for ``inputs`` of the training length
+    ``seq_len``. Returns ``(block, head, mass, reads)`` where ``reads(other)``
+    counts the queries ``t < seq_len`` of sequences ``other`` (a batch of
+    another length) whose mean attention peaks at key ``seq_len - 1 - t``: a
+    model that learned "reverse" would instead read ``T' - 1 - t``.
     """
     check.tokens(inputs, model.num_classes)
     if inputs.shape[1] != seq_len:
         raise ValueError(
-            f"inputs must have the training length seq_len={seq_len}, got {inputs.shape[1]}"
+            f"inputs must have the training length seq_len={seq_len}, got "
+            f"{inputs.shape[1]}"
         )
     mirror = torch.arange(seq_len - 1, -1, -1)
     maps = model.get_attention_maps(inputs)
@@ -324,11 +343,12 @@ def mirror_routing(model: ReversePredictor, inputs: torch.Tensor, seq_len: int):
 
 
 def steps_to_accuracy(history, target: float = 0.99) -> int | None:
-    """The first logged step at which a run's training accuracy reaches ``target``.
+    """The first logged step at which a run's training accuracy reaches
+    ``target``.
 
-    ``history`` is :func:`helpers.training.fit`'s DataFrame, whose ``train_accuracy`` is the
-    mean over the steps since the previous row (10 for :func:`train_reverse`). ``None`` if
-    the run never gets there.
+    ``history`` is :func:`helpers.training.fit`'s DataFrame, whose
+    ``train_accuracy`` is the mean over the steps since the previous row (10 for
+    :func:`train_reverse`). ``None`` if the run never gets there.
     """
     reached = history.loc[history["train_accuracy"] >= target, "step"]
     return int(reached.iloc[0]) if len(reached) else None
@@ -337,11 +357,12 @@ def steps_to_accuracy(history, target: float = 0.99) -> int | None:
 def build_reverse_training(config: ReverseConfig, train_set: TensorDataset):
     """The model, optimizer, schedule and loader of a run: what ``fit`` needs.
 
-    Returns ``(model, optimizer, scheduler, train_loader)``. Adam(W) with the configured
-    learning rate and weight decay; linear warm-up, then cosine decay over
-    ``config.total_steps()`` steps (or a constant rate: ``cosine_decay=False``); a shuffling
-    loader seeded by ``config.seed`` that drops the last partial batch. The model is
-    initialized from ``config.seed`` too.
+    Returns ``(model, optimizer, scheduler, train_loader)``. Adam(W) with the
+    configured learning rate and weight decay; linear warm-up, then cosine decay
+    over ``config.total_steps()`` steps (or a constant rate:
+    ``cosine_decay=False``); a shuffling loader seeded by ``config.seed`` that
+    drops the last partial batch. The model is initialized from ``config.seed``
+    too.
     """
     check.instance("config", config, ReverseConfig)
     if (
@@ -349,8 +370,10 @@ def build_reverse_training(config: ReverseConfig, train_set: TensorDataset):
         or len(train_set) != config.num_train
     ):
         raise ValueError(
-            f"train_set must be a TensorDataset of config.num_train={config.num_train} "
-            f"sequences; build it with make_reverse_dataset({config.num_train}, ...)"
+            "train_set must be a TensorDataset of "
+            f"config.num_train={config.num_train} "
+            "sequences; build it with "
+            f"make_reverse_dataset({config.num_train}, ...)"
         )
     torch.manual_seed(config.seed)
     model = ReversePredictor(
@@ -392,28 +415,31 @@ def train_reverse(
     device=None,
     max_steps: int | None = None,
 ):
-    """Train one run of ``config`` with :func:`helpers.training.fit`; return ``(model, history)``.
+    """Train one run of ``config`` with :func:`helpers.training.fit`; return
+    ``(model, history)``.
 
-    The run of chapter 7's ablations and of ``scripts/margins.py reverse``: the model,
-    optimizer, schedule and loader of :func:`build_reverse_training`, token cross-entropy,
-    token accuracy as the metric, the configured gradient clipping, a row every 10 steps.
-    ``max_steps`` stops the run early: its first steps are those of the full run, with the
-    full run's schedule (which still decays over ``config.total_steps()``).
+    The run of chapter 7's ablations and of ``scripts/margins.py reverse``: the
+    model, optimizer, schedule and loader of :func:`build_reverse_training`,
+    token cross-entropy, token accuracy as the metric, the configured gradient
+    clipping, a row every 10 steps. ``max_steps`` stops the run early: its first
+    steps are those of the full run, with the full run's schedule (which still
+    decays over ``config.total_steps()``).
     """
     if max_steps is not None:
         check.positive_int("max_steps", max_steps)
         if config.epochs != 1 or max_steps > config.total_steps():
             raise ValueError(
-                f"max_steps={max_steps} needs a one-epoch config with at least that many "
-                f"steps (epochs={config.epochs}, total_steps()={config.total_steps()})"
+                f"max_steps={max_steps} needs a one-epoch config with at least "
+                "that many "
+                f"steps (epochs={config.epochs}, "
+                f"total_steps()={config.total_steps()})"
             )
     model, optimizer, scheduler, loader = build_reverse_training(
         config, train_set
     )
     if max_steps is not None:
-        loader = list(
-            itertools.islice(loader, max_steps)
-        )  # the run's first batches
+        # the run's first batches
+        loader = list(itertools.islice(loader, max_steps))
     history = fit(
         model,
         loader,
@@ -433,11 +459,13 @@ def train_reverse(
 def train_and_test(
     config: ReverseConfig, train_set: TensorDataset, test_loader, device=None
 ):
-    """Train one run of ``config`` (:func:`train_reverse`) and score it on ``test_loader``.
+    """Train one run of ``config`` (:func:`train_reverse`) and score it on
+    ``test_loader``.
 
-    Chapter 7's ablations share it, and so does ``scripts/margins.py reverse``. Returns
-    ``(model, history, scores)``: the trained model in ``eval()`` mode, ``fit``'s history, and
-    :func:`helpers.training.evaluate`'s ``{"loss": ..., "accuracy": ...}`` on the test set.
+    Chapter 7's ablations share it, and so does ``scripts/margins.py reverse``.
+    Returns ``(model, history, scores)``: the trained model in ``eval()`` mode,
+    ``fit``'s history, and :func:`helpers.training.evaluate`'s ``{"loss": ...,
+    "accuracy": ...}`` on the test set.
     """
     model, history = train_reverse(config, train_set, device=device)
     scores = evaluate(
@@ -452,13 +480,15 @@ def bare_loop(
     val_set: TensorDataset,
     num_steps: int = 100,
 ) -> tuple[list[float], float]:
-    """Chapter 7's bare training loop ("The loop, bare"), which the chapter writes out inline.
+    """Chapter 7's bare training loop ("The loop, bare"), which the chapter
+    writes out inline.
 
-    Adam at a constant learning rate of 0.01 on the first ``num_steps`` shuffled batches of
-    ``train_set``, the model initialized from ``config.seed``: no schedule, no clipping, no
-    device. Returns the loss of every step and the token accuracy on ``val_set`` afterwards.
-    ``scripts/margins.py reverse`` measures the chapter's two numbers with it; keep the two
-    copies in step (``tests/test_tasks_reverse.py`` compares them with the chapter's output).
+    Adam at a constant learning rate of 0.01 on the first ``num_steps`` shuffled
+    batches of ``train_set``, the model initialized from ``config.seed``: no
+    schedule, no clipping, no device. Returns the loss of every step and the
+    token accuracy on ``val_set`` afterwards. ``scripts/margins.py reverse``
+    measures the chapter's two numbers with it; keep the two copies in step
+    (``tests/test_tasks_reverse.py`` compares them with the chapter's output).
     """
     torch.manual_seed(config.seed)
     model = ReversePredictor(

@@ -1,9 +1,11 @@
-"""A character-level language model on eight plays of Shakespeare (the GPT chapter on real text).
+"""A character-level language model on eight plays of Shakespeare (the GPT
+chapter on real text).
 
-The text ships with the package (``shakespeare.txt``; its provenance and licence are in
-``shakespeare.md`` beside it), so nothing is downloaded. Characters are the tokens. The last
-tenth of the text is held out, by position, so the model is measured on lines it never read.
-Losses are in nats per character; divide by ``ln 2`` for bits.
+The text ships with the package (``shakespeare.txt``; its provenance and licence
+are in ``shakespeare.md`` beside it), so nothing is downloaded. Characters are
+the tokens. The last tenth of the text is held out, by position, so the model is
+measured on lines it never read. Losses are in nats per character; divide by
+``ln 2`` for bits.
 
 Shapes: ``B`` batch, ``T`` context length, ``V`` vocabulary size.
 """
@@ -24,6 +26,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from helpers import _validate as check
 from helpers.gpt import GPT, GPTConfig
+from helpers.tasks import shipped_table
 from helpers.training import (
     cosine_warmup_schedule,
     evaluate,
@@ -44,17 +47,21 @@ __all__ = [
     "words",
     "known_word_fraction",
     "attention_maps",
+    "shipped_runs",
 ]
 
 TEXT_FILE = "shakespeare.txt"
+RUNS_FILE = "shakespeare_runs.csv"
 
 
 def load_text() -> str:
-    """The eight plays as one string (1,055,123 characters), read from the package."""
+    """The eight plays as one string (1,055,123 characters), read from the
+    package."""
     path = resources.files("helpers.tasks") / TEXT_FILE
     if not path.is_file():
         raise FileNotFoundError(
-            f"{TEXT_FILE} is not in helpers/tasks: reinstall the book's helpers "
+            f"{TEXT_FILE} is not in helpers/tasks: reinstall the book's "
+            "helpers "
             "package from its repository (the text ships with it)"
         )
     return path.read_text(encoding="utf-8")
@@ -82,7 +89,8 @@ class CharTokenizer:
         if unknown:
             raise ValueError(
                 f"characters {unknown} are not in the vocabulary of "
-                f"{self.vocab_size}: write the prompt with characters of the text"
+                f"{self.vocab_size}: write the prompt with characters of the "
+                "text"
             )
         return torch.tensor([self.index[c] for c in text], dtype=torch.long)
 
@@ -101,10 +109,12 @@ def split_text(text: str, held_out: float = 0.1) -> tuple[str, str]:
 
 
 class RandomWindows:
-    """``steps`` batches of ``B`` windows at random places in ``ids`` (a 1-D tensor).
+    """``steps`` batches of ``B`` windows at random places in ``ids`` (a 1-D
+    tensor).
 
-    Each batch is ``(inputs, targets)``, both ``(B, T)``: the targets are the inputs shifted
-    by one character. Iterating twice gives new windows (the generator moves on).
+    Each batch is ``(inputs, targets)``, both ``(B, T)``: the targets are the
+    inputs shifted by one character. Iterating twice gives new windows (the
+    generator moves on).
     """
 
     def __init__(
@@ -120,7 +130,8 @@ class RandomWindows:
         check.positive_int("steps", steps)
         if ids.ndim != 1 or len(ids) <= context_length:
             raise ValueError(
-                f"ids must be 1-D and longer than context_length={context_length}"
+                "ids must be 1-D and longer than "
+                f"context_length={context_length}"
                 f", got shape {tuple(ids.shape)}"
             )
         self.ids, self.context_length = ids, context_length
@@ -147,11 +158,12 @@ class RandomWindows:
 
 
 def held_out_windows(ids: Tensor, context_length: int) -> TensorDataset:
-    """Non-overlapping windows of the held-out ids: each character is predicted once.
+    """Non-overlapping windows of the held-out ids: each character is predicted
+    once.
 
-    A window's first character is predicted from nothing before it, its last from the
-    ``context_length - 1`` characters before it; the last ``len(ids) - 1`` modulo
-    ``context_length`` characters are left out.
+    A window's first character is predicted from nothing before it, its last
+    from the ``context_length - 1`` characters before it; the last ``len(ids) -
+    1`` modulo ``context_length`` characters are left out.
     """
     count = (len(ids) - 1) // context_length
     usable = ids[: count * context_length + 1]
@@ -161,7 +173,8 @@ def held_out_windows(ids: Tensor, context_length: int) -> TensorDataset:
 
 
 def held_out_loss(model: GPT, ids: Tensor, batch_size: int = 256) -> float:
-    """Mean next-character cross-entropy (nats) of ``model`` on ``ids``' windows."""
+    """Mean next-character cross-entropy (nats) of ``model`` on ``ids``'
+    windows."""
     windows = held_out_windows(ids, model.context_length)
     loader = DataLoader(windows, batch_size=batch_size)
     return evaluate(model, loader, token_cross_entropy)["loss"]
@@ -170,10 +183,11 @@ def held_out_loss(model: GPT, ids: Tensor, batch_size: int = 256) -> float:
 class KneserNeyModel:
     """An interpolated Kneser-Ney character n-gram model of order ``order``.
 
-    The probability of a character after a context of ``order - 1`` characters mixes the
-    discounted count of that n-gram with the same estimate one order lower, down to the
-    uniform distribution; lower orders count in how many contexts a string continues (its
-    *continuation* count), not how often it occurs. ``discount`` is the absolute discount.
+    The probability of a character after a context of ``order - 1`` characters
+    mixes the discounted count of that n-gram with the same estimate one order
+    lower, down to the uniform distribution; lower orders count in how many
+    contexts a string continues (its *continuation* count), not how often it
+    occurs. ``discount`` is the absolute discount.
     """
 
     def __init__(
@@ -197,8 +211,9 @@ class KneserNeyModel:
         for k in range(order, 0, -1):
             table: dict[str, Counter] = defaultdict(Counter)
             for gram, count in grams.items():
-                # the highest order counts occurrences; a lower one, for each k-gram,
-                # the distinct characters seen before it (each (k+1)-gram once)
+                # the highest order counts occurrences; a lower one, for each
+                # k-gram, the distinct characters seen before it (each
+                # (k+1)-gram once)
                 table[gram[-k:-1]][gram[-1]] += count if k == order else 1
             grams = {
                 context + c: 1 for context, row in table.items() for c in row
@@ -226,10 +241,12 @@ class KneserNeyModel:
         return p
 
     def held_out_loss(self, text: str, context_length: int) -> float:
-        """Mean -log P (nats) on the characters that :func:`held_out_windows` scores.
+        """Mean -log P (nats) on the characters that :func:`held_out_windows`
+        scores.
 
-        The same windows as the GPT's: each character is predicted from the characters
-        before it inside its window of ``context_length``, at most ``order - 1`` of them.
+        The same windows as the GPT's: each character is predicted from the
+        characters before it inside its window of ``context_length``, at most
+        ``order - 1`` of them.
         """
         check.positive_int("context_length", context_length)
         count = (len(text) - 1) // context_length
@@ -277,7 +294,8 @@ def known_word_fraction(text: str, vocabulary: set[str]) -> float:
 
 @torch.no_grad()
 def attention_maps(model: GPT, ids: Tensor) -> Tensor:
-    """The attention weights of every layer and head on ``ids (T,)``: ``(L, H, T, T)``."""
+    """The attention weights of every layer and head on ``ids (T,)``: ``(L, H,
+    T, T)``."""
     check.instance("model", model, GPT)
     if ids.ndim != 1 or not 0 < len(ids) <= model.context_length:
         raise ValueError(
@@ -328,12 +346,18 @@ class ShakespeareConfig:
 
 
 def train_shakespeare(
-    config: ShakespeareConfig, train_ids: Tensor, held_ids: Tensor
+    config: ShakespeareConfig,
+    train_ids: Tensor,
+    held_ids: Tensor,
+    device: torch.device | str = "cpu",
 ) -> tuple[GPT, pd.DataFrame]:
-    """Train the model of ``config`` on random windows; return ``(model, history)``.
+    """Train the model of ``config`` on random windows; return ``(model,
+    history)``.
 
-    AdamW with warm-up and cosine decay; the held-out loss is measured ``evaluations``
-    times, evenly spaced (the ``val_loss`` column of :func:`helpers.training.fit`'s history).
+    AdamW with warm-up and cosine decay; the held-out loss is measured
+    ``evaluations`` times, evenly spaced (the ``val_loss`` column of
+    :func:`helpers.training.fit`'s history). Trains on ``device``; the model
+    comes back on the CPU, in eval mode.
     """
     check.instance("config", config, ShakespeareConfig)
     check.positive_int("evaluations", config.evaluations)
@@ -369,5 +393,20 @@ def train_shakespeare(
         val_loader=held,
         progress=False,
         log_every=50,
+        device=device,
     )
-    return model.eval(), history
+    return model.cpu().eval(), history
+
+
+def shipped_runs() -> pd.DataFrame:
+    """The chapter's recipe over seeds and one longer run, measured by a script.
+
+    One row per evaluation: ``steps`` (the run's length), ``seed``, ``step``,
+    ``train_loss``, ``val_loss`` (nats per character), ``threads``, ``machine``,
+    ``command``.
+    """
+    return shipped_table(
+        RUNS_FILE,
+        f"python scripts/shakespeare_runs.py --steps 1500 --seeds 0 1 2 --out "
+        f"helpers/tasks/{RUNS_FILE}",
+    )

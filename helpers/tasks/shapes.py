@@ -1,22 +1,28 @@
-"""Chapter 8's task: triangles and boxes, and the three models that compete on it.
+"""Chapter 8's task: triangles and boxes, and the three models that compete on
+it.
 
-The data: François Fleuret's toy task for attention. Each sequence holds two triangles and two
-boxes at random positions, with random heights and widths, plus a little uniform noise. The
-target is the same picture, noise-free, with each shape's height replaced by the mean height of
-the two shapes of its kind. A network has to find the other shape of the same kind, wherever it
-is in the sequence, which is what attention is good at and what a stack of small convolutions
-is not.
+The data: François Fleuret's toy task for attention. Each sequence holds two
+triangles and two boxes at random positions, with random heights and widths,
+plus a little uniform noise. The target is the same picture, noise-free, with
+each shape's height replaced by the mean height of the two shapes of its kind. A
+network has to find the other shape of the same kind, wherever it is in the
+sequence, which is what attention is good at and what a stack of small
+convolutions is not.
 
-The models mix information along a 1-D signal of shape ``[B, C, T]`` (``B`` batch, ``C``
-channels, ``T`` positions, the ``Conv1d`` layout):
+The models mix information along a 1-D signal of shape ``[B, C, T]`` (``B``
+batch, ``C`` channels, ``T`` positions, the ``Conv1d`` layout):
 
-- :func:`make_shapes_cnn`: five convolutions; each output sees only 21 neighbouring inputs;
-- :func:`make_shapes_attention_model`: the same with the middle convolution replaced by
-  :class:`ConvSelfAttention`, which lets every position look at every other one;
-- :class:`ShapesLSTM`: a bidirectional LSTM that reads the signal one position at a time.
+- :func:`make_shapes_cnn`: five convolutions; each output sees only 21
+  neighbouring inputs;
+- :func:`make_shapes_attention_model`: the same with the middle convolution
+  replaced by :class:`ConvSelfAttention`, which lets every position look at
+  every other one;
+- :class:`ShapesLSTM`: a bidirectional LSTM that reads the signal one position
+  at a time.
 
-:class:`BatchAxisLSTM` reproduces the recurrent model of source 004, which runs its LSTM along
-the *batch*; it is here only so that the chapter can show that mistake, and its tests pin it.
+:class:`BatchAxisLSTM` reproduces the recurrent model of source 004, which runs
+its LSTM along the *batch*; it is here only so that the chapter can show that
+mistake, and its tests pin it.
 """
 
 from __future__ import annotations
@@ -59,7 +65,7 @@ __all__ = [
     "overfit_results",
 ]
 
-# --------------------------------------------------------------------------- data
+# ------------------------------------------------------------------------- data
 
 SHAPES_HEIGHT_RANGE = (1.0, 25.0)
 SHAPES_WIDTH_RANGE = (5.0, 11.0)
@@ -95,12 +101,14 @@ class ShapesData:
 def standardize(
     reference: ShapesData, *datasets: ShapesData
 ) -> tuple[list[TensorDataset], float]:
-    """``datasets`` as ``TensorDataset(inputs, targets)``, on the scale of ``reference``.
+    """``datasets`` as ``TensorDataset(inputs, targets)``, on the scale of
+    ``reference``.
 
-    Inputs and targets are shifted and divided by the mean and the standard deviation of
-    ``reference``'s inputs and targets together (the training set's, as chapter 8 and the blog
-    post normalize), so that every set shares one scale and an MSE on it is comparable.
-    Returns the sets and that standard deviation (divide a raw MSE by its square).
+    Inputs and targets are shifted and divided by the mean and the standard
+    deviation of ``reference``'s inputs and targets together (the training
+    set's, as chapter 8 and the blog post normalize), so that every set shares
+    one scale and an MSE on it is comparable. Returns the sets and that standard
+    deviation (divide a raw MSE by its square).
     """
     for data in (reference, *datasets):
         check.instance("data", data, ShapesData)
@@ -116,13 +124,15 @@ def standardize(
 def _shape_profiles(
     triangles: torch.Tensor, boxes: torch.Tensor, seq_len: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each shape drawn alone: ``[N, K_triangles + K_boxes, L]`` heights, triangles first."""
+    """Each shape drawn alone: ``[N, K_triangles + K_boxes, L]`` heights,
+    triangles first."""
     positions = torch.arange(
         seq_len, dtype=triangles.dtype, device=triangles.device
     )
     center, height, width = (triangles[..., i, None] for i in range(3))
-    # A triangle is flat over the sample nearest its center and falls linearly to 0 at
-    # half a width on each side, so its base is (width + 1) samples wide.
+    # A triangle is flat over the sample nearest its center and falls linearly
+    # to 0 at half a width on each side, so its base is (width + 1) samples
+    # wide.
     slope = 2.0 * height / width
     distance = (positions - center).abs()
     triangle = (height - slope * (distance - 0.5).clamp(min=0)).clamp(min=0)
@@ -138,8 +148,9 @@ def render_shapes(
 ) -> torch.Tensor:
     """Draw triangles and boxes on a zero background, noise-free: ``[N, 1, L]``.
 
-    ``triangles`` and ``boxes`` are ``[N, K, 3]`` tensors of (center, height, width), in
-    samples. Where shapes overlap the higher one wins (valid data sets have no overlaps).
+    ``triangles`` and ``boxes`` are ``[N, K, 3]`` tensors of (center, height,
+    width), in samples. Where shapes overlap the higher one wins (valid data
+    sets have no overlaps).
     """
     check.shape_parameters(triangles, boxes, seq_len)
     triangle, box = _shape_profiles(triangles, boxes, seq_len)
@@ -149,11 +160,13 @@ def render_shapes(
 def shapes_collide(
     triangles: torch.Tensor, boxes: torch.Tensor, seq_len: int = 100
 ) -> torch.Tensor:
-    """``[N]`` booleans: True where two shapes overlap or touch (no empty sample between them)."""
+    """``[N]`` booleans: True where two shapes overlap or touch (no empty sample
+    between them)."""
     check.shape_parameters(triangles, boxes, seq_len)
     triangle, box = _shape_profiles(triangles, boxes, seq_len)
     covered = torch.cat((triangle, box), dim=1) > 0  # [N, S, L]
-    # Widen every shape by one sample to the left, so touching shapes count as colliding.
+    # Widen every shape by one sample to the left, so touching shapes count as
+    # colliding.
     widened = covered.clone()
     widened[..., :-1] |= covered[..., 1:]
     return (widened.sum(dim=1) > 1).any(dim=-1)
@@ -162,7 +175,8 @@ def shapes_collide(
 def _draw_shapes(
     count: int, seq_len: int, generator: torch.Generator
 ) -> torch.Tensor:
-    """``[count, 2, 3]`` random (center, height, width) for two shapes of one kind."""
+    """``[count, 2, 3]`` random (center, height, width) for two shapes of one
+    kind."""
     low_h, high_h = SHAPES_HEIGHT_RANGE
     low_w, high_w = SHAPES_WIDTH_RANGE
     unit = torch.rand(count, 2, 3, generator=generator)
@@ -180,13 +194,14 @@ def make_shapes_dataset(
     min_height_gap: float = 4.0,
     seed: int = 0,
 ) -> ShapesData:
-    """Generate ``num_samples`` triangles-and-boxes sequences of length ``seq_len``.
+    """Generate ``num_samples`` triangles-and-boxes sequences of length
+    ``seq_len``.
 
-    Candidates are drawn in batches and rejected when two shapes collide or when the two
-    triangles, or the two boxes, differ in height by ``min_height_gap`` or less (their mean
-    would then be almost the input, an easy sample). Inputs get uniform noise in
-    ``[-noise_level / 2, noise_level / 2]``; targets are noise-free. The same ``seed``
-    always gives the same data.
+    Candidates are drawn in batches and rejected when two shapes collide or when
+    the two triangles, or the two boxes, differ in height by ``min_height_gap``
+    or less (their mean would then be almost the input, an easy sample). Inputs
+    get uniform noise in ``[-noise_level / 2, noise_level / 2]``; targets are
+    noise-free. The same ``seed`` always gives the same data.
     """
     check.positive_int("num_samples", num_samples)
     check.positive_int("seq_len", seq_len)
@@ -194,29 +209,35 @@ def make_shapes_dataset(
     min_height_gap = check.real("min_height_gap", min_height_gap)
     if seq_len < 4 * (SHAPES_WIDTH_RANGE[1] + 2):
         raise ValueError(
-            f"seq_len={seq_len} is too short for four shapes up to {SHAPES_WIDTH_RANGE[1]:g} "
-            f"samples wide; use seq_len >= {math.ceil(4 * (SHAPES_WIDTH_RANGE[1] + 2))}"
+            f"seq_len={seq_len} is too short for four shapes up to "
+            f"{SHAPES_WIDTH_RANGE[1]:g} "
+            "samples wide; use seq_len >= "
+            f"{math.ceil(4 * (SHAPES_WIDTH_RANGE[1] + 2))}"
         )
     if not 0 <= noise_level < 2 * SHAPES_HEIGHT_RANGE[0]:
         raise ValueError(
-            f"noise_level must be in [0, {2 * SHAPES_HEIGHT_RANGE[0]:g}) so that noise stays "
+            f"noise_level must be in [0, {2 * SHAPES_HEIGHT_RANGE[0]:g}) so "
+            "that noise stays "
             f"below the lowest shape, got {noise_level!r}"
         )
     max_gap = SHAPES_HEIGHT_RANGE[1] - SHAPES_HEIGHT_RANGE[0]
     if not 0 <= min_height_gap < max_gap:
         raise ValueError(
-            f"min_height_gap must be in [0, {max_gap:g}), got {min_height_gap!r}"
+            f"min_height_gap must be in [0, {max_gap:g}), got "
+            f"{min_height_gap!r}"
         )
     check.non_negative_int("seed", seed)
 
     generator = torch.Generator().manual_seed(seed)
     kept_triangles, kept_boxes, num_kept = [], [], 0
     while num_kept < num_samples:
-        # About one candidate in six survives the checks on 100-sample sequences.
+        # About one candidate in six survives the checks on 100-sample
+        # sequences.
         count = max(1024, 8 * (num_samples - num_kept))
         triangles = _draw_shapes(count, seq_len, generator)
         boxes = _draw_shapes(count, seq_len, generator)
-        # Check BOTH kinds: source 004 tests the triangles twice and never the boxes.
+        # Check BOTH kinds: source 004 tests the triangles twice and never the
+        # boxes.
         gap_ok = (
             triangles[:, 0, 1] - triangles[:, 1, 1]
         ).abs() > min_height_gap
@@ -236,9 +257,8 @@ def make_shapes_dataset(
     targets = render_shapes(averaged_triangles, averaged_boxes, seq_len)
 
     triangle, box = _shape_profiles(triangles, boxes, seq_len)
-    covered = (
-        torch.cat((triangle, box), dim=1) > 0
-    )  # [N, 4, L], shapes never overlap
+    # [N, 4, L], shapes never overlap
+    covered = torch.cat((triangle, box), dim=1) > 0
     shape_ids = torch.where(covered.any(dim=1), covered.int().argmax(dim=1), -1)
     return ShapesData(
         clean + noise, targets, triangles, boxes, shape_ids.long()
@@ -248,24 +268,26 @@ def make_shapes_dataset(
 def partner_mean_height(
     height: torch.Tensor, min_height_gap: float = 4.0
 ) -> torch.Tensor:
-    """The expected height of a shape's partner, given the shape's own ``height``.
+    """The expected height of a shape's partner, given the shape's own
+    ``height``.
 
-    Heights are drawn uniformly in :data:`SHAPES_HEIGHT_RANGE` and a pair is kept only when
-    the two differ by more than ``min_height_gap``, so given one height ``h`` the partner's is
-    uniform on ``[low, h - gap] U [h + gap, high]``; this is the mean of that set.
+    Heights are drawn uniformly in :data:`SHAPES_HEIGHT_RANGE` and a pair is
+    kept only when the two differ by more than ``min_height_gap``, so given one
+    height ``h`` the partner's is uniform on ``[low, h - gap] U [h + gap,
+    high]``; this is the mean of that set.
     """
     check.tensor("height", height, floating=True)
     min_height_gap = check.real("min_height_gap", min_height_gap)
     low, high = SHAPES_HEIGHT_RANGE
     if not 0 <= min_height_gap < high - low:
         raise ValueError(
-            f"min_height_gap must be in [0, {high - low:g}), got {min_height_gap!r}"
+            f"min_height_gap must be in [0, {high - low:g}), got "
+            f"{min_height_gap!r}"
         )
     height = height.double()
     below_end = (height - min_height_gap).clamp(low, high)  # [low, below_end]
-    above_start = (height + min_height_gap).clamp(
-        low, high
-    )  # [above_start, high]
+    # [above_start, high]
+    above_start = (height + min_height_gap).clamp(low, high)
     below, above = below_end - low, high - above_start
     return (
         below * (low + below_end) / 2 + above * (above_start + high) / 2
@@ -273,12 +295,14 @@ def partner_mean_height(
 
 
 def local_oracle(data: ShapesData, min_height_gap: float = 4.0) -> torch.Tensor:
-    """The best prediction of a model that sees each shape but never its partner: ``[N, 1, L]``.
+    """The best prediction of a model that sees each shape but never its
+    partner: ``[N, 1, L]``.
 
-    It knows every shape's position, width and height exactly, but not the height of the other
-    shape of the same kind, so it draws each shape at the mean of its own height and its
-    partner's *expected* height (:func:`partner_mean_height`). A target sample is linear in the
-    mean height, so this conditional mean is the prediction with the lowest expected squared
+    It knows every shape's position, width and height exactly, but not the
+    height of the other shape of the same kind, so it draws each shape at the
+    mean of its own height and its partner's *expected* height
+    (:func:`partner_mean_height`). A target sample is linear in the mean height,
+    so this conditional mean is the prediction with the lowest expected squared
     error: a floor for any model that cannot look as far as the partner.
     """
     check.instance("data", data, ShapesData)
@@ -291,7 +315,7 @@ def local_oracle(data: ShapesData, min_height_gap: float = 4.0) -> torch.Tensor:
     return render_shapes(*guessed, data.inputs.shape[-1]).to(data.targets.dtype)
 
 
-# --------------------------------------------------------------------------- models
+# ----------------------------------------------------------------------- models
 
 
 class ConvSelfAttention(nn.Module):
@@ -304,7 +328,7 @@ class ConvSelfAttention(nn.Module):
     position, summing to 1 over key positions; ``scaled=False`` drops the
     ``1/sqrt(key_channels)``, as source 004 does. No mask by default: every
     position may attend to every position; ``window=w`` lets position i attend
-    only to positions less than w away, |i - j| < w (chapter 11's local
+    only to positions less than w away, |i - j| < w (chapter 12's local
     attention, :func:`helpers.efficient.sliding_window_mask`).
     """
 
@@ -341,9 +365,8 @@ class ConvSelfAttention(nn.Module):
         """The attention weights ``[B, T_query, T_key]`` of ``[B, C_in, T]``."""
         check.signal(x, self.query.in_channels, type(self).__name__)
         queries, keys = self.query(x), self.key(x)  # [B, key_channels, T]
-        scores = (
-            queries.transpose(1, 2) @ keys
-        )  # [B, T, T]: scores[b, i, j] = q_i . k_j
+        # [B, T, T]: scores[b, i, j] = q_i . k_j
+        scores = queries.transpose(1, 2) @ keys
         if self.scaled:
             scores = scores / math.sqrt(self.query.out_channels)
         if self.window is not None:
@@ -453,20 +476,21 @@ class ShapesLSTM(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         check.signal(x, 1, type(self).__name__)
-        hidden, _ = self.lstm(
-            x.transpose(1, 2)
-        )  # [B, T, 1] -> [B, T, 2 * hidden_size]
+        # [B, T, 1] -> [B, T, 2 * hidden_size]
+        hidden, _ = self.lstm(x.transpose(1, 2))
         return self.head(hidden).transpose(1, 2)  # [B, T, 1] -> [B, 1, T]
 
 
 class BatchAxisLSTM(nn.Module):
     """Source 004's LSTM, kept to show its mistake. Do not use it as a baseline.
 
-    It feeds ``[B, 1, T]`` to ``nn.LSTM(T, hidden_size)`` without ``batch_first``, and
-    ``nn.LSTM`` reads that as ``[seq_len=B, batch=1, features=T]``: the recurrence runs along
-    the *batch*, each sample is a single step of ``T`` features, and the state flows from one
-    sample into the next. It also keeps the final state (detached) for the next call, as the
-    source does, so a prediction depends on every sample seen before it. ``reset()`` clears it.
+    It feeds ``[B, 1, T]`` to ``nn.LSTM(T, hidden_size)`` without
+    ``batch_first``, and ``nn.LSTM`` reads that as ``[seq_len=B, batch=1,
+    features=T]``: the recurrence runs along the *batch*, each sample is a
+    single step of ``T`` features, and the state flows from one sample into the
+    next. It also keeps the final state (detached) for the next call, as the
+    source does, so a prediction depends on every sample seen before it.
+    ``reset()`` clears it.
     """
 
     def __init__(self, seq_len: int = 100, hidden_size: int = 128):
@@ -482,14 +506,13 @@ class BatchAxisLSTM(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         check.signal(x, 1, type(self).__name__)
-        hidden, state = self.lstm(
-            x, self.state
-        )  # x read as [seq_len=B, batch=1, T]
+        # x read as [seq_len=B, batch=1, T]
+        hidden, state = self.lstm(x, self.state)
         self.state = tuple(s.detach() for s in state)
         return self.head(hidden)  # [B, 1, T]
 
 
-# --------------------------------------------------------------------------- reading attention
+# ------------------------------------------------------------ reading attention
 
 
 def attention_enrichment(
@@ -515,9 +538,8 @@ def attention_enrichment(
             "weights must be [N, T, T] and shape_ids [N, T], got "
             f"{tuple(weights.shape)} and {tuple(shape_ids.shape)}"
         )
-    kinds = torch.div(
-        shape_ids, 2, rounding_mode="floor"
-    )  # -1 background, 0 triangle, 1 box
+    # -1 background, 0 triangle, 1 box
+    kinds = torch.div(shape_ids, 2, rounding_mode="floor")
     query_ids, key_ids = shape_ids[:, :, None], shape_ids[:, None, :]
     query_kinds, key_kinds = kinds[:, :, None], kinds[:, None, :]
     regions = {  # [N, T_query, T_key] booleans
@@ -537,7 +559,7 @@ def attention_enrichment(
     return pd.DataFrame(rows).T.rename_axis("query in a")
 
 
-# --------------------------------------------------------------------------- training
+# --------------------------------------------------------------------- training
 
 SHAPES_MODELS = {
     "CNN": make_shapes_cnn,
@@ -574,7 +596,7 @@ def train_shapes_model(
     on the CPU in eval mode. A module-level function, so that
     :func:`helpers.parallel.run_in_processes` can run several side by side.
     ``window`` (only for "CNN + attention") makes its attention local, as in
-    chapter 11; None, the default, is chapter 8's model.
+    chapter 12; None, the default, is chapter 8's model.
     """
     check.one_of("name", name, sorted(SHAPES_MODELS))
     check.non_negative_int("seed", seed)
@@ -616,7 +638,7 @@ def train_shapes_model(
     return model.cpu().eval(), history.assign(model=name, seed=seed), test_mse
 
 
-# --------------------------------------------------------------------------- full scale
+# ------------------------------------------------------------------- full scale
 
 SOURCE_VALID_PCT = 0.2
 """Source 004's validation share: fastai's ``RandomSplitter(valid_pct=0.2)``."""
@@ -625,11 +647,13 @@ SOURCE_VALID_PCT = 0.2
 def source_split(
     count: int, valid_pct: float = SOURCE_VALID_PCT, seed: int = 0
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """A seeded random split of ``range(count)``, as fastai's ``RandomSplitter`` makes one.
+    """A seeded random split of ``range(count)``, as fastai's ``RandomSplitter``
+    makes one.
 
-    Returns (training indices, validation indices), the validation part ``int(valid_pct *
-    count)`` long. ``scripts/reproduce_shapes.py`` splits the blog post's 25,000 sequences with
-    it, and chapter 8 takes the same validation sequences to compute their oracle's floor.
+    Returns (training indices, validation indices), the validation part
+    ``int(valid_pct * count)`` long. ``scripts/reproduce_shapes.py`` splits the
+    blog post's 25,000 sequences with it, and chapter 8 takes the same
+    validation sequences to compute their oracle's floor.
     """
     if not 0 < valid_pct < 1:
         raise ValueError(
@@ -645,24 +669,28 @@ SEEDS_FILE = "shapes_seeds.csv"
 
 
 def full_scale_results() -> pd.DataFrame:
-    """Fifty epochs at the blog post's scale, as measured by ``scripts/reproduce_shapes.py``.
+    """Fifty epochs at the blog post's scale, as measured by
+    ``scripts/reproduce_shapes.py``.
 
-    One row per model, seed and epoch: the validation MSE (the source's protocol only) and the
-    test MSE (normalized) after that epoch, the seconds of training so far, and the machine and
-    command that produced it (its ``--protocol`` says which recipe). The file ships with the
-    package (``helpers/tasks/shapes_full.csv``), so that chapter 8 draws its figure of hours of
-    training anywhere, Colab included, without training anything.
+    One row per model, seed and epoch: the validation MSE (the source's protocol
+    only) and the test MSE (normalized) after that epoch, the seconds of
+    training so far, and the machine and command that produced it (its
+    ``--protocol`` says which recipe). The file ships with the package
+    (``helpers/tasks/shapes_full.csv``), so that chapter 8 draws its figure of
+    hours of training anywhere, Colab included, without training anything.
     """
     return shipped_table(
         FULL_SCALE_FILE,
-        f"python scripts/reproduce_shapes.py --out helpers/tasks/{FULL_SCALE_FILE}",
+        "python scripts/reproduce_shapes.py --out "
+        f"helpers/tasks/{FULL_SCALE_FILE}",
     )
 
 
 def seed_results() -> pd.DataFrame:
     """Chapter 8's recipe on five seeds of every model, as measured by
-    ``scripts/margins.py shapes``: one row per seed with each model's test MSE, the ratios
-    and attention enrichments the chapter asserts, the machine and the command.
+    ``scripts/margins.py shapes``: one row per seed with each model's test MSE,
+    the ratios and attention enrichments the chapter asserts, the machine and
+    the command.
     """
     return shipped_table(
         SEEDS_FILE,
@@ -674,9 +702,10 @@ OVERFIT_FILE = "shapes_overfit.csv"
 
 
 def overfit_results() -> pd.DataFrame:
-    """Source 004's single-batch check (Adam at 1e-3 for 5,000 steps on 20 sequences) on the
-    chapter's three proper models, as measured by ``scripts/margins.py shapes --part
-    overfit``: one row per model, seed and logged step (every 1,000) with the training loss.
+    """Source 004's single-batch check (Adam at 1e-3 for 5,000 steps on 20
+    sequences) on the chapter's three proper models, as measured by
+    ``scripts/margins.py shapes --part overfit``: one row per model, seed and
+    logged step (every 1,000) with the training loss.
     """
     return shipped_table(
         OVERFIT_FILE,

@@ -1,14 +1,17 @@
-"""Chapter 9's token task: sort a sequence of digits of varying length, with padding.
+"""Chapter 9's token task: sort a sequence of digits of varying length, with
+padding.
 
-The source is 1 to ``max_len`` digits, padded to ``max_len`` with ``PAD``; the target is the
-same digits in ascending order followed by ``EOS``. The decoder reads ``BOS`` and the target
-shifted right by one (teacher forcing). Token ids: ``PAD`` 0, ``BOS`` 1, ``EOS`` 2, digit
-``d`` is ``d + 3``, so the vocabulary has :data:`VOCAB_SIZE` = 13 tokens shared by source and
-target. Shapes: ``B`` batch, ``Ts`` source length (``max_len``), ``Tt`` target length
-(``max_len + 1``), ``V`` vocabulary.
+The source is 1 to ``max_len`` digits, padded to ``max_len`` with ``PAD``; the
+target is the same digits in ascending order followed by ``EOS``. The decoder
+reads ``BOS`` and the target shifted right by one (teacher forcing). Token ids:
+``PAD`` 0, ``BOS`` 1, ``EOS`` 2, digit ``d`` is ``d + 3``, so the vocabulary has
+:data:`VOCAB_SIZE` = 13 tokens shared by source and target. Shapes: ``B`` batch,
+``Ts`` source length (``max_len``), ``Tt`` target length (``max_len + 1``),
+``V`` vocabulary.
 
-The model is :class:`helpers.transformer.EncoderDecoderTransformer` with ``pad_id=PAD``;
-:func:`train_sorting` trains it with :func:`helpers.training.fit`.
+The model is :class:`helpers.transformer.EncoderDecoderTransformer` with
+``pad_id=PAD``; :func:`train_sorting` trains it with
+:func:`helpers.training.fit`.
 """
 
 from __future__ import annotations
@@ -58,12 +61,14 @@ def make_sorting_dataset(
     min_len: int = 1,
     distinct: bool = False,
 ) -> TensorDataset:
-    """``TensorDataset(source, decoder_input, target)`` of ``num_sequences`` sorting examples.
+    """``TensorDataset(source, decoder_input, target)`` of ``num_sequences``
+    sorting examples.
 
-    ``source`` is ``(N, max_len)``, the two others ``(N, max_len + 1)``. Lengths are uniform
-    in ``min_len .. max_len``, digits uniform in 0-9 (all different if ``distinct``, which
-    needs ``max_len <= 10``). ``target`` is the sorted digits then ``EOS``; ``decoder_input``
-    is ``BOS`` then the target without its last token; both padded with ``PAD``.
+    ``source`` is ``(N, max_len)``, the two others ``(N, max_len + 1)``. Lengths
+    are uniform in ``min_len .. max_len``, digits uniform in 0-9 (all different
+    if ``distinct``, which needs ``max_len <= 10``). ``target`` is the sorted
+    digits then ``EOS``; ``decoder_input`` is ``BOS`` then the target without
+    its last token; both padded with ``PAD``.
     """
     check.positive_int("num_sequences", num_sequences)
     check.positive_int("max_len", max_len)
@@ -71,7 +76,8 @@ def make_sorting_dataset(
     check.generator(generator)
     if min_len > max_len or (distinct and max_len > NUM_DIGITS):
         raise ValueError(
-            f"need 1 <= min_len <= max_len (and max_len <= {NUM_DIGITS} for distinct digits), "
+            f"need 1 <= min_len <= max_len (and max_len <= {NUM_DIGITS} for "
+            "distinct digits), "
             f"got min_len={min_len}, max_len={max_len}, distinct={distinct}"
         )
     lengths = torch.randint(
@@ -85,17 +91,18 @@ def make_sorting_dataset(
         digits = torch.randint(
             NUM_DIGITS, (num_sequences, max_len), generator=generator
         )
-    real = padding_mask(lengths, max_len)[
-        :, 0, 0
-    ]  # (N, max_len): True at real tokens
+    # (N, max_len): True at real tokens
+    real = padding_mask(lengths, max_len)[:, 0, 0]
     source = torch.where(real, digits + 3, PAD)
-    # sorting with PAD pushed past every digit keeps the real tokens first, in order
+    # sorting with PAD pushed past every digit keeps the real tokens first, in
+    # order
     ordered = torch.where(real, source, VOCAB_SIZE).sort(dim=-1).values
     ordered = torch.where(ordered == VOCAB_SIZE, PAD, ordered)
     padding = torch.full((num_sequences, 1), PAD)
     target = torch.cat([ordered, padding], dim=1)
     target[torch.arange(num_sequences), lengths] = EOS
-    # the target shifted right: what position t reads is what position t - 1 predicts
+    # the target shifted right: what position t reads is what position t - 1
+    # predicts
     decoder_input = torch.cat(
         [torch.full((num_sequences, 1), BOS), target[:, :-1]], dim=1
     )
@@ -105,10 +112,12 @@ def make_sorting_dataset(
 def sequence_loss(
     logits: torch.Tensor, target: torch.Tensor, label_smoothing: float = 0.0
 ) -> torch.Tensor:
-    """Mean cross-entropy over the target's real tokens (``PAD`` positions are ignored).
+    """Mean cross-entropy over the target's real tokens (``PAD`` positions are
+    ignored).
 
-    ``label_smoothing`` = epsilon trains towards ``1 - epsilon`` on the true token and
-    ``epsilon / V`` on every token (Szegedy et al. 2016; Vaswani et al. 2017 use 0.1).
+    ``label_smoothing`` = epsilon trains towards ``1 - epsilon`` on the true
+    token and ``epsilon / V`` on every token (Szegedy et al. 2016; Vaswani et
+    al. 2017 use 0.1).
     """
     check.logits_targets(logits, target)
     epsilon = check.probability("label_smoothing", label_smoothing)
@@ -123,7 +132,8 @@ def sequence_loss(
 def sequence_accuracy(
     logits: torch.Tensor, target: torch.Tensor
 ) -> torch.Tensor:
-    """Fraction of sequences whose every real target token (``EOS`` included) is the arg-max."""
+    """Fraction of sequences whose every real target token (``EOS`` included) is
+    the arg-max."""
     check.logits_targets(logits, target)
     right = (logits.argmax(-1) == target) | (target == PAD)
     return right.all(dim=-1).float().mean()
@@ -133,10 +143,12 @@ def sequence_accuracy(
 def generated_accuracy(
     model: EncoderDecoderTransformer, dataset: TensorDataset, beam_size: int = 1
 ) -> float:
-    """Fraction of sequences that generation writes exactly, up to and with ``EOS``.
+    """Fraction of sequences that generation writes exactly, up to and with
+    ``EOS``.
 
-    The model writes every token from its own previous ones (no teacher forcing), greedily
-    (``beam_size=1``) or by beam search; tokens after the target's ``EOS`` are not looked at.
+    The model writes every token from its own previous ones (no teacher
+    forcing), greedily (``beam_size=1``) or by beam search; tokens after the
+    target's ``EOS`` are not looked at.
     """
     source, _, target = dataset.tensors
     written = model.generate(
@@ -149,14 +161,15 @@ def generated_accuracy(
 def sequence_log_probs(
     model: EncoderDecoderTransformer, source, written
 ) -> torch.Tensor:
-    """Total log-probability ``(B,)`` of each ``written`` sequence (``BOS`` first), to ``EOS``.
+    """Total log-probability ``(B,)`` of each ``written`` sequence (``BOS``
+    first), to ``EOS``.
 
-    Positions after the first ``EOS`` (the padding :meth:`generate` writes) count for nothing.
+    Positions after the first ``EOS`` (the padding :meth:`generate` writes)
+    count for nothing.
     """
     log_probs = model(source, written[:, :-1]).log_softmax(dim=-1)
-    token_log_probs = log_probs.gather(-1, written[:, 1:, None])[
-        ..., 0
-    ]  # (B, T)
+    # (B, T)
+    token_log_probs = log_probs.gather(-1, written[:, 1:, None])[..., 0]
     after_end = (written[:, 1:] == EOS).long().cumsum(dim=-1) - (
         written[:, 1:] == EOS
     ).long()
@@ -164,23 +177,23 @@ def sequence_log_probs(
 
 
 def next_to_write(source: torch.Tensor, written: torch.Tensor) -> torch.Tensor:
-    """``(B, T)``: at position ``t``, what a sorter writes next after ``written[:, :t]``.
+    """``(B, T)``: at position ``t``, what a sorter writes next after
+    ``written[:, :t]``.
 
-    The smallest source digit not yet written (digits counted with their repeats) and not
-    below the last digit written, or ``EOS`` when none is left: the sorted continuation of
-    the prefix. After the true prefix it is the target; after a prefix with a mistake in it
-    (a digit skipped, repeated, or not in the source) it continues the sorted order from
-    where the prefix stands, so a later token is not held against the wrong slot.
+    The smallest source digit not yet written (digits counted with their
+    repeats) and not below the last digit written, or ``EOS`` when none is left:
+    the sorted continuation of the prefix. After the true prefix it is the
+    target; after a prefix with a mistake in it (a digit skipped, repeated, or
+    not in the source) it continues the sorted order from where the prefix
+    stands, so a later token is not held against the wrong slot.
     """
     digits = torch.arange(3, VOCAB_SIZE, device=source.device)
-    have = (source[..., None] == digits).sum(
-        dim=1
-    )  # (B, 10) digits in the source
+    # (B, 10) digits in the source
+    have = (source[..., None] == digits).sum(dim=1)
     is_digit = (written[..., None] == digits).long()  # (B, T, 10)
     used = is_digit.cumsum(dim=1) - is_digit  # written before position t
-    last = (
-        (is_digit * digits).cummax(dim=1).values.amax(-1)
-    )  # (B, T), inclusive
+    # (B, T), inclusive
+    last = (is_digit * digits).cummax(dim=1).values.amax(-1)
     floor = torch.cat([torch.zeros_like(last[:, :1]), last[:, :-1]], dim=1)
     left = (have[:, None] - used > 0) & (digits >= floor[..., None])
     smallest = left.long().argmax(dim=-1) + 3  # the first digit with some left
@@ -191,19 +204,22 @@ def next_to_write(source: torch.Tensor, written: torch.Tensor) -> torch.Tensor:
 def exposure_bias(
     model: EncoderDecoderTransformer, dataset: TensorDataset
 ) -> dict[str, float]:
-    """Per-token accuracy and loss, teacher forced against greedy generation, on ``dataset``.
+    """Per-token accuracy and loss, teacher forced against greedy generation, on
+    ``dataset``.
 
-    Greedy generation stops at the model's own ``EOS``; each token it writes, ``EOS``
-    included, is scored against :func:`next_to_write` given the model's own prefix (the
-    target while the prefix is right). ``token_tf``: the fraction of the target's real
-    tokens that are right given the true prefix; ``token_generated``: the fraction of the
-    generated tokens that are right given the model's own prefix. ``after_*``: the same
-    after the first token generation gets wrong, where the model reads a prefix with a
-    mistake in it (teacher forcing: the target's real positions after that one);
-    ``after_loss_*``: the mean cross-entropy of the right token there; ``num_after``: how
-    many tokens generation writes there. ``after_by_position``: the same generated tokens
-    scored against the target at their position, which after a skip or a repeat is the
-    wrong slot. ``sequence_tf`` and ``sequence_generated`` are the sequence accuracies,
+    Greedy generation stops at the model's own ``EOS``; each token it writes,
+    ``EOS`` included, is scored against :func:`next_to_write` given the model's
+    own prefix (the target while the prefix is right). ``token_tf``: the
+    fraction of the target's real tokens that are right given the true prefix;
+    ``token_generated``: the fraction of the generated tokens that are right
+    given the model's own prefix. ``after_*``: the same after the first token
+    generation gets wrong, where the model reads a prefix with a mistake in it
+    (teacher forcing: the target's real positions after that one);
+    ``after_loss_*``: the mean cross-entropy of the right token there;
+    ``num_after``: how many tokens generation writes there.
+    ``after_by_position``: the same generated tokens scored against the target
+    at their position, which after a skip or a repeat is the wrong slot.
+    ``sequence_tf`` and ``sequence_generated`` are the sequence accuracies,
     which greedy decoding makes equal.
     """
     source, decoder_input, target = dataset.tensors
@@ -251,13 +267,15 @@ def exposure_bias(
 
 @torch.no_grad()
 def calibration(logits: torch.Tensor, target: torch.Tensor, num_bins: int = 10):
-    """Expected calibration error of the arg-max predictions, and the reliability table.
+    """Expected calibration error of the arg-max predictions, and the
+    reliability table.
 
-    Over the target's real tokens: the confidence is the arg-max's softmax probability; the
-    tokens are put in ``num_bins`` equal-width bins of confidence, and the error is the mean,
-    weighted by bin size, of ``|accuracy - mean confidence|`` per bin (Guo et al. 2017).
-    Returns ``(ece, table)``, the table a ``(num_bins, 3)`` tensor of mean confidence,
-    accuracy and token count per bin (NaN for an empty bin).
+    Over the target's real tokens: the confidence is the arg-max's softmax
+    probability; the tokens are put in ``num_bins`` equal-width bins of
+    confidence, and the error is the mean, weighted by bin size, of ``|accuracy
+    - mean confidence|`` per bin (Guo et al. 2017). Returns ``(ece, table)``,
+    the table a ``(num_bins, 3)`` tensor of mean confidence, accuracy and token
+    count per bin (NaN for an empty bin).
     """
     check.logits_targets(logits, target)
     num_bins = check.positive_int("num_bins", num_bins)
@@ -298,10 +316,12 @@ class SortingConfig:
 def train_sorting(
     config: SortingConfig, train_set: TensorDataset, val_set=None
 ):
-    """Train an :class:`EncoderDecoderTransformer` on sorting; return ``(model, history)``.
+    """Train an :class:`EncoderDecoderTransformer` on sorting; return ``(model,
+    history)``.
 
-    AdamW, cosine schedule with warm-up, cross-entropy ignoring ``PAD``, sequence accuracy
-    (teacher-forced) as the metric, a history row every 10 steps.
+    AdamW, cosine schedule with warm-up, cross-entropy ignoring ``PAD``,
+    sequence accuracy (teacher-forced) as the metric, a history row every 10
+    steps.
     """
     check.instance("config", config, SortingConfig)
     torch.manual_seed(config.seed)
@@ -354,23 +374,27 @@ def train_and_measure(
     test_set: TensorDataset,
     beam_size: int = 4,
 ) -> dict[str, float]:
-    """Train one model (:func:`train_sorting`) and measure its decoding on ``test_set``.
+    """Train one model (:func:`train_sorting`) and measure its decoding on
+    ``test_set``.
 
-    The keys of :func:`exposure_bias`, then: ``greedy`` and ``beam`` (sequence accuracy of
-    greedy decoding and of beam search with ``beam_size``), ``beam_normalized`` (beam search
-    ranked by log-prob per token, ``length_penalty=1``), ``greedy_short`` and ``beam_short``
-    (fraction of sequences that end before the target does), ``beam_log_prob_gain`` (mean
-    total log-prob of beam search's sequences minus greedy's), ``beam_not_worse`` (fraction
-    of sequences where beam search's log-prob is at least greedy's, to 1e-4), and, teacher
-    forced, ``ece`` and ``reliability`` (:func:`calibration`, the table as nested lists) and
-    ``confidence`` (mean arg-max probability).
+    The keys of :func:`exposure_bias`, then: ``greedy`` and ``beam`` (sequence
+    accuracy of greedy decoding and of beam search with ``beam_size``),
+    ``beam_normalized`` (beam search ranked by log-prob per token,
+    ``length_penalty=1``), ``greedy_short`` and ``beam_short`` (fraction of
+    sequences that end before the target does), ``beam_log_prob_gain`` (mean
+    total log-prob of beam search's sequences minus greedy's),
+    ``beam_not_worse`` (fraction of sequences where beam search's log-prob is at
+    least greedy's, to 1e-4), and, teacher forced, ``ece`` and ``reliability``
+    (:func:`calibration`, the table as nested lists) and ``confidence`` (mean
+    arg-max probability).
     """
     model, _ = train_sorting(config, train_set)
     source, decoder_input, target = test_set.tensors
+    # length: EOS included
     steps, length = (
         target.shape[1],
         (target != PAD).sum(dim=-1),
-    )  # length: EOS included
+    )
     written = {
         "greedy": model.generate(source, BOS, steps, end_id=EOS),
         "beam": model.generate(
@@ -420,16 +444,19 @@ SEEDS_FILE = "encoder_decoder_seeds.csv"
 
 
 def seed_results() -> pd.DataFrame:
-    """Chapter 9's measures on five seeds, as written by ``scripts/margins.py encoder-decoder``.
+    """Chapter 9's measures on five seeds, as written by ``scripts/margins.py
+    encoder-decoder``.
 
-    One row per seed (initialization and batch order; the data are the chapter's): both
-    tasks at the chapter's budget, the sorting model at the short budget with and without
-    label smoothing, and at the full budget with it (the keys of :func:`train_and_measure`,
-    prefixed), with the machine and the command. The file ships with the package
-    (``helpers/tasks/encoder_decoder_seeds.csv``), so the chapter shows the five-seed spread
-    without training twenty models.
+    One row per seed (initialization and batch order; the data are the
+    chapter's): both tasks at the chapter's budget, the sorting model at the
+    short budget with and without label smoothing, and at the full budget with
+    it (the keys of :func:`train_and_measure`, prefixed), with the machine and
+    the command. The file ships with the package
+    (``helpers/tasks/encoder_decoder_seeds.csv``), so the chapter shows the
+    five-seed spread without training twenty models.
     """
     return shipped_table(
         SEEDS_FILE,
-        f"python scripts/margins.py encoder-decoder --out helpers/tasks/{SEEDS_FILE}",
+        "python scripts/margins.py encoder-decoder --out "
+        f"helpers/tasks/{SEEDS_FILE}",
     )

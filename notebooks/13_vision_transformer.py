@@ -37,10 +37,10 @@
 # - read a ViT's attention, head by head and through attention rollout, and say what such a
 #   map does and does not show.
 #
-# ```{figure} ../book/_static/diagrams/map_12.svg
+# ```{figure} ../book/_static/diagrams/map_13.svg
 # :alt: The book's map of the Transformer: the encoder stack is highlighted, with image patches in place of the token embeddings at its input; the decoder is greyed out.
 # :width: 60%
-# :name: fig-map-12
+# :name: fig-map-13
 #
 # Where this chapter sits in the Transformer: the encoder stack, reading image patches
 # instead of words.
@@ -72,10 +72,7 @@ helpers.seed_everything(0)
 device = helpers.get_device()
 
 # %% tags=["hide-input"]
-import contextlib
 import dataclasses
-import io
-import textwrap
 import time
 
 import matplotlib.pyplot as plt
@@ -84,8 +81,7 @@ import pandas as pd
 import torch
 from torch import nn
 
-from helpers import expect_error as refused
-from helpers import glue, show_source
+from helpers import expect_error, glue, show_source
 from helpers.analysis import count_parameters
 from helpers.checks import check_patchify
 from helpers.parallel import run_in_processes
@@ -113,15 +109,6 @@ from helpers.vit import (
 )
 
 helpers.use_one_thread(device)
-
-
-@contextlib.contextmanager
-def expect_error(kind):
-    """``helpers.expect_error``, its message wrapped to the book's column."""
-    printed = io.StringIO()
-    with contextlib.redirect_stdout(printed), refused(kind):
-        yield
-    print(textwrap.fill(printed.getvalue().strip(), width=78))
 
 
 # %% [markdown]
@@ -763,12 +750,10 @@ def show_attention(indices, title):
     maps = [torch.cat([shares(found["rollout"][int(i)])[None],
                        shares(found["heads"][int(i), -1])])
             for i in indices]  # fmt: skip
-    top = max(
-        m.max().item() for m in maps
-    )  # one colour scale for the whole figure
-    assert all(
-        m[0].max() < top / 2 for m in maps
-    )  # the rollout: at most half the top
+    # one colour scale for the whole figure
+    top = max(m.max().item() for m in maps)
+    # the rollout: at most half the top
+    assert all(m[0].max() < top / 2 for m in maps)
     fig, axes = plt.subplots(
         len(indices),
         columns,

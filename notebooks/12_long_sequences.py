@@ -33,10 +33,10 @@
 # - test whether a model trained on short sequences reads longer ones, and say which
 #   positional encodings let it.
 #
-# ```{figure} ../book/_static/diagrams/map_11.svg
+# ```{figure} ../book/_static/diagrams/map_12.svg
 # :alt: The book's map of the Transformer: every attention box, in the encoder and in the decoder, is highlighted, as the part whose cost grows with the sequence length.
 # :width: 60%
-# :name: fig-map-11
+# :name: fig-map-12
 #
 # Where this chapter sits in the Transformer: every attention box, and what it costs as
 # sequences grow.
@@ -68,9 +68,6 @@ helpers.seed_everything(0)
 device = helpers.get_device()
 
 # %% tags=["hide-input"]
-import contextlib
-import io
-import textwrap
 import time
 
 import matplotlib.pyplot as plt
@@ -80,8 +77,7 @@ import torch.nn.functional as F
 from torch.utils.data import TensorDataset
 from torch.utils.flop_counter import FlopCounterMode
 
-from helpers import expect_error as refused
-from helpers import glue, show_source
+from helpers import expect_error, glue, show_source
 from helpers.analysis import DispatchCounter, peak_cpu_bytes
 from helpers.attention import scaled_dot_product_attention
 from helpers.checks import check_softmax_merge
@@ -112,15 +108,6 @@ from helpers.tasks.shapes import (
 )
 
 helpers.use_one_thread(device)
-
-
-@contextlib.contextmanager
-def expect_error(kind):
-    """``helpers.expect_error``, its message wrapped to the book's column."""
-    printed = io.StringIO()
-    with contextlib.redirect_stdout(printed), refused(kind):
-        yield
-    print(textwrap.fill(printed.getvalue().strip(), width=78))
 
 
 # %% [markdown]
@@ -950,9 +937,8 @@ for kind in KINDS:
         glue(f"ch11_{kind}_at_{name}", f"{by_seed[kind][column].median():.2f}")
 kept = by_seed["alibi"][longest] / by_seed["alibi"][train]  # per seed
 glue("ch11_alibi_kept", f"{kept.median():.0%}")
-learners = by_seed["learned"][
-    by_seed["learned"][train] > 0.5
-]  # seeds that learned the rule
+# seeds that learned the rule
+learners = by_seed["learned"][by_seed["learned"][train] > 0.5]
 glue("ch11_learned_learners", len(learners))
 # Asserted on every seed of the shipped runs (machine default and scalar
 # numerics below):
@@ -967,12 +953,10 @@ assert (
     by_seed["rope"][train].min() > 0.5 and by_seed["rope"][longest].max() < 0.3
 )
 assert (by_seed["rope"][longest] < 0.5 * by_seed["rope"][train]).all()
-assert (
-    by_seed["sinusoidal"][train] < by_seed["none"][train]
-).all()  # seed by seed
-assert (
-    0 < len(learners) < len(by_seed["learned"])
-)  # some seeds learn the rule, some do not
+# seed by seed
+assert (by_seed["sinusoidal"][train] < by_seed["none"][train]).all()
+# some seeds learn the rule, some do not
+assert 0 < len(learners) < len(by_seed["learned"])
 assert (learners[longest] < 0.5 * learners[train]).all()
 print("every claim holds on each of the", len(by_seed["alibi"]), "seeds")
 

@@ -1,0 +1,556 @@
+# ---
+# jupyter:
+#   jupytext:
+#     cell_metadata_filter: -execution,-ExecuteTime
+#     formats: ipynb,py:percent
+#     notebook_metadata_filter: kernelspec,jupytext,-jupytext.text_representation.jupytext_version
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # A GPT that writes Shakespeare
+#
+# Every model so far in this book learned a language that a program made up, so that its
+# answers could be checked exactly. This chapter trains the decoder-only model of
+# {doc}`chapter 10 <10_decoder_only_lm>` on real text: eight plays by Shakespeare, a
+# million characters. It trains on a laptop's CPU in a couple of minutes, is measured on
+# lines it never read against the best simple models of text, and then it writes.
+#
+# After this chapter you will be able to:
+#
+# - prepare real text for a language model: a vocabulary of characters, a held-out split by
+#   position, random training windows;
+# - judge a language model's loss, in nats and bits per character, against honest
+#   baselines, from counting characters to Kneser-Ney $n$-grams;
+# - sample at different temperatures, continue your own prompt past the model's context, and
+#   read what one trained attention head does.
+#
+# ```{figure} ../book/_static/diagrams/map_11.svg
+# :alt: The book's map of the Transformer: the decoder stack without its cross-attention, its embeddings and its output layer are highlighted.
+# :width: 60%
+# :name: fig-map-11
+#
+# Where this chapter sits in the Transformer: chapter 10's decoder-only model, now trained
+# on real text.
+# ```
+
+# %% tags=["hide-cell"]
+# Setup: on Colab, install the book's helpers; everywhere, import, seed and pick a device.
+import sys
+
+# The book's package at the book's version (a release tag, kept in step by a test).
+HELPERS = "attention-book-helpers @ git+https://github.com/attention-book/attention-book@v0.6.0"
+if "google.colab" in sys.modules:
+    import subprocess
+
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", HELPERS], check=True
+    )
+try:
+    import helpers
+except ModuleNotFoundError:  # outside Colab the package must be installed first
+    raise ModuleNotFoundError(
+        f"this notebook needs the book's helpers package; run: pip install '{HELPERS}' "
+        "(or `make lab` in a clone of the book). `pip install helpers` is an unrelated package."
+    ) from None
+from helpers.plotting import use_book_style
+
+use_book_style()
+helpers.seed_everything(0)
+device = helpers.get_device()
+
+# %%
+import math
+import time
+
+import matplotlib.pyplot as plt
+import pandas as pd
+import torch
+
+from helpers import glue, show_source
+from helpers.gpt import GPT
+from helpers.tasks.shakespeare import (
+    CharTokenizer,
+    KneserNeyModel,
+    ShakespeareConfig,
+    attention_maps,
+    known_word_fraction,
+    load_text,
+    shipped_runs,
+    split_text,
+    train_shakespeare,
+    words,
+)
+
+# %% [markdown]
+# ## The text
+#
+# The plays ship with the book's `helpers` package, so nothing is downloaded: Hamlet,
+# Macbeth, King Lear, Othello, Romeo and Juliet, Julius Caesar, The Tempest and Twelfth
+# Night, one after the other. They come from the Python package of the Open Shakespeare
+# project (`shakespeare` 0.6, by the Open Knowledge Foundation), whose texts are Project
+# Gutenberg's editions; the plays are in the public domain, and the package shares its texts
+# under the Creative Commons Attribution licence 2.5. A file beside the text in the
+# repository, `helpers/tasks/shakespeare.md`, records where each play comes from.
+
+# %%
+text = load_text()
+print(f"{len(text):,} characters")
+print(text[2160:2480])
+
+# %% tags=["remove-cell"]
+assert len(text) == 1_055_123
+assert text[2160:2480].count("\n") >= 8  # the excerpt shows several speeches
+glue("shk_chars", f"{len(text):,}")
+
+# %% [markdown]
+# A play on the page is four things: the speaker's name in capitals (or abbreviated, `Ham.`),
+# verse broken into lines, stage directions in square brackets, and blank lines between
+# speeches. A model that writes convincing Shakespeare has to get all four right, and the
+# words as well.
+#
+# ## Characters as tokens
+#
+# The simplest vocabulary is the set of characters the text uses. Every string of the plays
+# can be written with it, nothing has to be learned before training, and the model may write
+# any sequence of characters, misspellings included.
+
+# %%
+tokenizer = CharTokenizer(text)
+print(tokenizer.vocab_size, "characters:")
+print(repr("".join(tokenizer.chars)))
+print(tokenizer.encode("To be, or not to be").tolist())
+
+# %% tags=["remove-cell"]
+assert tokenizer.decode(tokenizer.encode(text[:5000])) == text[:5000]
+assert tokenizer.vocab_size == 76
+glue("shk_vocab", tokenizer.vocab_size)
+glue("shk_uniform", round(math.log(tokenizer.vocab_size), 2))
+
+# %% [markdown]
+# The price is length. A character carries little, so the model's context of 64 tokens is 64
+# characters: a line of verse and a half. A subword tokenizer such as GPT-2's byte-pair
+# encoding ({ref}`chapter 10 <ch10-tokens>`) would fit several lines into the same 64
+# tokens, at the cost of a vocabulary of tens of thousands of tokens, an embedding matrix to
+# match, and far more text to learn them from than a million characters. Its loss would be
+# per token; to compare it with this chapter's, divide by the characters per token.
+#
+# ## Held-out text
+#
+# A model is judged on text it never trained on: here, the last tenth of the text, by
+# position, which is most of Twelfth Night. Choosing random lines instead would be easier
+# and wrong: neighbouring lines share names, words and rhymes, so the test would leak into
+# training.
+
+# %%
+train_text, held_text = split_text(text, held_out=0.1)
+train_ids = tokenizer.encode(train_text)
+held_ids = tokenizer.encode(held_text)
+print(f"train {len(train_ids):,} characters, held out {len(held_ids):,}")
+
+# %% tags=["remove-cell"]
+assert train_text + held_text == text
+assert "TWELFTH NIGHT" in train_text and "TWELFTH NIGHT" not in held_text
+glue("shk_held", f"{len(held_ids):,}")
+
+# %% [markdown]
+# ## What counting achieves
+#
+# Before training anything: what loss is good? The loss is the mean of
+# $-\ln p(\text{next character})$ over the held-out text, in *nats* per character; divided
+# by $\ln 2$, in *bits*. A model that knows nothing spreads its probability evenly over the
+# {glue:text}`shk_vocab` characters and pays $\ln 76 =$ {glue:text}`shk_uniform` nats on
+# every one.
+#
+# Counting does much better. A *character $n$-gram* predicts the next character from the
+# $n - 1$ characters before it, by how often each character followed them in the training
+# text. Its problem is unseen contexts: most strings of six characters never occur. The
+# *interpolated Kneser-Ney* estimate {cite:p}`kneser1995improved,chen1999empirical` handles
+# them by mixing each order with the order below, paying for the mixing with a fixed
+# discount taken off every count. Its lower orders count in how many *different* contexts a
+# string occurs, not how often: "cisco" is frequent only because of "Francisco", so it should
+# not look like a common ending. Both models below are scored on the same characters, each
+# predicted from the characters before it inside its window of 64.
+
+# %%
+orders = [1, 2, 3, 4, 5, 6]
+ngrams = {n: KneserNeyModel(train_text, n, tokenizer.chars) for n in orders}
+ngram_loss = {
+    n: ngram.held_out_loss(held_text, context_length=64)
+    for n, ngram in ngrams.items()
+}
+baselines = pd.DataFrame(
+    {
+        "n": orders,
+        "nats/char": [ngram_loss[n] for n in orders],
+        "bits/char": [ngram_loss[n] / math.log(2) for n in orders],
+    }
+)
+baselines.round(3)
+
+# %% tags=["remove-cell"]
+# Counting is exact; each longer context helps, by less and less (a 7-gram, 18 s more to
+# count, scores 1.550, worse than the 6-gram's 1.541: contexts become too rare).
+losses = [ngram_loss[n] for n in orders]
+assert all(a > b for a, b in zip(losses, losses[1:], strict=False))
+gains = [a - b for a, b in zip(losses, losses[1:], strict=False)]
+assert all(a > b for a, b in zip(gains, gains[1:], strict=False))
+assert 3.3 < ngram_loss[1] < 3.4 and 1.5 < ngram_loss[6] < 1.6
+glue("shk_unigram", round(ngram_loss[1], 2))
+glue("shk_ngram4", round(ngram_loss[4], 2))
+glue("shk_ngram6", round(ngram_loss[6], 2))
+glue("shk_ngram6_bits", round(ngram_loss[6] / math.log(2), 2))
+
+# %% [markdown]
+# Character frequencies alone (the unigram, $n = 1$, {glue:text}`shk_unigram` nats) save
+# about a nat per character over guessing; each longer context saves more, but less each
+# time, as contexts become too rare to count (a 7-gram is already worse than the 6-gram). The
+# 6-gram's
+# {glue:text}`shk_ngram6` nats ({glue:text}`shk_ngram6_bits` bits) per character is the
+# number to beat.
+#
+# ## The model and its training
+#
+# The model is {doc}`chapter 10 <10_decoder_only_lm>`'s `GPT`, sized as nanoGPT's recipe for
+# a laptop {cite:p}`karpathy2022nanogpt`: 4 layers, 4 heads, width 128, a context of 64
+# characters, with LayerNorm and GELU as in GPT-2.
+
+# %%
+config = ShakespeareConfig()
+print(config.model)
+num_parameters = sum(p.numel() for p in GPT(config.model).parameters())
+print(f"{num_parameters:,} parameters")
+
+# %% tags=["remove-cell"]
+glue("shk_params", f"{num_parameters:,}")
+glue("shk_steps", f"{config.steps:,}")
+glue("shk_batch", config.batch_size)
+seen = config.steps * config.batch_size * config.model.context_length
+glue("shk_seen", f"{seen / 1e6:.1f}")
+glue("shk_passes", f"{seen / len(train_ids):.1f}")
+
+# %% [markdown]
+# Training draws batches of {glue:text}`shk_batch` windows of 65 characters at random
+# places in the training text (a window's first 64 characters are the input, its last 64 the
+# targets) and takes {glue:text}`shk_steps` steps of AdamW with warm-up and cosine decay, as
+# in chapter 7: {glue:text}`shk_seen` million characters read, about
+# {glue:text}`shk_passes` passes over the training text. The held-out loss is measured five
+# times along the way.
+
+# %%
+show_source(train_shakespeare)
+
+# %% tags=["nbval-ignore-output"]
+start = time.perf_counter()
+model, history = train_shakespeare(config, train_ids, held_ids, device=device)
+train_seconds = time.perf_counter() - start
+curve = history.dropna(subset=["val_loss"])[["step", "train_loss", "val_loss"]]
+final_loss = curve["val_loss"].iloc[-1]
+print(f"{train_seconds:.0f} s, held-out loss {final_loss:.3f} nats/char")
+curve.round(3)
+
+# %% tags=["remove-cell"]
+# The live run against the same recipe run by scripts/shakespeare_runs.py on seeds 0-2 and
+# against a run four times longer; margins: float bits move a run by a few thousandths.
+runs = shipped_runs()
+recipe = runs[runs["steps"] == config.steps]
+ends = recipe[recipe["step"] == config.steps]["val_loss"]
+assert sorted(recipe["seed"].unique()) == [0, 1, 2]
+assert ends.min() - 0.03 < final_loss < ends.max() + 0.03
+assert ngram_loss[4] < final_loss < ngram_loss[3]  # past a 3-gram, not a 4-gram
+long_run = runs[runs["steps"] == runs["steps"].max()]
+long_end = long_run["val_loss"].iloc[-1]
+glue("shk_train_seconds", round(train_seconds))
+glue("shk_final", round(final_loss, 2))
+glue("shk_final_bits", round(final_loss / math.log(2), 2))
+glue("shk_seeds_low", round(ends.min(), 2))
+glue("shk_seeds_high", round(ends.max(), 2))
+glue("shk_long_steps", f"{runs['steps'].max():,}")
+crossed = long_run[long_run["val_loss"] < ngram_loss[6]]
+assert long_end < ngram_loss[6] - 0.05 and len(crossed) > 0
+glue("shk_long_end", round(long_end, 2))
+glue("shk_long_bits", round(long_end / math.log(2), 2))
+glue("shk_long_cross", f"{crossed['step'].iloc[0]:,}")
+
+# %% tags=["hide-input", "nbval-ignore-output"]
+fig, ax = plt.subplots(figsize=(6.4, 3.6))
+for seed, run in recipe.groupby("seed"):
+    ax.plot(
+        run["step"],
+        run["val_loss"],
+        color="C7",
+        lw=1,
+        marker=".",
+        label="this recipe, seeds 0-2 (shipped)" if seed == 0 else None,
+    )
+ax.plot(
+    long_run["step"],
+    long_run["val_loss"],
+    color="C0",
+    marker=".",
+    label=f"{runs['steps'].max():,} steps, seed 0 (shipped)",
+)
+ax.plot(
+    curve["step"],
+    curve["val_loss"],
+    color="C1",
+    marker="o",
+    label="this page's run",
+)
+for n, style in [(4, ":"), (5, "-."), (6, "--")]:
+    ax.axhline(
+        ngram_loss[n], color="k", ls=style, lw=1, label=f"{n}-gram (Kneser-Ney)"
+    )
+ax.set(
+    xlabel="training step", ylabel="held-out loss (nats/char)", ylim=(1.35, 2.5)
+)
+ax.legend(fontsize=8, ncol=2)
+plt.show()  # fmt: skip
+
+# %% [markdown]
+# **Figure.** Held-out loss during training: this page's run (orange), the same recipe on
+# three seeds (grey), and one run of {glue:text}`shk_long_steps` steps (blue, its schedule
+# stretched to that length), against the Kneser-Ney $n$-grams (black lines). The
+# {glue:text}`shk_steps` steps of this page end at {glue:text}`shk_final` nats per
+# character (seeds 0-2: {glue:text}`shk_seeds_low` to {glue:text}`shk_seeds_high`).
+#
+# The loss falls fast, then slowly. After {glue:text}`shk_train_seconds` seconds of
+# training the model has passed the 3-gram but not the 4-gram: counting what followed every
+# 3-character string of the text still predicts better than what the model learned in
+# {glue:text}`shk_passes` passes over it. Counting is a strong baseline for a small model on
+# a small budget. Training longer changes the order: the run of
+# {glue:text}`shk_long_steps` steps passes the 6-gram after about
+# {glue:text}`shk_long_cross` steps and ends at {glue:text}`shk_long_end` nats per character
+# ({glue:text}`shk_long_bits` bits), where no $n$-gram of the table gets. For comparison,
+# nanoGPT's recipe for a laptop reports "a loss of only 1.88" after 2,000 steps of "about 3
+# minutes" on its tiny-shakespeare file {cite:p}`karpathy2022nanogpt`: another text and
+# another way of measuring, so a landmark rather than a rival.
+#
+# ## Samples
+#
+# A language model writes by sampling: the next character is drawn from the model's
+# distribution, appended, and the model reads the longer text. The *temperature* $\tau$
+# divides the logits before the softmax (chapter 10): below 1 it sharpens the distribution
+# towards the likeliest characters, above 1 it flattens it. Each sample below starts from
+# the same prompt and the same random numbers.
+
+# %% tags=["nbval-ignore-output"]
+prompt = tokenizer.encode("ROMEO.\n")[None]
+for temperature in (0.5, 0.8, 1.0):
+    generator = torch.Generator().manual_seed(1)
+    sample = model.generate(
+        prompt, 250, temperature=temperature, generator=generator
+    )
+    print(f"--- temperature {temperature}")
+    print(tokenizer.decode(sample[0]))
+
+# %% [markdown]
+# At a low temperature the model repeats its safest choices: short common words, the same
+# names. At 1 it writes what it learned, errors included. Either way the form is right
+# before the words are: speakers' names in capitals on a line of their own, lines of verse of
+# the right length, stage directions in brackets, blank lines between speeches. The words are
+# English-like, and often English.
+#
+# ## Play with it
+#
+# Change the prompt, the length and the temperature, and run the cell. The prompt may use
+# any of the {glue:text}`shk_vocab` characters of the plays. The text may be longer than the
+# model's context: past 64 characters each step reads only the last 64, as nanoGPT does, so
+# the model forgets what lies further back.
+
+# %% tags=["nbval-ignore-output"]
+my_prompt = "HAMLET.\nTo be, or not to be"
+my_length = 400
+my_temperature = 0.8
+
+sample = model.generate(
+    tokenizer.encode(my_prompt)[None],
+    my_length,
+    temperature=my_temperature,
+    generator=torch.Generator().manual_seed(0),
+)
+print(tokenizer.decode(sample[0]))
+
+# %% [markdown]
+# ## What it gets right
+#
+# Samples are easy to read generously. A number that is hard to fool: the share of the
+# words a model writes that occur somewhere in the training text.
+
+# %% tags=["nbval-ignore-output"]
+vocabulary = set(words(train_text))
+start_ids = tokenizer.encode("\n")[None]
+generator = torch.Generator().manual_seed(2)
+gpt_sample = tokenizer.decode(
+    model.generate(start_ids, 2000, generator=generator)[0]
+)
+ngram_sample = ngrams[6].sample("\n", 2000, torch.Generator().manual_seed(2))
+known = pd.Series(
+    {
+        "GPT, temperature 1": known_word_fraction(gpt_sample, vocabulary),
+        "6-gram": known_word_fraction(ngram_sample, vocabulary),
+        "held-out text": known_word_fraction(held_text, vocabulary),
+    },
+    name="share of words seen in training",
+)
+known.round(2)
+
+# %% tags=["remove-cell"]
+assert known["held-out text"] > 0.9  # real text: nearly every word was seen
+assert known["GPT, temperature 1"] > 0.6  # mostly real words...
+assert (
+    known["GPT, temperature 1"] < known["6-gram"]
+)  # ...but fewer than counting
+noise = "".join(
+    tokenizer.chars[i]
+    for i in torch.randint(76, (3000,), generator=torch.Generator())
+)
+assert known_word_fraction(noise, vocabulary) < 0.4  # the measure is not fooled
+glue("shk_known_gpt", f"{known['GPT, temperature 1']:.0%}")
+glue("shk_known_ngram", f"{known['6-gram']:.0%}")
+glue("shk_known_held", f"{known['held-out text']:.0%}")
+
+# %% [markdown]
+# {glue:text}`shk_known_gpt` of the words the GPT writes at temperature 1 are real words of
+# the plays, against {glue:text}`shk_known_ngram` for the 6-gram and
+# {glue:text}`shk_known_held` for Shakespeare's own held-out text. The 6-gram spells better
+# because it copies: six characters are most of a word, and it only continues strings it has
+# seen. The GPT generalizes from what it saw, and at this size and training time part of what
+# it generalizes is wrong.
+#
+# ## What one head reads
+#
+# The model has {glue:text}`shk_heads_total` attention heads (4 layers of 4). What does one
+# of them do? A head's weights on a window tell which earlier characters each character
+# reads. Averaged over the held-out windows, one head stands out: head
+# {glue:text}`shk_head` of layer {glue:text}`shk_layer` puts {glue:text}`shk_prev_weight`
+# of its weight on the character just before the one it is at (a head that spread its weight
+# evenly over the earlier characters would put {glue:text}`shk_prev_uniform` there). Here
+# it is on a line of the held-out text.
+
+# %%
+verse = held_text[held_text.index("Be not denied") :][:41]
+print(verse)
+maps = attention_maps(model, tokenizer.encode(verse))  # (layers, heads, T, T)
+print(tuple(maps.shape))
+
+# %% tags=["remove-cell"]
+# Which head reads the previous character most, on average over held-out windows
+probe = held_ids[: 64 * 60 + 1]
+windows = probe[:-1].view(60, 64)
+previous = torch.stack(
+    [
+        attention_maps(model, w).diagonal(-1, -2, -1)[..., 8:].mean(-1)
+        for w in windows
+    ]
+).mean(0)  # (layers, heads)
+layer, head = divmod(int(previous.argmax()), previous.shape[1])
+uniform = (1 / torch.arange(9, 65, dtype=torch.float)).mean()
+assert previous[layer, head] > 0.4 > 3 * uniform  # far from an even spread
+glue("shk_heads_total", previous.numel())
+glue("shk_layer", layer + 1)
+glue("shk_head", head + 1)
+glue("shk_prev_weight", f"{previous[layer, head]:.0%}")
+glue("shk_prev_uniform", f"{uniform:.0%}")
+
+# %% tags=["hide-input"]
+chars = [c if c != "\n" else "⏎" for c in verse]
+fig, ax = plt.subplots(figsize=(6.2, 5.6))
+image = ax.imshow(maps[layer, head], cmap="viridis", vmin=0, vmax=1)
+ax.set_xticks(range(len(chars)), chars, fontsize=8)
+ax.set_yticks(range(len(chars)), chars, fontsize=8)
+ax.set(xlabel="key (the character read)", ylabel="query (the character at)")
+fig.colorbar(image, ax=ax, shrink=0.8, label="attention weight")
+plt.show()
+
+# %% [markdown]
+# **Figure.** The weights of head {glue:text}`shk_head` of layer {glue:text}`shk_layer`
+# on a line of Twelfth Night, one row per character (the query), one column per character it
+# may read (the key; the model is causal, so only the lower triangle can be lit). Look at the
+# bright band just below the diagonal: at almost every character the head reads the one
+# before it. Later layers can then work with pairs of characters, the first step from
+# letters to words. The other heads are more diffuse; which head plays which part changes
+# from one training run to another.
+#
+# ## Summary
+#
+# - Real text needs no new machinery: a vocabulary of characters, a held-out split by
+#   position (never random lines), and random windows of the training text are all it takes
+#   to train chapter 10's model on Shakespeare.
+# - Judge a loss against baselines on the same characters: guessing pays
+#   {glue:text}`shk_uniform` nats per character, character counts
+#   {glue:text}`shk_unigram`, a Kneser-Ney 6-gram {glue:text}`shk_ngram6`.
+# - {glue:text}`shk_train_seconds` seconds of training on a laptop's CPU give
+#   {glue:text}`shk_final` nats per character: past a 3-gram, not yet a 4-gram. Counting is a
+#   strong baseline on a small budget; {glue:text}`shk_long_steps` steps take the model past
+#   the 6-gram, to {glue:text}`shk_long_end`.
+# - Samples get the form of a play (speakers, verse lines, stage directions) before the
+#   words; temperature trades variety for safety.
+# - Generation is not limited by the context: past it, each step reads the last window.
+# - A trained head can be read: one of this model's heads reads the previous character.
+#
+# ## Exercises
+#
+# **1. Temperature and spelling.** Predict, then measure, how the share of real words in a
+# sample of 600 characters changes at temperatures 0.5, 0.8, 1.0 and 1.3.
+#
+# ```{admonition} Solution
+# :class: dropdown
+# A lower temperature moves probability to the likeliest characters, and the likeliest
+# continuation of a word's beginning is usually the rest of a real word: the share rises as
+# the temperature falls, at the price of repetitive text. The next cell measures it (its
+# code is folded).
+# ```
+
+# %% tags=["hide-cell", "nbval-ignore-output"]
+shares = {}
+for temperature in (0.5, 0.8, 1.0, 1.3):
+    sample = model.generate(
+        start_ids,
+        600,
+        temperature=temperature,
+        generator=torch.Generator().manual_seed(3),
+    )
+    shares[temperature] = known_word_fraction(
+        tokenizer.decode(sample[0]), vocabulary
+    )
+pd.Series(shares, name="share of real words").round(2)
+
+# %% tags=["remove-cell"]
+assert shares[0.5] > shares[1.3]
+
+# %% [markdown]
+# **2. Where in the window is it hard?** Every held-out window starts from nothing. Compute
+# the model's loss at each of the 64 positions of a window, averaged over the held-out
+# windows. Which positions are expensive, and why does the loss stop falling long before
+# position 63?
+#
+# ```{admonition} Solution
+# :class: dropdown
+# The first character of a window is predicted from nothing but the unigram statistics the
+# model learned, so it costs about as much as the unigram; each character of context helps,
+# most of all the first few (they fix the word being written). Beyond a word or two, the
+# small model gains little from more context. The next cell computes it.
+# ```
+
+# %% tags=["hide-cell", "nbval-ignore-output"]
+held_windows = held_ids[: (len(held_ids) - 1) // 64 * 64 + 1]
+inputs = held_windows[:-1].view(-1, 64)
+targets = held_windows[1:].view(-1, 64)
+with torch.no_grad():
+    logits = model(inputs)
+by_position = torch.nn.functional.cross_entropy(
+    logits.transpose(1, 2), targets, reduction="none"
+).mean(0)
+print([round(by_position[t].item(), 2) for t in (0, 1, 2, 4, 8, 16, 32, 63)])
+
+# %% tags=["remove-cell"]
+assert by_position[0] > by_position[8:].mean() + 0.8
+assert abs(by_position.mean().item() - final_loss) < 1e-4

@@ -65,7 +65,7 @@ __all__ = [
     "glue",
     "expect_error",
 ]
-__version__ = "0.6.0"
+__version__ = "0.7.0"
 
 
 def seed_everything(seed: int = 0) -> torch.Generator:
@@ -132,7 +132,7 @@ def show_source(obj) -> object:
     it lives.
 
     The first line of the block names the file inside the repository, the lines
-    and the book's version (``# helpers/gpt.py, lines 270-327 (v0.6.0)``), so a
+    and the book's version (``# helpers/gpt.py, lines 270-327 (v<version>)``), so a
     chapter never has to say where its code is. Returns an IPython ``Markdown``
     object (a fenced code block), so the rendered book shows it as code; outside
     IPython it returns the same text as a string.

@@ -1,5 +1,5 @@
 """book/benchmarks.csv, written by `make bench`: every chapter measured, the total within the
-budget (DESIGN.md: 600 s for the whole book on a 2-core CPU), and one figure for the book's time
+budget (DESIGN.md: 660 s for the whole book on a 2-core CPU), and one figure for the book's time
 everywhere: the README quotes the file's total, and the pages read it at build time
 (book/_ext/book_time.py; tests/test_site.py checks the built pages)."""
 
@@ -13,7 +13,7 @@ import subprocess
 import pytest
 from conftest import CHAPTERS, NOTEBOOKS, ROOT
 
-BUDGET_S = 600
+BUDGET_S = 660
 
 
 def rows():

@@ -3,7 +3,7 @@
 ``make bench`` writes that file (one row per notebook, then ``total``). This extension turns its
 total into MyST substitutions, so that every page quoting the book's time shows the figure of
 the last measurement rather than a typed copy: ``{{ book_seconds }}`` (for example ``526``),
-``{{ book_minutes }}`` (``8.8``) and ``{{ book_budget_seconds }}`` (the 600-second budget,
+``{{ book_minutes }}`` (``8.8``) and ``{{ book_budget_seconds }}`` (the 660-second budget,
 DESIGN.md). The README, which GitHub renders without Sphinx, quotes the same total and
 ``tests/test_benchmarks.py`` keeps it equal to the file's. A missing file or total is a build
 error that names ``make bench``. The module imports nothing from Sphinx, so that the unit tests
@@ -14,7 +14,7 @@ import csv
 import pathlib
 
 BENCHMARKS = pathlib.Path(__file__).resolve().parents[1] / "benchmarks.csv"
-BUDGET_SECONDS = 600
+BUDGET_SECONDS = 660
 
 
 def total_seconds(path: pathlib.Path = BENCHMARKS) -> float:

@@ -300,7 +300,7 @@ assert noise_floor < oracle_mse < copy_mse
 # :name: fig-what-each-position-sees
 #
 # Which inputs the output at position 50 depends on in each model (orange: inputs it depends
-# on; grey: inputs it cannot see). The CNN sees 21 samples; attention reaches any position in
+# on; grey: inputs it cannot see). Look at the length of the orange runs. The CNN sees 21 samples; attention reaches any position in
 # one step, while what the LSTM knows about position 0 has to survive 50 steps of its
 # recurrence.
 # ```

@@ -209,8 +209,8 @@ assert not weights[0, :-1].isnan().any()  # only the empty row
 #
 # The encoder-decoder (residuals and norms left out). The two stacks meet only in
 # cross-attention: queries (blue) from the target stream, keys and values (orange, green) from
-# the encoder's memory. The decoder reads the target shifted right by one, a start token
-# first, and predicts the next token at each position.
+# the encoder's memory. Look at the arrows into cross-attention: the decoder reads the target
+# shifted right by one, a start token first, and predicts the next token at each position.
 # ```
 #
 # ## Teacher forcing: how a decoder is trained in one pass

@@ -419,8 +419,8 @@ assert torch.equal(inputs[1:24], targets[:23])
 # :name: fig-decoder-only
 #
 # The decoder-only model. The box repeated $L$ times is chapter 6's pre-norm block with the
-# causal mask (right) inside its attention. At the two ends, one $V \times D$ matrix embeds
-# the tokens and scores the next one (dashed line).
+# causal mask (right) inside its attention. Look at the two ends: one $V \times D$ matrix
+# embeds the tokens and scores the next one (dashed line).
 # ```
 #
 # Every size and choice of the model is one configuration (nanoGPT's layout):
@@ -1132,9 +1132,9 @@ assert valid["τ = 1"] - ngram_valid > 0.35
 # :name: fig-kv-cache
 #
 # Causal attention in training and in generation. In training (top), row $t$ lets query $t$
-# see keys $0..t$, and one pass trains all rows. A generation step needs only the outlined
-# last row: with a cache (bottom), it computes q4, k4 and v4 and reuses the earlier keys and
-# values.
+# see keys $0..t$, and one pass trains all rows. Look at the outlined last row: a generation
+# step needs only that one; with a cache (bottom), it computes q4, k4 and v4 and reuses the
+# earlier keys and values.
 # ```
 #
 # The cache must change nothing but the cost:

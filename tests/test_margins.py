@@ -22,7 +22,7 @@ CHAPTERS = {
     "shapes": 8,
     "encoder-decoder": 9,
     "lm": 10,
-    "long": 11,
+    "long": 12,
 }
 
 
@@ -185,7 +185,7 @@ def test_a_run_writes_its_table_with_the_labels(tmp_path):
     assert list(table["repeat"]) == [0, 1, 2]
     assert (
         table["command"]
-        == f"python scripts/margins.py 11 --part cost --out {out}"
+        == f"python scripts/margins.py 12 --part cost --out {out}"
     ).all()
     # the chapter's claims: tiling keeps a small fraction of the naive peak; a cache is faster
     assert table["tiled/naive memory"].between(0, 0.1).all()

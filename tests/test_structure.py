@@ -178,7 +178,7 @@ def test_every_module_has_a_chapter_in_the_map():
     assert chapters["helpers.masks"] == 2 and chapters["helpers.interop"] == 4
     assert (
         chapters["helpers.tasks.shapes"] == 8
-        and chapters["helpers.efficient"] == 11
+        and chapters["helpers.efficient"] == 12
     )
 
 

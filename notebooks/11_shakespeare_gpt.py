@@ -196,8 +196,7 @@ baselines = pd.DataFrame(
 baselines.round(3)
 
 # %% tags=["remove-cell"]
-# Counting is exact; each longer context helps, by less and less (a 7-gram, 18 s more to
-# count, scores 1.550, worse than the 6-gram's 1.541: contexts become too rare).
+# Counting is exact; each longer context helps, by less and less.
 losses = [ngram_loss[n] for n in orders]
 assert all(a > b for a, b in zip(losses, losses[1:], strict=False))
 gains = [a - b for a, b in zip(losses, losses[1:], strict=False)]
@@ -211,8 +210,7 @@ glue("shk_ngram6_bits", round(ngram_loss[6] / math.log(2), 2))
 # %% [markdown]
 # Character frequencies alone (the unigram, $n = 1$, {glue:text}`shk_unigram` nats) save
 # about a nat per character over guessing; each longer context saves more, but less each
-# time, as contexts become too rare to count (a 7-gram is already worse than the 6-gram). The
-# 6-gram's
+# time, as contexts become too rare to count. The 6-gram's
 # {glue:text}`shk_ngram6` nats ({glue:text}`shk_ngram6_bits` bits) per character is the
 # number to beat.
 #

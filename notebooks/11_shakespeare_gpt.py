@@ -256,7 +256,7 @@ final_loss = curve["val_loss"].iloc[-1]
 print(f"{train_seconds:.0f} s, held-out loss {final_loss:.3f} nats/char")
 curve.round(3)
 
-# %% tags=["remove-cell"]
+# %% tags=["remove-cell", "nbval-ignore-output"]
 # The live run against the same recipe run by scripts/shakespeare_runs.py on seeds 0-2 and
 # against a run four times longer; margins: float bits move a run by a few thousandths.
 runs = shipped_runs()
@@ -403,7 +403,7 @@ known = pd.Series(
 )
 known.round(2)
 
-# %% tags=["remove-cell"]
+# %% tags=["remove-cell", "nbval-ignore-output"]
 assert known["held-out text"] > 0.9  # real text: nearly every word was seen
 assert known["GPT, temperature 1"] > 0.6  # mostly real words...
 assert (
@@ -442,7 +442,7 @@ print(verse)
 maps = attention_maps(model, tokenizer.encode(verse))  # (layers, heads, T, T)
 print(tuple(maps.shape))
 
-# %% tags=["remove-cell"]
+# %% tags=["remove-cell", "nbval-ignore-output"]
 # Which head reads the previous character most, on average over held-out windows
 probe = held_ids[: 64 * 60 + 1]
 windows = probe[:-1].view(60, 64)

@@ -30,7 +30,7 @@ help:
 	@echo "make execute    re-execute notebooks in place and refresh their .py twins (NB=path)"
 	@echo "make bench      every notebook executed, times in book/benchmarks.csv (quiet machine)"
 	@echo "                WHAT=reverse: chapter 7's time to 99.9% (book/bench_reverse.csv)"
-	@echo "                WHAT=decode: chapter 10's decoding step (book/bench_decode.csv)"
+	@echo "                WHAT=decode: chapter 11's decoding step (book/bench_decode.csv)"
 	@echo "make margins    a chapter's claims over seeds: CHAPTER=shapes ARGS=\"--part overfit --seeds 3\""
 	@echo "make venv       create .venv: requirements.txt, PyTorch's CPU build (TORCH_INDEX= for PyPI's)"
 	@echo "make book-venv  create .venv-book: requirements-book.txt, what the website build needs"

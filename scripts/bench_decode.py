@@ -29,7 +29,7 @@ its loop costs, the prompt's pass cancelled out. Per step:
   with ``L``; a cache grown by concatenation copies itself at every step, and a causal mask
   rebuilt at every step writes ``L`` entries, so either makes it grow.
 
-Models: ``chapter`` is chapter 10's timing model (vocabulary 64, width 64, 2 layers, 4 heads);
+Models: ``chapter`` is chapter 11's timing model (vocabulary 64, width 64, 2 layers, 4 heads);
 ``gpt2-small`` is GPT-2 small's shape (vocabulary 50,257, width 768, 12 layers, 12 heads),
 randomly initialized: the weights do not change the cost. Recomputation is skipped for
 contexts above ``--max-recompute`` (default 1024, 256 for gpt2-small on the CPU: one of its

@@ -618,9 +618,10 @@ MAP_PARTS = {
         "dec_in", "dec_emb", "dec_mattn", "dec_xattn", "dec_ffn", "dec_head", "memory",
     },
     "10_decoder_only_lm": {"dec_in", "dec_emb", "dec_mattn", "dec_ffn", "dec_head"},
-    "11_shakespeare_gpt": {"dec_in", "dec_emb", "dec_mattn", "dec_ffn", "dec_head"},
-    "12_long_sequences": {"enc_attn", "dec_mattn", "dec_xattn"},
-    "13_vision_transformer": {
+    "11_generation_cost": {"dec_in", "dec_emb", "dec_mattn", "dec_ffn", "dec_head"},
+    "12_shakespeare_gpt": {"dec_in", "dec_emb", "dec_mattn", "dec_ffn", "dec_head"},
+    "13_long_sequences": {"enc_attn", "dec_mattn", "dec_xattn"},
+    "14_vision_transformer": {
         "enc_in", "enc_emb", "enc_attn", "enc_norm1", "enc_ffn", "enc_norm2", "enc_head",
     },
 }  # fmt: skip
@@ -718,7 +719,7 @@ DIAGRAMS = {
     ),
     "encoder_decoder": (encoder_decoder, "09_encoder_decoder"),
     "decoder_only": (decoder_only, "10_decoder_only_lm"),
-    "kv_cache": (kv_cache, "10_decoder_only_lm"),
+    "kv_cache": (kv_cache, "11_generation_cost"),
     **{
         f"map_{chapter[:2]}": (lambda c=chapter: transformer_map(c), chapter)
         for chapter in MAP_PARTS

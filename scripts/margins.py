@@ -4,7 +4,7 @@
         [--workers W] [--out CSV] [the chapter's own options]
 
 CHAPTER is ``reverse`` (7), ``shapes`` (8), ``encoder-decoder`` (9), ``lm`` (10) or ``long``
-(11); ``python scripts/margins.py CHAPTER --help`` lists its parts and options. Each run uses
+(13); ``python scripts/margins.py CHAPTER --help`` lists its parts and options. Each run uses
 one PyTorch thread per process (``--workers`` training processes side by side where a part
 trains several runs, ``helpers.parallel``) and prints every quantity's min, median and max
 over the seeds; ``--out`` also writes the table, one row per run, with the ``numerics``
@@ -128,7 +128,7 @@ validity and accuracy, and the overfitting run's validation-loss rise and final 
 ``quick`` stops after the samples (no n-gram baseline, no overfitting run). The margins
 measured (seeds 0-3 default numerics, 0-2 scalar) sit in comments beside the chapter's asserts.
 
-Chapter 12, long (``helpers.efficient``, ``helpers.gpt``, ``helpers.tasks.retrieval``)::
+Chapter 13, long (``helpers.efficient``, ``helpers.gpt``, ``helpers.tasks.retrieval``)::
 
     python scripts/margins.py long --part cost
     python scripts/margins.py long --part shapes --seeds 3
@@ -424,7 +424,7 @@ def reverse_ablations(args, seeds) -> pd.DataFrame:
 
 
 # ---------------------------------------------------------------------------------------------
-# Chapter 8: shapes (and chapter 12's shapes part)
+# Chapter 8: shapes (and chapter 13's shapes part)
 
 
 def shapes_data(num_train: int = 20_000):
@@ -795,9 +795,9 @@ def lm_quick(args, seeds) -> pd.DataFrame:
 
 
 # ---------------------------------------------------------------------------------------------
-# Chapter 12: long
+# Chapter 13: long
 
-# The chapter's settings (notebooks/12_long_sequences.py): keep them in step.
+# The chapter's settings (notebooks/13_long_sequences.py): keep them in step.
 NUM_HEADS, D_HEAD, T_LONG, BLOCK = 2, 64, 4096, 256
 SHAPES_TRAIN, SHAPES_EPOCHS, WINDOWS = 16_000, 1, (3, 100)
 KINDS = ("learned", "sinusoidal", "rope", "alibi", "none")
@@ -908,7 +908,7 @@ CHAPTERS = {
     "encoder-decoder": (9, 5, {"seeds": (encoder_decoder_seeds, [])}),
     "lm": (10, 3, {"all": (lm_all, []), "quick": (lm_quick, [])}),
     "long": (
-        12,
+        13,
         3,
         {
             "cost": (long_cost, []),

@@ -1,4 +1,4 @@
-"""Chapter 13 over many seeds, outside the page's budget: the ViT and the CNN on the digits.
+"""Chapter 14 over many seeds, outside the page's budget: the ViT and the CNN on the digits.
 
     python scripts/reproduce_digits.py [--seeds 10] [--sizes 50 100 300] [--workers 2]
         [--device cpu] [--out helpers/tasks/digits_seeds.csv] [--resume]

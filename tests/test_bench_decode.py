@@ -87,7 +87,7 @@ def check_shipped(table: pd.DataFrame, device: str) -> None:
 
 def test_the_shipped_measurements_hold_what_a_cached_step_promises():
     """book/bench_decode.csv (one CPU thread) and book/bench_decode_gpu.csv (an H100), which
-    chapter 10 draws side by side."""
+    chapter 11 draws side by side."""
     check_shipped(pd.read_csv(ROOT / "book" / "bench_decode.csv"), "cpu")
     gpu = pd.read_csv(ROOT / "book" / "bench_decode_gpu.csv")
     check_shipped(gpu, "cuda")

@@ -1,4 +1,4 @@
-"""Grouped-query and multi-query attention (chapter 12): helpers.gpt.CausalSelfAttention with
+"""Grouped-query and multi-query attention (chapter 13): helpers.gpt.CausalSelfAttention with
 ``num_kv_heads`` against PyTorch's ``enable_gqa``, against key/value heads repeated by hand and
 against plain multi-head attention; its cache's memory against helpers.efficient.kv_cache_bytes.
 """

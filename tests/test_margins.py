@@ -22,7 +22,7 @@ CHAPTERS = {
     "shapes": 8,
     "encoder-decoder": 9,
     "lm": 10,
-    "long": 12,
+    "long": 13,
 }
 
 
@@ -80,7 +80,7 @@ def test_the_parts_reproduce_every_measurement_of_the_old_scripts():
 @pytest.mark.parametrize(
     ("args", "names"),
     [
-        (["chapter12"], ["reverse", "encoder-decoder", "12"]),
+        (["chapter13"], ["reverse", "encoder-decoder", "13"]),
         (["shapes", "--part", "ablations"], ["seeds", "overfit"]),
         (["lm", "--quick"], ["unrecognized arguments: --quick"]),
     ],
@@ -166,10 +166,10 @@ def test_attention_dropout_accuracy_puts_the_model_back_as_it_was():
 
 
 def test_a_run_writes_its_table_with_the_labels(tmp_path):
-    """End to end, chapter 12's cost part (about 25 s): the ratios the chapter asserts."""
+    """End to end, chapter 13's cost part (about 25 s): the ratios the chapter asserts."""
     out = tmp_path / "cost.csv"
     result = run_script(
-        "margins.py", "12", "--part", "cost", "--out", str(out), timeout=300
+        "margins.py", "13", "--part", "cost", "--out", str(out), timeout=300
     )
     assert result.returncode == 0, result.stderr
     assert "median" in result.stdout
@@ -185,7 +185,7 @@ def test_a_run_writes_its_table_with_the_labels(tmp_path):
     assert list(table["repeat"]) == [0, 1, 2]
     assert (
         table["command"]
-        == f"python scripts/margins.py 12 --part cost --out {out}"
+        == f"python scripts/margins.py 13 --part cost --out {out}"
     ).all()
     # the chapter's claims: tiling keeps a small fraction of the naive peak; a cache is faster
     assert table["tiled/naive memory"].between(0, 0.1).all()

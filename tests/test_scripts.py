@@ -37,7 +37,7 @@ def test_oldest_constraints_pin_every_dependency_at_its_floor():
     assert tuple(map(int, pins["torch"].split(".")[:2])) >= (
         2,
         5,
-    )  # enable_gqa (chapter 12)
+    )  # enable_gqa (chapter 13)
 
 
 def test_a_dependency_without_a_floor_is_refused(tmp_path):

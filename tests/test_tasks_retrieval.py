@@ -1,4 +1,4 @@
-"""Tests of helpers.tasks.retrieval, chapter 12's length-generalization task."""
+"""Tests of helpers.tasks.retrieval, chapter 13's length-generalization task."""
 
 from __future__ import annotations
 
@@ -108,7 +108,7 @@ def test_scale_brings_the_embeddings_to_one_size():
         ).mean().sqrt().item()
 
     token_rms, position_rms = sizes(None)
-    assert position_rms / token_rms > 20  # the mismatch chapter 12 shows
+    assert position_rms / token_rms > 20  # the mismatch chapter 13 shows
     token_rms, position_rms = sizes("encoding")
     assert 0.5 < position_rms / token_rms < 2
     token_rms, position_rms = sizes("tokens")

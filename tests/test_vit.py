@@ -1,4 +1,4 @@
-"""Tests of helpers.vit (chapter 13's Vision Transformer) and helpers.tasks.digits (its task)."""
+"""Tests of helpers.vit (chapter 14's Vision Transformer) and helpers.tasks.digits (its task)."""
 
 import dataclasses
 import importlib.util

@@ -37,10 +37,10 @@
 # - read a ViT's attention, head by head and through attention rollout, and say what such a
 #   map does and does not show.
 #
-# ```{figure} ../book/_static/diagrams/map_13.svg
+# ```{figure} ../book/_static/diagrams/map_14.svg
 # :alt: The book's map of the Transformer: the encoder stack is highlighted, with image patches in place of the token embeddings at its input; the decoder is greyed out.
 # :width: 60%
-# :name: fig-map-13
+# :name: fig-map-14
 #
 # Where this chapter sits in the Transformer: the encoder stack, reading image patches
 # instead of words.

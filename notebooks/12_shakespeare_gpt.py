@@ -32,10 +32,10 @@
 # - sample at different temperatures, continue your own prompt past the model's context, and
 #   read what one trained attention head does.
 #
-# ```{figure} ../book/_static/diagrams/map_11.svg
+# ```{figure} ../book/_static/diagrams/map_12.svg
 # :alt: The book's map of the Transformer: the decoder stack without its cross-attention, its embeddings and its output layer are highlighted.
 # :width: 60%
-# :name: fig-map-11
+# :name: fig-map-12
 #
 # Where this chapter sits in the Transformer: chapter 10's decoder-only model, now trained
 # on real text.

@@ -33,10 +33,10 @@
 # - test whether a model trained on short sequences reads longer ones, and say which
 #   positional encodings let it.
 #
-# ```{figure} ../book/_static/diagrams/map_12.svg
+# ```{figure} ../book/_static/diagrams/map_13.svg
 # :alt: The book's map of the Transformer: every attention box, in the encoder and in the decoder, is highlighted, as the part whose cost grows with the sequence length.
 # :width: 60%
-# :name: fig-map-12
+# :name: fig-map-13
 #
 # Where this chapter sits in the Transformer: every attention box, and what it costs as
 # sequences grow.
@@ -441,12 +441,12 @@ plt.show()
 #
 # ## Grouped-query and multi-query attention
 #
-# Chapter 10's key/value cache stores, for every layer and position, one key and one value
+# Chapter 11's key/value cache stores, for every layer and position, one key and one value
 # per head. With long contexts and many sequences served at once, that cache fills the GPU's
 # memory, and reading it limits generation speed. *Multi-query attention*
 # {cite}`shazeer2019mqa` keeps all the query heads but one key and one value head;
 # *grouped-query attention* {cite}`ainslie2023gqa` keeps $H_{kv}$ key/value heads, each
-# shared by a group of $H / H_{kv}$ query heads. Chapter 10's `CausalSelfAttention` reads
+# shared by a group of $H / H_{kv}$ query heads. Chapter 11's `CausalSelfAttention` reads
 # `num_kv_heads` from its `GPTConfig`: equal to `num_heads` it is multi-head attention, 1 is
 # multi-query.
 #
@@ -490,7 +490,7 @@ with expect_error(ValueError):
     eight_heads.replace(num_kv_heads=3)
 
 # %% [markdown]
-# Chapter 10's `DispatchCounter` counts the elements every operator writes. Per decoding
+# Chapter 11's `DispatchCounter` counts the elements every operator writes. Per decoding
 # step, for two-layer models of 4 query heads, after prompts of two lengths:
 
 

@@ -1,0 +1,805 @@
+# ---
+# jupyter:
+#   jupytext:
+#     cell_metadata_filter: -execution,-ExecuteTime
+#     formats: ipynb,py:percent
+#     notebook_metadata_filter: kernelspec,jupytext,-jupytext.text_representation.jupytext_version
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # What generation costs
+#
+# {doc}`Chapter 10 <10_decoder_only_lm>` trained a decoder-only model and sampled from it;
+# each new token ran the model again over the whole sequence so far. This chapter asks what
+# a generated token costs and makes it cheaper: a *key/value cache* keeps what earlier steps
+# computed. We count what one step does, time it on a CPU and (from measurements shipped
+# with the book) on an H100 GPU, and weigh the memory the cache takes. Then the same class,
+# configured as GPT-2 small {cite}`radford2019language`, loads GPT-2's weights.
+#
+# After this chapter you will be able to:
+#
+# - decode with a key/value cache, and check that it changes nothing but the cost;
+# - say what a decoding step costs: operators and elements written, time on a CPU and on a
+#   GPU, and the cache's memory from a formula;
+# - configure the book's GPT as GPT-2 small, count its parameters and load GPT-2's weights,
+#   checked against a reference implementation.
+#
+# ```{figure} ../book/_static/diagrams/map_11.svg
+# :alt: The book's map of the Transformer: the decoder stack, without its cross-attention, and the output layer are highlighted; the encoder is greyed out.
+# :width: 60%
+# :name: fig-map-11
+#
+# Where this chapter sits in the Transformer: chapter 10's decoder-only model, now
+# generating one token at a time.
+# ```
+
+# %% tags=["hide-cell"]
+# Setup: on Colab, install the book's helpers; everywhere, import, seed and pick a device.
+import sys
+
+# The book's package at the book's version (a release tag, kept in step by a test).
+HELPERS = "attention-book-helpers @ git+https://github.com/attention-book/attention-book@v0.7.0"
+if "google.colab" in sys.modules:
+    import subprocess
+
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", HELPERS], check=True
+    )
+try:
+    import helpers
+except ModuleNotFoundError:  # outside Colab the package must be installed first
+    raise ModuleNotFoundError(
+        f"this notebook needs the book's helpers package; run: pip install '{HELPERS}' "
+        "(or `make lab` in a clone of the book). `pip install helpers` is an unrelated package."
+    ) from None
+from helpers.plotting import use_book_style
+
+use_book_style()
+helpers.seed_everything(0)
+device = helpers.get_device()
+
+# %%
+import math
+import pathlib
+import textwrap
+import warnings
+
+import matplotlib.pyplot as plt
+import pandas as pd
+import torch
+from torch import nn
+
+# %%
+from helpers import expect_error, glue, show_source
+from helpers.analysis import DispatchCounter, count_parameters
+from helpers.efficient import kv_cache_bytes, median_seconds
+from helpers.gpt import GPT, CausalSelfAttention, GPTConfig, score_bias
+from helpers.interop import load_gpt2
+from helpers.tasks.brackets import (
+    BracketConfig,
+    make_rows,
+    make_strings,
+    per_token_loss,
+    train_brackets,
+)
+
+helpers.use_one_thread(device)
+
+
+def seeded(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+# %% [markdown]
+# ## Two models
+#
+# We need two models. The first has learned something, so that greedy decoding makes clear
+# choices: chapter 10's model, on chapter 10's brackets, trained here for one epoch of its
+# eight (what a step costs does not depend on how well the model learned).
+
+# %% tags=["nbval-ignore-output"]
+train_strings = make_strings(10_000, seeded(1))  # chapter 10's data
+val_strings = make_strings(1_000, seeded(2))
+CONTEXT = BracketConfig().context_length
+train_rows = make_rows(train_strings, CONTEXT)
+val_rows = make_rows(val_strings, CONTEXT)
+lm, _ = train_brackets(BracketConfig(epochs=1), train_rows, val_rows)
+val_loss = per_token_loss(lm, val_rows)
+print(f"validation loss {val_loss:.2f} nats per character "
+      f"(a uniform guess: {math.log(7):.2f})")  # fmt: skip
+
+# %% tags=["remove-cell", "nbval-ignore-output"]
+# measured 1.246 (one epoch, seed 0) on a 2-core CPU; chapter 10's eight epochs reach 1.11
+assert val_loss < 1.35
+
+# %% [markdown]
+# ### GPT-2 small
+#
+# The second model is the size of those actually served: chapter 10's class configured
+# as GPT-2 small, which must then have GPT-2's parameter count. GPT-2 has LayerNorm, biases and GELU's tanh approximation (`norm="layer", bias=True,
+# activation="gelu_tanh"`), 50,257 tokens, 1,024 positions, width 768 and 12 layers of 12
+# heads. On the `meta` device a model has shapes but no memory:
+
+# %%
+GPT2_LIKE = dict(
+    bias=True, norm="layer", activation="gelu_tanh", residual_init="gpt2"
+)
+GPT2_SMALL = GPTConfig(vocab_size=50_257, context_length=1024, d_model=768,
+                       num_layers=12, num_heads=12, **GPT2_LIKE)  # fmt: skip
+with torch.device("meta"):
+    gpt2 = GPT(GPT2_SMALL)
+gpt2_count = count_parameters(gpt2)
+token_table = gpt2.token_embedding.weight.numel()
+position_table = gpt2.position_embedding.weight.numel()
+per_block = count_parameters(gpt2.blocks[0])
+print(f"total {gpt2_count:,}\n = tokens {token_table:,}"
+      f" + positions {position_table:,}\n + 12 x {per_block:,}"
+      f" + final norm {count_parameters(gpt2.final_norm):,}")  # fmt: skip
+
+# %% tags=["remove-cell"]
+assert gpt2.head.weight is gpt2.token_embedding.weight
+assert gpt2_count == 124_439_808
+glue("gen_gpt2_count", f"{gpt2_count:,}")
+glue("gen_gpt2_untied", f"{(gpt2_count + token_table) / 1e6:.1f}")
+
+# %% [markdown]
+# {glue:text}`gen_gpt2_count` parameters: the "124M" by which
+# [GPT-2's released code](https://github.com/openai/gpt-2) names its smallest model (the
+# paper {cite}`radford2019language` reports it as 117M). The token table is counted once;
+# untied, the count would be {glue:text}`gen_gpt2_untied` million.
+#
+# :::{admonition} Going deeper: GPT-2's activation and initialization
+# :class: dropdown
+# GPT-2's feed-forward network applies GELU in its tanh approximation,
+# $\tfrac12 x (1 + \tanh(\sqrt{2/\pi}\,(x + 0.044715 x^3)))$ (`activation="gelu_tanh"`;
+# BERT uses the exact GELU, `"gelu"`; the 2017 Transformer and chapter 10's model use
+# ReLU, the default).
+#
+# GPT-2 also starts its training differently. It scales the weights of the layers that write
+# into the residual stream by $1/\sqrt{N}$ for $N$ residual layers
+# {cite}`radford2019language`: nanoGPT draws the attention's and the feed-forward network's
+# output projections with standard deviation $0.02/\sqrt{2L}$,
+# {glue:text}`gen_gpt2_residual_std` for $L = 12$. The stream is a sum of $2L$ such
+# writes, and independent terms add their variances, so the scaling keeps its size at
+# initialization the same however deep the model is. `residual_init="gpt2"` does that; the
+# default draws them at 0.02, like every other weight. GPT-2's released code draws the
+# position table with standard deviation 0.01, where ours uses 0.02 (a difference at
+# initialization only; loaded weights replace both). The folded cell checks the activations
+# and the initializations on the classes themselves.
+# :::
+
+# %% tags=["hide-cell"]
+torch.manual_seed(0)
+# 12 blocks of width 64, our defaults
+deep = GPTConfig(vocab_size=7, context_length=1024, num_layers=12)
+deep_default = GPT(deep)
+deep_gpt2 = GPT(deep.replace(**GPT2_LIKE))  # and GPT-2's options
+
+
+def residual_std(model):
+    return (
+        torch.stack([b.self_attn.out_proj.weight for b in model.blocks])
+        .std()
+        .item()
+    )
+
+
+gpt2_residual_std = 0.02 / math.sqrt(2 * 12)
+glue("gen_gpt2_residual_std", round(gpt2_residual_std, 4))
+position_std = deep_gpt2.position_embedding.weight.std().item()
+print("default activation ReLU, GPT-2's the tanh GELU:",
+      isinstance(deep_default.blocks[0].ffn.activation, nn.ReLU),
+      deep_gpt2.blocks[0].ffn.activation.approximate == "tanh")  # fmt: skip
+print("residual projections at std 0.02 by default:",
+      abs(residual_std(deep_default) - 0.02) < 0.001)  # fmt: skip
+print("at std 0.02 / sqrt(2L) with residual_init='gpt2':",
+      abs(residual_std(deep_gpt2) - gpt2_residual_std) < 0.0005)  # fmt: skip
+print(
+    "position table at std 0.02, not GPT-2's 0.01:",
+    abs(position_std - 0.02) < 0.001,
+)
+assert isinstance(deep_default.blocks[0].ffn.activation, nn.ReLU)
+assert isinstance(gpt2.blocks[0].ffn.activation, nn.GELU)
+assert deep_gpt2.blocks[0].ffn.activation.approximate == "tanh"
+assert abs(residual_std(deep_default) - 0.02) < 0.001
+assert abs(residual_std(deep_gpt2) - gpt2_residual_std) < 0.0005
+assert abs(position_std - 0.02) < 0.001 and abs(position_std - 0.01) > 0.005
+
+# %% [markdown]
+# ## Generation with a key/value cache
+#
+# Generating $N$ tokens as chapter 10 did runs the model on sequences of length $1, 2, \ldots, N$,
+# and each run recomputes the keys and values of every earlier position, which have not
+# changed (the causal mask guarantees it). A *key/value cache* keeps them: each step
+# computes the new token's query, key and value only, appends the key and value to the
+# cache, and attends over it.
+
+# %% [markdown]
+# ```{figure} ../book/_static/diagrams/kv_cache.svg
+# :alt: Top, a five by five grid of query rows and key columns for training; the cells on and below the diagonal are orange (allowed) and those above are grey (masked), and the last row is outlined in blue. Bottom, generation with a cache: a blue query q4 next to a row of orange keys k0 to k4 and green values v0 to v4, where k4 and v4 are dashed and labelled new, and k0 to k3, v0 to v3 are labelled as reused from the cache.
+# :name: fig-kv-cache
+#
+# Causal attention in training and in generation. In training (top), row $t$ lets query $t$
+# see keys $0..t$, and one pass trains all rows. Look at the outlined last row: a generation
+# step needs only that one; with a cache (bottom), it computes q4, k4 and v4 and reuses the
+# earlier keys and values.
+# ```
+#
+# The cache must change nothing but the cost:
+
+# %%
+prompts = val_rows.tensors[0][:64, :8]  # 8 characters of 64 validation rows
+with_cache = lm.generate(prompts, 40, greedy=True)
+without_cache = lm.generate(prompts, 40, greedy=True, use_cache=False)
+same_tokens = torch.equal(with_cache, without_cache)
+print("same tokens with and without the cache:", same_tokens)
+caches = lm.new_caches(len(prompts))
+with torch.no_grad():
+    steps = [lm(with_cache[:, :8], caches)]
+    steps += [lm(with_cache[:, t : t + 1], caches) for t in range(8, 48)]
+    full = lm(with_cache)
+close = torch.allclose(torch.cat(steps, dim=1), full, atol=1e-4)
+print("cached logits equal full-pass logits (within 1e-4):", close)
+
+# %% tags=["remove-cell"]
+assert same_tokens and close
+
+# %% [markdown]
+# ### What it saves
+#
+# Without a cache, step $t$ runs the per-token layers on $t$ tokens ($O(t)$) and attention
+# on $t \times t$ scores ($O(t^2)$); with one, the layers run on one token and attention
+# on one row ($O(t)$). We time $N$ tokens from an untrained model of chapter 10's size
+# with a longer context (the weights do not change the cost):
+
+# %% tags=["nbval-ignore-output"]
+torch.manual_seed(0)
+timing_model = GPT(GPTConfig(vocab_size=64, context_length=1024)).eval()
+prompt = torch.zeros(1, 1, dtype=torch.long)
+for use_cache in (True, False):  # a warm-up run of each
+    timing_model.generate(prompt, 8, use_cache=use_cache)
+timings = []
+for length in (32, 64, 128, 256, 512):
+    row = {"tokens": length}
+    repeats = 3 if length == 512 else 1  # the speed-up quoted: a median of 3
+    for use_cache in (True, False):
+        seconds = median_seconds(timing_model.generate, prompt, length,
+                                 greedy=True, use_cache=use_cache,
+                                 repeats=repeats, warmup=0)  # fmt: skip
+        row["cache" if use_cache else "no cache"] = seconds
+    timings.append(row)
+timings = pd.DataFrame(timings)
+timings["speed-up"] = timings["no cache"] / timings["cache"]
+timings.round(3)
+
+# %% tags=["remove-cell", "nbval-ignore-output"]
+speedup = timings["speed-up"].iloc[-1]
+glue("gen_cache_speedup", round(speedup, 1))
+glue("gen_cache_longest", int(timings["tokens"].iloc[-1]))
+# measured 10-17x on a loaded 2-core CPU, one thread, default and scalar numerics (the
+# per-step figures: scripts/bench_decode.py); a timing, on a machine that may be busy: a margin
+assert speedup > 4
+
+# %% tags=["hide-input", "nbval-ignore-output"]
+fig, ax = plt.subplots(figsize=(4.5, 2.8))
+for column in ("no cache", "cache"):
+    per_token_ms = timings[column] / timings["tokens"] * 1e3
+    ax.plot(timings["tokens"], per_token_ms, "o-", label=column)
+ax.set(xscale="log", yscale="log", xlabel="tokens generated N",
+       ylabel="milliseconds per token")  # fmt: skip
+ax.xaxis.set_minor_locator(plt.NullLocator())  # only the lengths measured
+ax.set_xticks(timings["tokens"], timings["tokens"])
+ax.yaxis.set_major_formatter(plt.FormatStrFormatter("%g"))
+ax.yaxis.set_minor_formatter(plt.FormatStrFormatter("%g"))
+ax.legend()
+plt.show()
+
+# %% [markdown]
+# **Figure.** Time per generated token against the number generated, on log scales. With
+# the cache (orange) it is nearly flat; without it (blue) it grows with $N$. At
+# {glue:text}`gen_cache_longest` tokens the cache makes generation
+# {glue:text}`gen_cache_speedup` times faster on this CPU (one thread; timings vary, the
+# direction does not). At a few dozen tokens it gains little: a step of a model this small
+# costs mostly the fixed overhead of dispatching its operations.
+#
+# ### What a step costs the host
+#
+# That overhead is what is left when the arithmetic is cheap. `DispatchCounter` counts the
+# operators PyTorch dispatches, the values read back into Python (on a GPU, each makes the
+# host wait), and the elements written, here for one step of `generate` at three contexts:
+
+
+# %% tags=["hide-input"]
+def per_step(model, context, use_cache=True, steps=8):
+    """Operators, value reads and elements written by one step of generate."""
+    prompt = torch.randint(
+        model.vocab_size, (1, context), generator=seeded(context)
+    )
+    counts = []
+    for new in (1, 1 + steps):
+        with DispatchCounter() as counter:
+            model.generate(prompt, new, greedy=True, use_cache=use_cache)
+        counts.append(counter)
+    short, long = counts
+    return {
+        "operators": (long.ops - short.ops) // steps,
+        "not views": (long.non_view_ops - short.non_view_ops) // steps,
+        "value reads": (long.syncs - short.syncs) // steps,
+        "elements written": (long.elements_written - short.elements_written)
+        // steps,
+    }
+
+
+rows = [{"cache": mode, "context": context,
+         **per_step(timing_model, context, mode == "cache")}
+        for mode in ("cache", "no cache")
+        for context in (64, 256, 1000)]  # fmt: skip
+step_costs = pd.DataFrame(rows).set_index(["cache", "context"])
+step_costs
+
+# %% tags=["remove-cell"]
+cached = step_costs.loc["cache"]
+# the same work at every cache length: operators, and elements written (so no copy of
+# the cache, no mask over its keys); and no value read back into Python
+assert (cached == cached.iloc[0]).all().all() and cached["value reads"].eq(
+    0
+).all()
+recomputed = step_costs.loc["no cache"]
+# as many operators, on more positions:
+assert recomputed["operators"].nunique() == 1
+assert recomputed["elements written"].is_monotonic_increasing
+glue("gen_step_ops", int(cached["operators"].iloc[0]))
+glue("gen_step_launches", int(cached["not views"].iloc[0]))
+glue("gen_step_elements", f"{int(cached['elements written'].iloc[0]):,}")
+glue("gen_recompute_launches", int(recomputed["not views"].iloc[0]))
+glue(
+    "gen_recompute_elements",
+    f"{int(recomputed['elements written'].iloc[-1]):,}",
+)
+glue("gen_step_longest", f"{cached.index[-1]:,}")
+
+# %% [markdown]
+# With the cache, a step dispatches {glue:text}`gen_step_ops` operators
+# ({glue:text}`gen_step_launches` of them not views, each a kernel) and writes
+# {glue:text}`gen_step_elements` elements at every context, and never reads a value back.
+# Without it, at {glue:text}`gen_step_longest` tokens a step writes
+# {glue:text}`gen_recompute_elements` elements.
+#
+# :::{admonition} Going deeper: why a cached step's cost does not grow
+# :class: dropdown
+# Three choices make it so, and each is easy to get wrong:
+#
+# - the cache is *preallocated*: `KVCache` allocates room for the prompt plus every new
+#   token on first use, and each step writes one position into it. A cache that grows by
+#   concatenation, `torch.cat([cached, new])`, copies everything it holds at every step, so
+#   the elements written grow with the context;
+# - a step's single query may read every cached key, so it builds no mask at all; a causal
+#   mask rebuilt at every step writes one entry per cached key;
+# - the loop reads no value back: the prompt's tokens are checked once before it (the
+#   generated ones are in the vocabulary by construction), and with an `end_id` the test
+#   "has every sequence ended?" runs every step on the CPU, where it costs nothing, but only
+#   every `GPT.END_CHECK_EVERY` steps on a GPU (the output is the same: the extra steps
+#   write padding).
+# :::
+#
+# ### On a GPU
+#
+# Whether arithmetic or dispatch sets the speed depends on the machine. The same step, timed
+# on one CPU thread and on an NVIDIA H100 GPU, for chapter 10's model and for GPT-2 small's
+# shape (measured by a longer run of the same code, shipped with the book):
+
+
+# %% tags=["hide-input"]
+def shipped_benchmark(name: str) -> pd.DataFrame | None:
+    """A file of the book's `book/` folder, or None outside a clone."""
+    checkout = pathlib.Path(helpers.__file__).resolve().parents[1]
+    for folder in (checkout, pathlib.Path.cwd(), pathlib.Path.cwd().parent):
+        if (folder / "book" / name).is_file():
+            return pd.read_csv(folder / "book" / name)
+    print(
+        f"book/{name} ships with the book's repository: clone it to draw this"
+    )
+    return None
+
+
+cpu_bench = shipped_benchmark("bench_decode.csv")
+gpu_bench = shipped_benchmark("bench_decode_gpu.csv")
+if cpu_bench is not None and gpu_bench is not None:
+    bench = pd.concat([cpu_bench, gpu_bench])
+    bench["ms"] = bench["seconds_per_step"] * 1e3
+    per_step_ms = bench.pivot_table(
+        index=["model", "context"], columns=["device", "mode"], values="ms"
+    )
+    fig, axes = plt.subplots(1, 2, figsize=(7.5, 2.9))
+    titles = {
+        "chapter": "chapter 10's model",
+        "gpt2-small": "GPT-2 small's shape",
+    }
+    styles = {("cpu", "cache"): ("C1", "o-"), ("cpu", "no cache"): ("C0", "o-"),
+              ("cuda", "cache"): ("C1", "s--"),
+              ("cuda", "no cache"): ("C0", "s--")}  # fmt: skip
+    for ax, (model_name, title) in zip(axes, titles.items(), strict=True):
+        for (dev, mode), (color, style) in styles.items():
+            line = per_step_ms.loc[model_name, (dev, mode)].dropna()
+            label = f"{'H100' if dev == 'cuda' else 'CPU'}, {mode}"
+            ax.plot(line.index, line, style, color=color, label=label)
+        ax.set(xscale="log", yscale="log", title=title, xlabel="context")
+        ax.set_xticks([64, 256, 1024, 2048], ["64", "256", "1024", "2048"])
+        ax.xaxis.set_minor_locator(plt.NullLocator())
+        ax.yaxis.set_major_formatter(plt.FormatStrFormatter("%g"))
+    axes[0].set_ylabel("milliseconds per step")
+    axes[0].legend(fontsize=7, loc="upper left")
+    plt.show()
+
+# %% tags=["remove-cell"]
+if cpu_bench is not None and gpu_bench is not None:
+    ms = per_step_ms
+    small_cpu = ms.loc["chapter", ("cpu", "cache")].dropna()
+    small_gpu = ms.loc["chapter", ("cuda", "cache")]
+    small_saving = ms.loc["chapter", ("cuda", "no cache")] / small_gpu
+    big_gpu = ms.loc["gpt2-small", ("cuda", "cache")]
+    big_recompute = ms.loc["gpt2-small", ("cuda", "no cache")]
+    big_cpu = ms.loc["gpt2-small", ("cpu", "cache")].dropna()
+    gpu_rows = gpu_bench.set_index(["model", "mode", "context"])
+    small_ops = gpu_rows.loc[("chapter", "cache", 64)]
+    # GPT-2 small's float32 weights, read once per token, at the H100's ~3 TB/s
+    H100_BYTES_PER_SECOND = 3e12
+    weights_ms = gpt2_count * 4 / H100_BYTES_PER_SECOND * 1e3
+    # the chapter's model: slower on the GPU than on one CPU thread, at every context
+    assert (small_gpu.loc[small_cpu.index] > small_cpu).all()
+    assert small_gpu.min() > 0.8 and small_gpu.max() < 1.1
+    assert small_cpu.min() > 0.4 and small_cpu.max() < 0.7
+    assert small_saving.min() > 1.2 and small_saving.max() < 1.6
+    # GPT-2 small: the cached step is flat; recomputation grows with the context
+    assert big_gpu.max() / big_gpu.min() < 1.15 and big_gpu.min() > 3.0
+    assert 3.0 < (big_recompute / big_gpu).loc[1024] < 3.5
+    assert 5.2 < (big_recompute / big_gpu).loc[2048] < 6.0
+    assert big_cpu.min() > 90 and big_cpu.max() < 160
+    # launch-bound: the step takes over 15 times the time to read the weights once
+    assert big_gpu.min() / weights_ms > 15
+    machines = bench.groupby("device")["machine"].first()
+    glue("gen_gpu_machine", machines["cuda"])
+    glue("gen_cpu_machine", machines["cpu"])
+    glue("gen_gpu_small_ms", f"{small_gpu.min():.1f}-{small_gpu.max():.1f}")
+    glue("gen_cpu_small_ms", f"{small_cpu.min():.1f}-{small_cpu.max():.1f}")
+    glue("gen_gpu_small_saving",
+         f"{small_saving.min():.1f}-{small_saving.max():.1f}")  # fmt: skip
+    glue("gen_gpu_small_ops", int(small_ops["ops_per_step"]))
+    glue("gen_gpu_small_launches", int(small_ops["non_view_ops_per_step"]))
+    glue("gen_gpt2_gpu_ms", f"{big_gpu.min():.1f}-{big_gpu.max():.1f}")
+    glue("gen_gpt2_recompute_64", round(big_recompute.loc[64], 1))
+    glue("gen_gpt2_recompute_1024", round(big_recompute.loc[1024], 1))
+    glue("gen_gpt2_recompute_2048", round(big_recompute.loc[2048]))
+    glue(
+        "gen_gpt2_saving_1024",
+        round(big_recompute.loc[1024] / big_gpu.loc[1024], 1),
+    )
+    glue(
+        "gen_gpt2_saving_2048",
+        round(big_recompute.loc[2048] / big_gpu.loc[2048], 1),
+    )
+    glue(
+        "gen_gpt2_cpu_ms",
+        f"{round(big_cpu.min(), -1):.0f}-{round(big_cpu.max(), -1):.0f}",
+    )
+    glue("gen_weights_read_ms", round(weights_ms, 2))
+    glue("gen_launch_bound_ratio", round(big_gpu.min() / weights_ms))
+
+# %% [markdown]
+# **Figure.** Time per decoding step against the context, on log scales: one thread of
+# {glue:text}`gen_cpu_machine` (circles, solid) and {glue:text}`gen_gpu_machine`
+# (squares, dashed), with the cache (orange) and without it (blue). Left, chapter 10's
+# model; right, a model of GPT-2 small's shape.
+#
+# For chapter 10's model the GPU is the *slower* machine: a cached step takes
+# {glue:text}`gen_gpu_small_ms` ms on the H100 against {glue:text}`gen_cpu_small_ms` ms
+# on one CPU thread, and the cache saves only {glue:text}`gen_gpu_small_saving` times. The
+# arithmetic takes microseconds; the time goes to launching the step's
+# {glue:text}`gen_gpu_small_ops` operators. The step is *launch-bound*. GPT-2 small's shape
+# shows the cache's promise: {glue:text}`gen_gpt2_gpu_ms` ms per cached step at every
+# context, while recomputation takes {glue:text}`gen_gpt2_recompute_64` ms at 64 positions,
+# {glue:text}`gen_gpt2_recompute_1024` ms at 1,024 ({glue:text}`gen_gpt2_saving_1024`
+# times the cached step) and {glue:text}`gen_gpt2_recompute_2048` ms at 2,048
+# ({glue:text}`gen_gpt2_saving_2048` times); one CPU thread needs
+# {glue:text}`gen_gpt2_cpu_ms` ms per cached step. Even so the H100 is far from its limit:
+# reading GPT-2 small's {glue:text}`gen_gpt2_weights_mb` MB of float32 weights once per
+# token at its ~3 TB/s takes {glue:text}`gen_weights_read_ms` ms, and the step takes
+# {glue:text}`gen_launch_bound_ratio` times that, spent in launches, not arithmetic.
+#
+# The full `CausalSelfAttention`, with the cache and chapter 13's options (grouped-query
+# heads {cite}`ainslie2023gqa`, multi-query {cite}`shazeer2019mqa`, a sliding window
+# {cite}`beltagy2020longformer`, RoPE or ALiBi), and the function that builds its mask:
+
+# %% tags=["hide-output"]
+show_source(CausalSelfAttention)
+
+# %% tags=["hide-output"]
+show_source(score_bias)
+
+# %% [markdown]
+# ### What it costs: memory
+#
+# For each layer the cache holds a key and a value of $d_\text{head}$ numbers per key/value
+# head, per position, per sequence:
+#
+# $$\text{cache bytes} = 2 \times L \times H_{kv} \times d_\text{head} \times T \times B \times \text{bytes per number}.$$
+
+
+# %% tags=["hide-input"]
+def held_bytes(caches) -> int:
+    """The memory the caches' tensors keep alive: each storage counted once."""
+    storages = {}
+    for cache in caches:
+        for tensor in (cache.keys, cache.values):
+            storages[tensor.untyped_storage().data_ptr()] = (
+                tensor.untyped_storage().nbytes()
+            )
+    return sum(storages.values())
+
+
+caches = lm.new_caches(8, capacity=64)  # room for 64 positions, on first use
+with torch.no_grad():
+    lm(train_rows.tensors[0][:8, :63], caches)  # 8 sequences of 63 tokens
+    counted_after_pass = sum(cache.memory_bytes() for cache in caches)
+    held_after_pass = held_bytes(caches)
+    lm(train_rows.tensors[0][:8, 63:], caches)  # and one more token each: 64
+counted = sum(cache.memory_bytes() for cache in caches)  # elements x 4 bytes
+gpt2_cache = kv_cache_bytes(12, 12, 64, 1024, bytes_per_element=4)
+print(f"chapter 10's model, 8 x 64 tokens: {counted:,} bytes\n"
+      f"GPT-2 small, one sequence of 1,024: {gpt2_cache:,} bytes")  # fmt: skip
+
+# %% tags=["remove-cell"]
+# the formula above, as helpers.efficient.kv_cache_bytes (float32: 4 bytes per number)
+assert counted == kv_cache_bytes(
+    2, 4, 16, 64, batch_size=8, bytes_per_element=4
+)
+counted_63 = kv_cache_bytes(2, 4, 16, 63, batch_size=8, bytes_per_element=4)
+assert counted_after_pass == counted_63
+# what is allocated is the capacity, from the first pass on: the formula at T = 64
+assert held_after_pass == held_bytes(caches) == counted
+assert sum(cache.allocated_bytes() for cache in caches) == counted
+glue("gen_small_cache_kb", round(counted / 1024))
+glue("gen_small_cache_after_pass_kb", round(counted_after_pass / 1024))
+glue("gen_gpt2_cache_mb", round(gpt2_cache / 1e6, 1))
+glue("gen_gpt2_weights_mb", round(gpt2_count * 4 / 1e6))
+glue("gen_gpt2_batch_equal", math.ceil(gpt2_count * 4 / gpt2_cache))
+
+# %% [markdown]
+# For our model and 8 sequences of 64 tokens the caches hold
+# {glue:text}`gen_small_cache_kb` KiB, what the formula gives. For GPT-2 small in float32,
+# one sequence of 1,024 tokens takes {glue:text}`gen_gpt2_cache_mb` MB, beside
+# {glue:text}`gen_gpt2_weights_mb` MB of weights: from a batch of
+# {glue:text}`gen_gpt2_batch_equal` sequences on, the cache outweighs the model.
+#
+# :::{admonition} Going deeper: a preallocated cache
+# :class: dropdown
+# The caches above were made with room for 64 positions, and hold that much from their
+# first use on: right after the pass over 63 tokens, when the filled part counts
+# {glue:text}`gen_small_cache_after_pass_kb` KiB, their storage already takes the
+# formula's bytes at 64 positions. `generate` asks for the prompt's length plus the tokens
+# to generate, so its caches are allocated once and never move.
+# :::
+#
+# (ch11-same-as-gpt2)=
+# ## The same model as GPT-2
+#
+# Configured as GPT-2, the class is GPT-2. `load_gpt2` copies a checkpoint of the
+# `transformers` library's GPT-2 into it, renaming (`h.0.attn.c_attn` is
+# `blocks[0].self_attn.qkv_proj`) and transposing: GPT-2 stores its matrices as (in, out),
+# `nn.Linear` as (out, in).
+#
+# A state dict records shapes, not every choice behind them: a model with 2 or 8 heads fits
+# a 4-head checkpoint's tensors exactly. So `load_gpt2` also takes the checkpoint's
+# `GPT2Config` and, before copying anything, checks the model against both: from the
+# tensors, the layers, width, vocabulary, context, every shape, the biases and a tied head;
+# from the configuration, the heads, the activation, the attention's scaling
+# (`scale_attn_weights`, `scale_attn_by_inverse_layer_idx`) and `layer_norm_epsilon`.
+#
+# The reference here is a small GPT-2 with random weights (the book runs offline), drawn
+# with standard deviation {glue:text}`gen_reference_std` rather than 0.02, so that GELU and
+# its tanh approximation differ visibly in the logits:
+
+# %%
+REFERENCE_STD = 0.2  # GPT2Config's initializer_range; GPT-2's own is 0.02
+try:
+    with warnings.catch_warnings():  # tqdm's, about Jupyter widgets
+        warnings.filterwarnings("ignore", message="IProgress not found")
+        from transformers import GPT2Config, GPT2LMHeadModel
+except ModuleNotFoundError:  # Colab ships it
+    GPT2LMHeadModel = None
+    print(
+        "This section needs the transformers package: pip install transformers"
+    )
+if GPT2LMHeadModel is not None:
+    torch.manual_seed(0)
+    sizes = dict(n_layer=2, n_embd=32, n_head=4, vocab_size=64, n_positions=16)
+    config = GPT2Config(**sizes, initializer_range=REFERENCE_STD,
+                        bos_token_id=0, eos_token_id=None)  # fmt: skip
+    reference = GPT2LMHeadModel(config).eval()
+    tiny_gpt2 = GPTConfig(
+        vocab_size=64, context_length=16, d_model=32, **GPT2_LIKE
+    )
+    ours = GPT(tiny_gpt2)
+    load_gpt2(ours, reference.state_dict(), config=config).eval()
+    tokens = torch.randint(64, (4, 16), generator=seeded(0))
+    with torch.no_grad():
+        gpt2_error = (ours(tokens) - reference(tokens).logits).abs().max()
+    print("logits agree within 1e-4:", gpt2_error.item() < 1e-4)
+
+# %% tags=["remove-cell"]
+if GPT2LMHeadModel is not None:
+    assert gpt2_error < 1e-4
+glue("gen_gpt2_atol", "1e-4")
+glue("gen_reference_std", REFERENCE_STD)
+
+# %% [markdown]
+# The logits agree within {glue:text}`gen_gpt2_atol`, and so do greedy tokens, with and
+# without the cache. The agreement can fail: an untransposed square output projection, or
+# the exact GELU, moves the logits by more than the tolerance (folded cells).
+
+# %% tags=["hide-input"]
+if GPT2LMHeadModel is not None:
+    prompt = tokens[:, :4]
+    # an explicit mask: else generate() masks prompt tokens equal to the pad id
+    everything = torch.ones_like(prompt)
+    expected = reference.generate(prompt, attention_mask=everything,
+                                  max_new_tokens=12, do_sample=False,
+                                  pad_token_id=0)  # fmt: skip
+    same_greedy = []
+    for use_cache in (True, False):
+        ours_tokens = ours.generate(
+            prompt, 12, greedy=True, use_cache=use_cache
+        )
+        same_greedy.append(torch.equal(ours_tokens, expected))
+        print(f"greedy tokens equal generate()'s, use_cache={use_cache}:",
+              same_greedy[-1])  # fmt: skip
+
+# %% tags=["remove-cell"]
+if GPT2LMHeadModel is not None:
+    assert all(same_greedy)
+
+# %% tags=["hide-input"]
+if GPT2LMHeadModel is not None:
+    flipped = GPT(tiny_gpt2).eval()
+    load_gpt2(flipped, reference.state_dict(), config=config)
+    with torch.no_grad():
+        for index, block in enumerate(flipped.blocks):
+            # GPT-2's (in, out), as it is
+            conv1d = reference.state_dict()[
+                f"transformer.h.{index}.attn.c_proj.weight"
+            ]
+            block.self_attn.out_proj.weight.copy_(conv1d)
+        untransposed = (
+            (flipped(tokens) - reference(tokens).logits).abs().max().item()
+        )
+        for block in ours.blocks:  # the exact GELU, not its tanh approximation
+            block.ffn.activation = nn.GELU()
+        exact_gelu = (
+            (ours(tokens) - reference(tokens).logits).abs().max().item()
+        )
+        for block in ours.blocks:
+            block.ffn.activation = nn.GELU(approximate="tanh")  # back
+    print("untransposed Conv1D: logits differ by more than 1e-4:",
+          untransposed > 1e-4)  # fmt: skip
+    print("exact GELU: logits differ by more than 1e-4:", exact_gelu > 1e-4)
+
+# %% tags=["remove-cell"]
+if GPT2LMHeadModel is not None:
+    assert untransposed > 1e-4 and exact_gelu > 1e-4
+
+# %% [markdown]
+# A model built otherwise is refused, with the mismatch named: a 2-head model, which the
+# tensors alone cannot tell from 4 heads, and chapter 10's own activation, ReLU:
+
+# %%
+if GPT2LMHeadModel is not None:
+    refused = []
+    for wrong in (tiny_gpt2.replace(num_heads=2),
+                  tiny_gpt2.replace(activation="relu")):  # fmt: skip
+        try:
+            load_gpt2(GPT(wrong), reference.state_dict(), config=config)
+        except ValueError as error:
+            refused.append(wrong)
+            print(textwrap.fill(f"refused: {error}", 80))
+
+# %% tags=["remove-cell"]
+if GPT2LMHeadModel is not None:
+    assert len(refused) == 2
+    # without a configuration, a 2-head model is refused too: the head count is required
+    two_heads = GPT(tiny_gpt2.replace(num_heads=2))
+    with expect_error(TypeError):
+        load_gpt2(two_heads, reference.state_dict())
+    # the released weights file has no "transformer." prefix: it loads the same
+    prefixless = {
+        key.removeprefix("transformer."): value
+        for key, value in reference.state_dict().items()
+        if key != "lm_head.weight"
+    }
+    again = load_gpt2(GPT(tiny_gpt2), prefixless, config=config).eval()
+    with torch.no_grad():
+        assert torch.equal(again(tokens), ours(tokens))
+
+# %% [markdown]
+# Online, the same lines load the released GPT-2 small and sample from it:
+#
+# ```python
+# from transformers import GPT2LMHeadModel, GPT2TokenizerFast
+#
+# released = GPT2LMHeadModel.from_pretrained("gpt2")  # downloads the weights
+# tokenizer = GPT2TokenizerFast.from_pretrained("gpt2")
+# model = GPT(GPT2_SMALL)
+# load_gpt2(model, released.state_dict(), config=released.config).eval()
+# prompt = torch.tensor([tokenizer.encode("The attention mechanism")])
+# text = model.generate(prompt, 40, temperature=0.8, top_k=40,
+#                       generator=seeded(0))
+# print(tokenizer.decode(text[0]))
+# ```
+
+# %% [markdown]
+# ## Summary
+#
+# - A key/value cache keeps every layer's keys and values, so a step computes one token's
+#   query, key and value and attends over the cache. The tokens and logits are those of a
+#   full pass; the work of a step stays flat in the context
+#   ({glue:text}`gen_cache_speedup` times faster at {glue:text}`gen_cache_longest` tokens
+#   here).
+# - Its memory is linear in layers, key/value heads, positions and batch: for GPT-2 small,
+#   {glue:text}`gen_gpt2_cache_mb` MB per sequence of 1,024 tokens, and more than the
+#   weights from a batch of {glue:text}`gen_gpt2_batch_equal` on.
+# - A model this small is launch-bound on a GPU ({glue:text}`gen_gpu_small_ms` ms per step
+#   on an H100, slower than one CPU thread); at GPT-2 small's size the cached step stays at
+#   {glue:text}`gen_gpt2_gpu_ms` ms while recomputation grows.
+# - Configured as GPT-2 small, the book's class has {glue:text}`gen_gpt2_count` parameters
+#   and, loaded with GPT-2's weights, GPT-2's logits and greedy tokens.
+#
+# ## Exercises
+#
+# 1. **The cache of a bigger model.** A model has 32 layers, 32 query heads of width 128 and
+#    8 key/value heads, and keeps its cache in bfloat16 (2 bytes). How much cache does one
+#    sequence of 4,096 tokens need? And with as many key/value heads as query heads?
+#
+# :::{admonition} Solution
+# :class: dropdown
+# $2 \times 32 \times 8 \times 128 \times 4096 \times 2$ bytes $= 536{,}870{,}912$ bytes,
+# 512 MiB; with 32 key/value heads four times as much, 2 GiB per sequence.
+# `kv_cache_bytes(32, 8, 128, 4096)` computes it (bfloat16 is its default). Grouped-query
+# attention (chapter 13) exists because of this line.
+# :::
+#
+# 2. **Operators per layer.** Count a cached step's operators with `per_step` (above) for
+#    models of 1, 2 and 4 layers, `GPT(GPTConfig(vocab_size=64, context_length=256,
+#    num_layers=L))`. How does the count grow with $L$? What does that say about the time of
+#    a step of a deep, small model on a GPU?
+#
+# :::{admonition} Solution
+# :class: dropdown
+# ```python
+# for layers in (1, 2, 4):
+#     config = GPTConfig(vocab_size=64, context_length=256, num_layers=layers)
+#     print(layers, per_step(GPT(config).eval(), 64)["operators"])
+# ```
+# Each block adds the same number of operators, so the count is a constant (embedding,
+# final norm, head, sampling) plus a fixed number per layer. On a launch-bound GPU a step's
+# time grows with the number of layers even when each layer's arithmetic is negligible.
+# :::
+
+
+# %% tags=["remove-cell"]
+assert kv_cache_bytes(32, 8, 128, 4096) == 536_870_912
+assert kv_cache_bytes(32, 32, 128, 4096) == 4 * 536_870_912
+operators = []
+for layers in (1, 2, 4):
+    torch.manual_seed(0)
+    config = GPTConfig(vocab_size=64, context_length=256, num_layers=layers)
+    operators.append(per_step(GPT(config).eval(), 64)["operators"])
+per_layer = operators[1] - operators[0]
+print(operators)
+assert per_layer > 0 and operators[2] - operators[1] == 2 * per_layer

@@ -33,11 +33,11 @@ reads the chapters from the table below), and no two modules import each other.
 | 8 triangles and boxes | ``tasks.shapes`` (data, models, local oracle, training recipe) |
 | 8 runs side by side | ``parallel`` (``run_in_processes``) |
 | 9 encoder-decoder | ``transformer`` (decoder side), ``tasks.corners``, ``tasks.sorting`` |
-| 10 decoder-only model | ``gpt`` (GPT, key/value cache, sampling), ``tasks.brackets`` |
-| 10 GPT-2's weights | ``interop`` (``load_gpt2``) |
-| 11 Shakespeare | ``tasks.shakespeare`` (the text, characters, n-grams, training) |
-| 12 long sequences | ``efficient`` (tiled attention, window reach, costs), ``tasks.retrieval`` |
-| 13 vision transformer | ``vit`` (patches, 2-D positions, the ViT, rollout), ``tasks.digits`` |
+| 10 decoder-only model | ``gpt`` (GPT, sampling, key/value cache), ``tasks.brackets`` |
+| 11 what generation costs | ``interop`` (``load_gpt2``), ``analysis`` (``DispatchCounter``) |
+| 12 Shakespeare | ``tasks.shakespeare`` (the text, characters, n-grams, training) |
+| 13 long sequences | ``efficient`` (tiled attention, window reach, costs), ``tasks.retrieval`` |
+| 14 vision transformer | ``vit`` (patches, 2-D positions, the ViT, rollout), ``tasks.digits`` |
 | figures, every chapter | ``plotting`` |
 | diagrams, every chapter | ``diagrams`` (drawn by ``scripts/make_diagrams.py``) |
 | exercises, every chapter | ``checks`` |
@@ -75,7 +75,7 @@ def seed_everything(seed: int = 0) -> torch.Generator:
     Use the returned generator where a notebook wants its own stream of random
     numbers that later cells cannot disturb.
     """
-    seed = _validate.non_negative_int("seed", seed)
+    _validate.non_negative_int("seed", seed)
     if seed >= 2**32:
         raise ValueError(
             f"seed must be in [0, 2**32), got {seed}; pick a smaller "

@@ -11,9 +11,15 @@ Where a check lives:
   (``MultiHeadAttention``, ``GPT``, ``VisionTransformer`` ...), so that a shown
   class is its computation plus one line of checks;
 * beside its code, a check that belongs to one function or class the chapters do
-  not show (``helpers.interop``'s comparisons of foreign modules, a task's own
-  data rules): it reads best next to what it protects, and nothing else needs
-  it.
+  not show, or to one task (``helpers.interop``'s comparisons of foreign
+  modules, a task's own data and layer rules, as in ``helpers.tasks.shapes``):
+  it reads best next to what it protects, and nothing else needs it.
+
+A check only checks: it raises, or it returns None. It never hands back a
+converted value, a default or a reshaped tensor; what a value becomes (a 3-D
+mask read as ``mask[:, None]``, the position a cache continues from, a default
+padding token) is computed in the code that uses it, where a chapter shows it
+(``tests/test_structure.py`` fails on a ``return <value>`` here).
 
 A value is checked once, where it enters the package (a constructor, a public
 function, the first line of a ``forward``). One rule for the exception type:
@@ -43,9 +49,9 @@ def _kind(value) -> str:
     return f"{type(value).__name__} ({value!r})"
 
 
-def positive_int(name: str, value) -> int:
-    """``value`` as an int >= 1: TypeError unless it is an int (not a bool),
-    ValueError if < 1."""
+def positive_int(name: str, value) -> None:
+    """An int >= 1: TypeError unless it is an int (not a bool), ValueError if
+    < 1."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(
             f"{name} must be a positive int, got {_kind(value)}; pass e.g. "
@@ -55,24 +61,20 @@ def positive_int(name: str, value) -> int:
         raise ValueError(
             f"{name} must be a positive int, got {value}; pass a value >= 1"
         )
-    return int(value)
 
 
-def non_negative_int(name: str, value) -> int:
-    """``value`` as an int >= 0 (TypeError / ValueError as
-    :func:`positive_int`)."""
+def non_negative_int(name: str, value) -> None:
+    """An int >= 0 (TypeError / ValueError as :func:`positive_int`)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(
             f"{name} must be a non-negative int, got {_kind(value)}"
         )
     if value < 0:
         raise ValueError(f"{name} must be >= 0, got {value}")
-    return int(value)
 
 
-def real(name: str, value) -> float:
-    """``value`` as a finite float: TypeError for strings, bools and other
-    non-numbers."""
+def real(name: str, value) -> None:
+    """A finite number: TypeError for strings, bools and other non-numbers."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(
             f"{name} must be a number, got {_kind(value)}; pass an int or a "
@@ -81,52 +83,49 @@ def real(name: str, value) -> float:
         )
     if not math.isfinite(value):
         raise ValueError(f"{name} must be finite, got {value}")
-    return float(value)
 
 
-def positive_number(name: str, value, hint: str = "") -> float:
-    """``value`` as a finite float > 0 (TypeError for non-numbers, ValueError
-    otherwise)."""
-    value = real(name, value)
+def positive_number(name: str, value, hint: str = "") -> None:
+    """A finite number > 0 (TypeError for non-numbers, ValueError otherwise)."""
+    real(name, value)
     if value <= 0:
         raise ValueError(
-            f"{name} must be > 0, got {value}" + (f"; {hint}" if hint else "")
+            f"{name} must be > 0, got {float(value)}"
+            + (f"; {hint}" if hint else "")
         )
-    return value
 
 
-def non_negative_number(name: str, value, hint: str = "") -> float:
-    """``value`` as a finite float >= 0."""
-    value = real(name, value)
+def non_negative_number(name: str, value, hint: str = "") -> None:
+    """A finite number >= 0."""
+    real(name, value)
     if value < 0:
         raise ValueError(
-            f"{name} must be >= 0, got {value}" + (f"; {hint}" if hint else "")
+            f"{name} must be >= 0, got {float(value)}"
+            + (f"; {hint}" if hint else "")
         )
-    return value
 
 
 def probability(
     name: str, value, hint: str = "use 0.0 to switch it off"
-) -> float:
-    """``value`` as a float in [0, 1): TypeError for non-numbers, ValueError
-    outside."""
-    value = real(name, value)
+) -> None:
+    """A number in [0, 1): TypeError for non-numbers, ValueError outside."""
+    real(name, value)
     if not 0.0 <= value < 1.0:
-        raise ValueError(f"{name} must be in [0, 1), got {value}; {hint}")
-    return value
+        raise ValueError(
+            f"{name} must be in [0, 1), got {float(value)}; {hint}"
+        )
 
 
-def boolean(name: str, value) -> bool:
+def boolean(name: str, value) -> None:
     if not isinstance(value, bool):
         raise TypeError(f"{name} must be True or False, got {_kind(value)}")
-    return value
 
 
-def head_width(d_model, num_heads) -> int:
-    """Check a multi-head layer's sizes; return ``d_head = d_model //
-    num_heads``."""
-    d_model = positive_int("d_model", d_model)
-    num_heads = positive_int("num_heads", num_heads)
+def head_width(d_model, num_heads) -> None:
+    """A multi-head layer's sizes: ``num_heads`` divides ``d_model``, each head
+    gets ``d_model // num_heads`` features."""
+    positive_int("d_model", d_model)
+    positive_int("num_heads", num_heads)
     if d_model % num_heads:
         divisors = [h for h in range(1, d_model + 1) if d_model % h == 0]
         raise ValueError(
@@ -134,7 +133,6 @@ def head_width(d_model, num_heads) -> int:
             "each head gets "
             f"d_model / num_heads features, so pick num_heads among {divisors}"
         )
-    return d_model // num_heads
 
 
 def even_width(d_model) -> None:
@@ -156,12 +154,12 @@ def even_width(d_model) -> None:
 
 
 def encoding_base(base) -> None:
-    base = real("base", base)
+    real("base", base)
     if base <= 1.0:
         raise ValueError(
             "base must be a finite number > 1 (the angular speeds are base ** "
             "(-2j / D)), "
-            f"got base={base}; the original Transformer uses 10000.0"
+            f"got base={float(base)}; the original Transformer uses 10000.0"
         )
 
 
@@ -170,9 +168,8 @@ def encoding_base(base) -> None:
 
 def tensor(
     name: str, value, *, floating: bool = False, min_ndim: int = 0
-) -> Tensor:
-    """``value`` if it is a tensor (of a float dtype if ``floating``) of >=
-    ``min_ndim`` dims."""
+) -> None:
+    """A tensor (of a float dtype if ``floating``) of >= ``min_ndim`` dims."""
     if not isinstance(value, Tensor):
         raise TypeError(
             f"{name} must be a torch.Tensor, got {type(value).__name__}"
@@ -187,7 +184,6 @@ def tensor(
             f"{name} must have at least {min_ndim} dimensions, got shape "
             f"{tuple(value.shape)}"
         )
-    return value
 
 
 def same_dtype(**tensors: Tensor) -> None:
@@ -217,7 +213,7 @@ def module_dtype(name: str, x: Tensor, module: nn.Module) -> None:
 
 def sequence(
     name: str, x, d_model: int, who: str, max_len: int | None = None
-) -> Tensor:
+) -> None:
     """A float ``(B, T, D)`` batch of sequences with ``D == d_model`` (and ``T
     <= max_len``)."""
     if not isinstance(x, Tensor):
@@ -252,7 +248,6 @@ def sequence(
             f"{who}; "
             f"build it with max_len >= {x.shape[1]} or cut the sequence"
         )
-    return x
 
 
 def attention_inputs(query, key, value, d_model: int, who: str) -> None:
@@ -274,7 +269,7 @@ def attention_inputs(query, key, value, d_model: int, who: str) -> None:
         )
 
 
-def vector(name: str, value) -> Tensor:
+def vector(name: str, value) -> None:
     """A 1-D tensor (one scalar per point)."""
     tensor(name, value)
     if value.ndim != 1:
@@ -283,7 +278,6 @@ def vector(name: str, value) -> Tensor:
             f"{tuple(value.shape)}; "
             "flatten it with .reshape(-1)"
         )
-    return value
 
 
 def pairs(keys, values) -> None:
@@ -315,22 +309,17 @@ def kernel_width(width) -> None:
         )
 
 
-def generator(value) -> torch.Generator:
+def generator(value) -> None:
     if not isinstance(value, torch.Generator):
         raise TypeError(
             f"generator must be a torch.Generator, got {type(value).__name__}; "
             "pass torch.Generator().manual_seed(0)"
         )
-    return value
 
 
-def lengths(lengths, max_len):
+def lengths(lengths, max_len) -> None:
     """Sequence lengths (a 1-D integer tensor or a list of ints) and a
-    ``max_len`` >= each.
-
-    Returns the lengths as a tensor and ``max_len`` (the longest length when it
-    is None).
-    """
+    ``max_len`` >= each (None: the longest length)."""
     if not isinstance(lengths, Tensor):
         if isinstance(lengths, (str, bytes)) or not isinstance(
             lengths, Sequence
@@ -364,20 +353,20 @@ def lengths(lengths, max_len):
             f"lengths must be non-negative, got {lengths.tolist()}"
         )
     longest = int(lengths.max())
-    if max_len is None:
-        max_len = longest
-    elif isinstance(max_len, bool) or not isinstance(max_len, int):
+    if max_len is not None and (
+        isinstance(max_len, bool) or not isinstance(max_len, int)
+    ):
         raise TypeError(f"max_len must be an int or None, got {max_len!r}")
-    if max_len < 1 or max_len < longest:
+    width = longest if max_len is None else max_len
+    if width < 1 or width < longest:
         raise ValueError(
-            f"max_len={max_len} must be positive and at least the longest "
+            f"max_len={width} must be positive and at least the longest "
             f"length {longest}; "
             "leave it as None to use the longest length"
         )
-    return lengths, max_len
 
 
-def tokens(value, vocab_size: int, max_len: int | None = None) -> Tensor:
+def tokens(value, vocab_size: int, max_len: int | None = None) -> None:
     """Token ids: an int64 ``(B, T)`` tensor with values in ``0 .. vocab_size -
     1``."""
     if not isinstance(value, Tensor) or value.dtype != torch.long:
@@ -405,7 +394,6 @@ def tokens(value, vocab_size: int, max_len: int | None = None) -> Tensor:
             "model's context of "
             f"{max_len}; cut it to the last {max_len} tokens"
         )
-    return value
 
 
 def logits_targets(logits, targets) -> None:
@@ -425,7 +413,7 @@ def logits_targets(logits, targets) -> None:
 # ------------------------------------------------------------------------ masks
 
 
-def bool_mask(value) -> Tensor:
+def bool_mask(value) -> None:
     """A boolean tensor; float masks are refused because 0/1 and 0/-inf masks
     look alike."""
     if not isinstance(value, Tensor):
@@ -441,10 +429,9 @@ def bool_mask(value) -> Tensor:
             "of 0 and -inf "
             "pass (mask == 0)"
         )
-    return value
 
 
-def attention_mask(value, scores_shape: torch.Size) -> Tensor:
+def attention_mask(value, scores_shape: torch.Size) -> None:
     """A boolean mask (True = may attend) that broadcasts to ``scores_shape``
     (..., Tq, Tk).
 
@@ -453,7 +440,7 @@ def attention_mask(value, scores_shape: torch.Size) -> Tensor:
     blocked), which read as True = may attend blocks every query from itself and
     leaves the last query no key.
     """
-    value = bool_mask(value)
+    bool_mask(value)
     try:
         shape = torch.broadcast_shapes(value.shape, scores_shape)
     except RuntimeError:
@@ -484,7 +471,6 @@ def attention_mask(value, scores_shape: torch.Size) -> Tensor:
                 "~mask, or "
                 "build it with helpers.attention.causal_mask(T)"
             )
-    return value
 
 
 # -------------------------------------------------------------------- attention
@@ -497,13 +483,13 @@ SCALE_HINT = (
 )
 
 
-def attention_arguments(q, k, v, mask, dropout_p, training, scale):
-    """Check scaled_dot_product_attention's arguments; return the mask and the
-    scale.
-
-    q (..., Tq, d), k (..., Tk, d), v (..., Tk, dv) of one dtype; a 3-D mask
-    against 4-D scores is returned as (B, 1, Tq, Tk), shared by the heads.
-    """
+def attention_arguments(
+    q, k, v, mask, dropout_p, training, scale, *, bias=None
+) -> None:
+    """scaled_dot_product_attention's arguments: q (..., Tq, d), k (..., Tk,
+    d), v (..., Tk, dv) of one dtype, a mask that fits the scores (a 3-D mask
+    against 4-D scores read as (B, Tq, Tk), shared by the heads), a float bias
+    that broadcasts to them."""
     for name, x in (("q", q), ("k", k), ("v", v)):
         tensor(name, x, floating=True, min_ndim=2)
     same_dtype(q=q, k=k, v=v)
@@ -532,63 +518,64 @@ def attention_arguments(q, k, v, mask, dropout_p, training, scale):
     probability("dropout_p", dropout_p, DROPOUT_HINT)
     boolean("training", training)
     if scale is not None:
-        scale = positive_number("scale", scale, SCALE_HINT)
+        positive_number("scale", scale, SCALE_HINT)
     if mask is not None:
         scores_shape = torch.Size((*batch_shape, q.shape[-2], k.shape[-2]))
-        if (
-            isinstance(mask, Tensor)
-            and mask.ndim == 3
-            and len(scores_shape) == 4
-        ):
-            # (B, Tq, Tk) against (B, H, Tq, Tk): one mask per sequence, shared
-            # by the heads (as in MultiHeadAttention), not lined up with H by
-            # right-aligned broadcasting.
-            mask = mask[:, None]
-        mask = attention_mask(mask, scores_shape)
-    return mask, scale
+        bool_mask(mask)
+        # with 4-D q the kernel reads a 3-D mask (B, Tq, Tk) as (B, 1, Tq, Tk)
+        per_sequence = mask.ndim == 3 and q.ndim == 4
+        attention_mask(mask[:, None] if per_sequence else mask, scores_shape)
+    if bias is not None:
+        scores_shape = torch.Size((*batch_shape, q.shape[-2], k.shape[-2]))
+        tensor("bias", bias, floating=True)
+        same_dtype(q=q, bias=bias)
+        try:
+            shape = torch.broadcast_shapes(bias.shape, scores_shape)
+        except RuntimeError:
+            shape = None
+        if shape != scores_shape:
+            raise ValueError(
+                f"bias of shape {tuple(bias.shape)} cannot broadcast to the "
+                f"attention scores of shape {tuple(scores_shape)} (..., Tq, "
+                "Tk); it is added to them, aligned from the right: give it "
+                "size-1 dimensions where it is shared"
+            )
 
 
-def multi_head_inputs(layer, query, key, value, mask) -> Tensor | None:
-    """Check a multi-head layer's inputs; return the mask as a 4-D (B|1, H|1,
-    Tq, Tk) one."""
+def multi_head_inputs(layer, query, key, value, mask) -> None:
+    """A multi-head layer's inputs, and a mask (Tq, Tk), (B, Tq, Tk) or (B|1,
+    H|1, Tq, Tk) that fits its scores (B, H, Tq, Tk)."""
     who = type(layer).__name__
     attention_inputs(query, key, value, layer.d_model, who)
     module_dtype("query", query, layer)
     if mask is None:
-        return None
-    mask = bool_mask(mask)
+        return
+    bool_mask(mask)
     if mask.ndim not in (2, 3, 4):
         raise ValueError(
             "mask must be 2-D (Tq, Tk), 3-D (B, Tq, Tk) or 4-D (B, H, Tq, "
             "Tk), got shape "
             f"{tuple(mask.shape)}"
         )
-    mask = (
-        mask[None, None]
-        if mask.ndim == 2
-        else mask[:, None]
-        if mask.ndim == 3
-        else mask
-    )
     scores = torch.Size(
         (query.shape[0], layer.num_heads, query.shape[1], key.shape[1])
     )
-    return attention_mask(mask, scores)
+    # a 3-D mask is (B, Tq, Tk), shared by the heads
+    attention_mask(mask[:, None] if mask.ndim == 3 else mask, scores)
 
 
 # --------------------------------------------------------------------- training
 
 
-def module(value) -> nn.Module:
+def module(value) -> None:
     if not isinstance(value, nn.Module):
         raise TypeError(
             f"model must be a torch.nn.Module, got {type(value).__name__}; "
             "wrap plain functions in an nn.Module"
         )
-    return value
 
 
-def loader(name: str, value) -> Iterable:
+def loader(name: str, value) -> None:
     if isinstance(value, Tensor) or not isinstance(value, Iterable):
         raise TypeError(
             f"{name} must be an iterable of (inputs..., target) batches such "
@@ -596,10 +583,9 @@ def loader(name: str, value) -> Iterable:
             f"torch.utils.data.DataLoader, got {type(value).__name__}; "
             "wrap tensors with DataLoader(TensorDataset(x, y), batch_size=...)"
         )
-    return value
 
 
-def loss_function(value):
+def loss_function(value) -> None:
     if isinstance(value, type):
         raise TypeError(
             "loss_fn must be a loss function or an instance of a loss class, "
@@ -611,12 +597,9 @@ def loss_function(value):
             "loss_fn must be callable, e.g. nn.MSELoss(), got "
             f"{type(value).__name__}"
         )
-    return value
 
 
-def optimizer_of(
-    value, for_model: nn.Module | None = None
-) -> torch.optim.Optimizer:
+def optimizer_of(value, for_model: nn.Module | None = None) -> None:
     """An optimizer; with ``for_model``, one that updates at least one of its
     parameters."""
     if not isinstance(value, torch.optim.Optimizer):
@@ -638,12 +621,12 @@ def optimizer_of(
                 "change nothing; "
                 "build it with torch.optim.AdamW(model.parameters(), ...)"
             )
-    return value
 
 
-def metric_functions(value) -> dict:
+def metric_functions(value) -> None:
+    """None, or a dict ``{name: fn(output, target)}``."""
     if value is None:
-        return {}
+        return
     if not isinstance(value, Mapping):
         raise TypeError(
             f"metrics must be a dict {{name: fn(output, target)}}, got "
@@ -664,10 +647,9 @@ def metric_functions(value) -> dict:
             raise TypeError(
                 f"metric {name!r} must be callable, got {type(metric).__name__}"
             )
-    return dict(value)
 
 
-def model_output(output) -> Tensor:
+def model_output(output) -> None:
     """A model's output as ``fit`` and ``evaluate`` need it: one tensor."""
     if isinstance(output, tuple):
         raise TypeError(
@@ -678,32 +660,35 @@ def model_output(output) -> Tensor:
             "return_attention, or wrap it in a module whose forward returns "
             "output only"
         )
-    return output
 
 
-def fit_arguments(arguments: dict) -> dict:
-    """The arguments of :func:`helpers.training.fit`, by name (its ``locals()``
-    on entry); returns its metrics as a dict of functions."""
-    model, epochs, seed = (
-        arguments["model"],
-        arguments["epochs"],
-        arguments["seed"],
-    )
+def fit_arguments(
+    *,
+    model,
+    train_loader,
+    val_loader,
+    loss_fn,
+    optimizer,
+    epochs,
+    scheduler,
+    metrics,
+    clip_grad_norm,
+    log_every,
+    seed,
+) -> None:
+    """The arguments of :func:`helpers.training.fit`, by keyword."""
     module(model)
-    loader("train_loader", arguments["train_loader"])
-    if arguments["val_loader"] is not None:
-        loader("val_loader", arguments["val_loader"])
-    loss_function(arguments["loss_fn"])
-    optimizer_of(arguments["optimizer"], for_model=model)
+    loader("train_loader", train_loader)
+    if val_loader is not None:
+        loader("val_loader", val_loader)
+    loss_function(loss_fn)
+    optimizer_of(optimizer, for_model=model)
     positive_int("epochs", epochs)
-    positive_int("log_every", arguments["log_every"])
-    if arguments["clip_grad_norm"] is not None:
+    positive_int("log_every", log_every)
+    if clip_grad_norm is not None:
         positive_number(
-            "clip_grad_norm",
-            arguments["clip_grad_norm"],
-            "1.0 is a common choice",
+            "clip_grad_norm", clip_grad_norm, "1.0 is a common choice"
         )
-    scheduler = arguments["scheduler"]
     if scheduler is not None and not callable(getattr(scheduler, "step", None)):
         raise TypeError(
             f"scheduler must have a step() method (a torch LR scheduler), "
@@ -711,20 +696,19 @@ def fit_arguments(arguments: dict) -> dict:
         )
     if seed is not None:
         non_negative_int("seed", seed)
-    return metric_functions(arguments["metrics"])
+    metric_functions(metrics)
 
 
-def first_batch(batch):
+def first_batch(batch) -> None:
     """The first batch of an epoch, which must exist: a loader that yields
     nothing is an error."""
     if batch is None:
         raise ValueError(
             "train_loader yielded no batches; check its dataset and batch_size"
         )
-    return batch
 
 
-def finite_loss(loss: Tensor, epoch: int, step: int) -> Tensor:
+def finite_loss(loss: Tensor, epoch: int, step: int) -> None:
     """A training loss that is a finite number (not NaN, not infinite), or a
     clear error."""
     if not torch.isfinite(loss):
@@ -734,7 +718,6 @@ def finite_loss(loss: Tensor, epoch: int, step: int) -> Tensor:
             "lower the learning rate, clip gradients (clip_grad_norm=1.0) "
             "or check the data for NaNs"
         )
-    return loss
 
 
 def schedule(warmup_steps, total_steps) -> None:
@@ -764,61 +747,6 @@ def last_dim(module: nn.Module, x, width: int) -> None:
     module_dtype("x", x, module)
 
 
-def num_classes(num_classes) -> int:
-    if positive_int("num_classes", num_classes) < 2:
-        raise ValueError(
-            "num_classes must be at least 2 (with one token every sequence is "
-            "its own "
-            f"reversal), got {num_classes}"
-        )
-    return num_classes
-
-
-def shape_parameters(
-    triangles: torch.Tensor, boxes: torch.Tensor, seq_len: int
-) -> None:
-    for name, shapes in (("triangles", triangles), ("boxes", boxes)):
-        if not isinstance(shapes, torch.Tensor):
-            raise TypeError(
-                f"{name} must be a tensor, got {type(shapes).__name__}"
-            )
-        if shapes.dim() != 3 or shapes.shape[2] != 3:
-            raise ValueError(
-                f"{name} must have shape [N, K, 3] holding (center, height, "
-                "width), "
-                f"got {tuple(shapes.shape)}"
-            )
-    if triangles.shape[0] != boxes.shape[0]:
-        raise ValueError(
-            f"triangles and boxes must describe the same N sequences, "
-            f"got {triangles.shape[0]} and {boxes.shape[0]}"
-        )
-    positive_int("seq_len", seq_len)
-
-
-def signal(x: torch.Tensor, channels: int, who: str) -> None:
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{who} expects a tensor, got {type(x).__name__}")
-    if x.dim() != 3 or x.shape[1] != channels:
-        raise ValueError(
-            f"{who} expects input of shape [B, {channels}, T] (Conv1d layout), "
-            "got "
-            f"{tuple(x.shape)}; add the channel axis with x.unsqueeze(1) if it "
-            "is missing"
-        )
-
-
-def conv_sizes(**sizes: int) -> None:
-    for name, value in sizes.items():
-        positive_int(name, value)
-    kernel_size = sizes.get("kernel_size", 1)
-    if kernel_size % 2 == 0:
-        raise ValueError(
-            "kernel_size must be odd so that padding keeps the length, got "
-            f"{kernel_size}"
-        )
-
-
 # ------------------------------------------------------------- the decoder side
 
 
@@ -838,7 +766,7 @@ def _decoder_mask(
     """
     if mask is None:
         return
-    mask = _named_bool_mask(name, mask)
+    _named_bool_mask(name, mask)
     if mask.ndim < 2:
         raise ValueError(
             f"{who}'s {name} must have at least 2 dimensions (..., Tq, Tk), "
@@ -871,9 +799,9 @@ def _decoder_mask(
     )
 
 
-def _named_bool_mask(name: str, value) -> Tensor:
+def _named_bool_mask(name: str, value) -> None:
     try:
-        return bool_mask(value)
+        bool_mask(value)
     except TypeError as error:
         raise TypeError(
             str(error).replace("mask must", f"{name} must", 1)
@@ -959,7 +887,8 @@ def seq2seq_generation(
     for name, value in (("start_id", start_id), ("end_id", end_id)):
         if value is None and name == "end_id":
             continue
-        if non_negative_int(name, value) >= vocab:
+        non_negative_int(name, value)
+        if value >= vocab:
             raise ValueError(
                 f"{name}={value} is not a token of the target vocabulary (0 .. "
                 f"{vocab - 1})"
@@ -992,11 +921,11 @@ def seq2seq_generation(
 # ----------------------------------------------------------- decoder-only model
 
 
-def kv_heads(num_heads: int, num_kv_heads) -> int:
-    """The number of key/value heads: ``num_heads`` if None, else a divisor of
-    ``num_heads``."""
+def kv_heads(num_heads: int, num_kv_heads) -> None:
+    """The number of key/value heads: None (as many as ``num_heads``) or a
+    divisor of ``num_heads``."""
     if num_kv_heads is None:
-        return num_heads
+        return
     positive_int("num_kv_heads", num_kv_heads)
     if num_heads % num_kv_heads:
         divisors = [h for h in range(1, num_heads + 1) if num_heads % h == 0]
@@ -1009,12 +938,12 @@ def kv_heads(num_heads: int, num_kv_heads) -> int:
             f"{num_heads} plain "
             "multi-head attention)"
         )
-    return num_kv_heads
 
 
 def cache_entries(cache, keys, values) -> None:
     """New keys and values ``(B, H_kv, T, d_head)`` that fit those already in
-    ``cache``."""
+    ``cache``, and that autograd records only if the cache can grow out of
+    place."""
     for name, x in (("keys", keys), ("values", values)):
         tensor(name, x, floating=True)
         if x.ndim != 4:
@@ -1039,6 +968,17 @@ def cache_entries(cache, keys, values) -> None:
             f"ones are {tuple(keys.shape)}: batch, heads and width must match; "
             "use a "
             "fresh cache (model.new_caches(batch_size)) for another batch"
+        )
+    recorded = torch.is_grad_enabled() and (
+        keys.requires_grad or values.requires_grad
+    )
+    if cache.differentiable is False and recorded:
+        raise ValueError(
+            "this KVCache(differentiable=False) writes in place, but autograd "
+            "records these keys and values (they require grad): backward needs "
+            "the ones each step read, which the next append would overwrite. "
+            "Decode under torch.no_grad(), or build the cache with "
+            "differentiable=True (or None, the default)"
         )
 
 
@@ -1084,52 +1024,49 @@ def cache_window(cache, window: int | None, layer: str) -> None:
         )
 
 
-def one_of(name: str, value, choices, hint: str = ""):
-    """``value`` if it is one of ``choices``, else a ValueError that names them
-    (and ``hint``)."""
+def one_of(name: str, value, choices, hint: str = "") -> None:
+    """A ValueError that names ``choices`` (and ``hint``) unless ``value`` is
+    one of them."""
     if value not in choices:
         choices = tuple(choices)
         raise ValueError(
             f"{name} must be one of {choices}, got {value!r}"
             + (f": {hint}" if hint else "")
         )
-    return value
 
 
-def instance(name: str, value, cls: type):
-    """``value`` if it is a ``cls`` (a configuration, a dataset), else a
-    TypeError naming it."""
+def instance(name: str, value, cls: type) -> None:
+    """A TypeError naming ``cls`` unless ``value`` is one (a configuration, a
+    dataset)."""
     if not isinstance(value, cls):
         raise TypeError(
             f"{name} must be a {cls.__name__}, got {type(value).__name__}; "
             f"build one with {cls.__name__}(...)"
         )
-    return value
 
 
-def function(name: str, value):
-    """``value`` if it can be called, else a TypeError: pass the function, not
-    its result."""
+def function(name: str, value) -> None:
+    """A TypeError unless ``value`` can be called: pass the function, not its
+    result."""
     if not callable(value):
         raise TypeError(
             f"{name} must be callable, got {type(value).__name__}; pass the "
             "function itself, "
             "not the result of calling it"
         )
-    return value
 
 
-def activation(kind, choices: tuple) -> str:
+def activation(kind, choices: tuple) -> None:
     """A feed-forward activation's name: one of ``choices``."""
     hint = "'relu' is the 2017 Transformer's (and the book's default), 'gelu' BERT's, "
     hint += "'gelu_tanh' GPT-2's"
-    return one_of("activation", kind, choices, hint)
+    one_of("activation", kind, choices, hint)
 
 
 RESIDUAL_INITS = (None, "gpt2")
 
 
-def residual_init(value) -> str | None:
+def residual_init(value) -> None:
     """How a GPT initializes the projections that write into the residual
     stream."""
     if value not in RESIDUAL_INITS:
@@ -1139,41 +1076,29 @@ def residual_init(value) -> str | None:
             "residual projections at std 0.02 / sqrt(2 * num_layers)), got "
             f"{value!r}"
         )
-    return value
 
 
-def model_positions(positions, choices: tuple) -> str:
+def model_positions(positions, choices: tuple) -> None:
     """How a decoder-only model knows positions: one of ``choices``."""
     hint = (
         "'learned' and 'sinusoidal' are added to the token embeddings, 'rope' "
         "and 'alibi' act "
         "inside attention, 'none' leaves only the causal mask"
     )
-    return one_of("positions", positions, choices, hint)
+    one_of("positions", positions, choices, hint)
 
 
-def norm(kind, choices: tuple) -> str:
+def norm(kind, choices: tuple) -> None:
     """A normalization layer's name: one of ``choices``."""
     hint = "'rms' (RMSNorm, the book's default) or 'layer' (LayerNorm, GPT-2's)"
-    return one_of("norm", kind, choices, hint)
+    one_of("norm", kind, choices, hint)
 
 
-def _context_error(model, length: int, cached: int) -> ValueError:
-    held = f" ({cached} cached + {length - cached} new)" if cached else ""
-    return ValueError(
-        f"the sequence has {length} tokens{held}, more than the model's "
-        "context_length="
-        f"{model.context_length}; cut it to its last {model.context_length} "
-        "tokens, or build "
-        f"the model with context_length >= {length}"
-    )
-
-
-def gpt_input(model, tokens_in, caches) -> int:
-    """Token ids ``(B, T)`` for a GPT and its caches; return the number of
-    cached positions."""
+def gpt_input(model, tokens_in, caches) -> None:
+    """Token ids ``(B, T)`` for a GPT, and its caches (one per layer, all of
+    the same length), which with the new tokens fit the model's context."""
     tokens(tokens_in, model.vocab_size)
-    offset = 0
+    cached = 0
     if caches is not None:
         if not isinstance(caches, (list, tuple)) or len(caches) != len(
             model.blocks
@@ -1205,10 +1130,16 @@ def gpt_input(model, tokens_in, caches) -> int:
                 "must advance "
                 "together: start again from model.new_caches(batch_size)"
             )
-        offset = lengths.pop()
-    if offset + tokens_in.shape[1] > model.context_length:
-        raise _context_error(model, offset + tokens_in.shape[1], offset)
-    return offset
+        cached = lengths.pop()
+    length = cached + tokens_in.shape[1]
+    if length > model.context_length:
+        held = f" ({cached} cached + {length - cached} new)" if cached else ""
+        raise ValueError(
+            f"the sequence has {length} tokens{held}, more than the model's "
+            f"context_length={model.context_length}; cut it to its last "
+            f"{model.context_length} tokens, or build the model with "
+            f"context_length >= {length}"
+        )
 
 
 def generation(model, prompt, max_new_tokens, greedy, use_cache) -> None:
@@ -1225,14 +1156,9 @@ def generation(model, prompt, max_new_tokens, greedy, use_cache) -> None:
     boolean("use_cache", use_cache)
 
 
-def end_and_pad(
-    vocab_size: int, end_id, pad_id
-) -> tuple[int | None, int | None]:
+def end_and_pad(vocab_size: int, end_id, pad_id) -> None:
     """``end_id`` and ``pad_id`` of generation: token ids or None, ``pad_id``
-    only with ``end_id``.
-
-    Returns them with ``pad_id`` defaulting to ``end_id``.
-    """
+    only with ``end_id``."""
     for name, value in (("end_id", end_id), ("pad_id", pad_id)):
         if value is not None and (
             isinstance(value, bool) or not isinstance(value, numbers.Integral)
@@ -1251,30 +1177,28 @@ def end_and_pad(
             "after a sequence's "
             "end token; pass end_id too"
         )
-    return end_id, end_id if pad_id is None else int(pad_id)
 
 
-def sampling(logits, temperature, top_k) -> tuple[float, int | None]:
+def sampling(logits, temperature, top_k) -> None:
     """Logits ``(..., V)``, a temperature > 0 and an optional ``top_k`` >= 1."""
     tensor("logits", logits, floating=True, min_ndim=1)
-    temperature = positive_number(
+    positive_number(
         "temperature",
         temperature,
         "use greedy decoding (argmax) for the limit temperature -> 0",
     )
     if top_k is not None:
-        top_k = positive_int("top_k", top_k)
-    return temperature, top_k
+        positive_int("top_k", top_k)
 
 
-# ---------------------------------------------------------- images (chapter 13)
+# ---------------------------------------------------------- images (chapter 14)
 
 
-def patch_grid(image_size, patch_size) -> int:
-    """Image and patch sizes (ints >= 1) where the patch size divides the image;
-    the grid side."""
-    image_size = positive_int("image_size", image_size)
-    patch_size = positive_int("patch_size", patch_size)
+def patch_grid(image_size, patch_size) -> None:
+    """Image and patch sizes (ints >= 1) where the patch size divides the
+    image."""
+    positive_int("image_size", image_size)
+    positive_int("patch_size", patch_size)
     if image_size % patch_size:
         divisors = [p for p in range(1, image_size + 1) if image_size % p == 0]
         raise ValueError(
@@ -1283,10 +1207,9 @@ def patch_grid(image_size, patch_size) -> int:
             f"must tile the image exactly; pick patch_size among {divisors} "
             "(or pad the images)"
         )
-    return image_size // patch_size
 
 
-def images(x, channels: int | None, image_size: int | None, who: str) -> Tensor:
+def images(x, channels: int | None, image_size: int | None, who: str) -> None:
     """A float batch of images ``(B, C, H, W)``; ``C == channels`` and ``H == W
     == image_size`` unless those are None."""
     if not isinstance(x, Tensor):
@@ -1343,4 +1266,3 @@ def images(x, channels: int | None, image_size: int | None, who: str) -> Tensor:
             f"{height} x {width}; "
             f"resize them or build it with image_size={height}"
         )
-    return x

@@ -3,7 +3,7 @@ host work.
 
 Chapters 4, 6, 7 and 8 count parameters; chapters 4 and 6 measure how far
 attention's output collapses towards a low-rank matrix; chapter 3 measures the
-memory a computation allocates on the CPU; chapter 10 counts the operators a
+memory a computation allocates on the CPU; chapter 11 counts the operators a
 decoding step dispatches (:class:`DispatchCounter`). One definition of each,
 here.
 """

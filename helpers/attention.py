@@ -18,6 +18,13 @@ A query row whose keys are all masked has nothing to attend to. Here its
 attention weights are all zero and its output is the zero vector (no NaN, no
 silent uniform average), which is also what PyTorch's fused kernel returns on
 the CPU.
+
+:func:`attend_heads` is the one attention kernel of every multi-head module
+(:class:`MultiHeadAttention` here, :class:`helpers.gpt.CausalSelfAttention`):
+PyTorch's fused kernel when the weights are not asked for,
+:func:`scaled_dot_product_attention` written out when they are, a boolean mask
+or an additive bias, grouped key/value heads read without copying them.
+(:func:`helpers.efficient.tiled_attention` is another algorithm, chapter 13's.)
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ __all__ = [
     "PerHeadMultiHeadAttention",
     "split_heads",
     "merge_heads",
+    "attend_heads",
 ]
 
 
@@ -54,6 +62,7 @@ def scaled_dot_product_attention(
     mask: Tensor | None = None,
     dropout_p: float = 0.0,
     *,
+    bias: Tensor | None = None,
     training: bool = True,
     generator: torch.Generator | None = None,
     scale: float | None = None,
@@ -73,8 +82,10 @@ def scaled_dot_product_attention(
     does. (``F.scaled_dot_product_attention`` aligns shapes from the right
     instead, so there a (B, Tq, Tk) mask is lined up with the heads: an error
     when B != H, and silently wrong when B == H.) Write a per-head mask shared
-    by the batch as (1, H, Tq, Tk). A row with no key allowed gets all-zero
-    weights and a zero output.
+    by the batch as (1, H, Tq, Tk). ``bias``: a float tensor added to the
+    scores, broadcast from the right as PyTorch does (ALiBi's distance penalty
+    (H, Tq, Tk), where -inf blocks a key). A row with no key allowed gets
+    all-zero weights and a zero output.
 
     ``dropout_p`` zeroes attention weights with that probability and rescales
     the survivors by 1 / (1 - dropout_p) (no renormalization), only when
@@ -84,20 +95,26 @@ def scaled_dot_product_attention(
     checks, for callers that have checked their inputs already.
     """
     if validate:
-        mask, scale = check.attention_arguments(
-            q, k, v, mask, dropout_p, training, scale
+        check.attention_arguments(
+            q, k, v, mask, dropout_p, training, scale, bias=bias
         )
+    if mask is not None and mask.ndim == 3 and q.ndim == 4:
+        mask = mask[:, None]  # (B, Tq, Tk) -> (B, 1, Tq, Tk): shared by heads
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     scores = (q @ k.transpose(-2, -1)) * scale  # (..., Tq, Tk)
+    if bias is not None:  # e.g. ALiBi's distance penalty
+        scores = scores + bias
     if mask is not None:
         # -inf (not -1e9): exactly zero weight in every dtype, float16 included.
         scores = scores.masked_fill(~mask, float("-inf"))
+    has_key = None
+    if mask is not None or bias is not None:
         # A row with no allowed key would be softmax(-inf, ..., -inf) = NaN:
         # give it finite scores here and zero its weights after the softmax.
-        has_key = mask.any(dim=-1, keepdim=True)
+        has_key = (scores != float("-inf")).any(dim=-1, keepdim=True)
         scores = scores.masked_fill(~has_key, 0.0)
     weights = scores.softmax(dim=-1)
-    if mask is not None:
+    if has_key is not None:
         weights = weights.masked_fill(~has_key, 0.0)
     if training and dropout_p > 0.0:
         keep = torch.rand(
@@ -117,7 +134,8 @@ def split_heads(x: Tensor, num_heads: int) -> Tensor:
     """(B, T, D) -> (B, H, T, d_head): head ``h`` gets features
     ``h*d_head:(h+1)*d_head``."""
     batch, length, d_model = x.shape
-    d_head = check.head_width(d_model, num_heads)
+    check.head_width(d_model, num_heads)
+    d_head = d_model // num_heads
     return x.view(batch, length, num_heads, d_head).transpose(1, 2)
 
 
@@ -126,6 +144,82 @@ def merge_heads(x: Tensor) -> Tensor:
     :func:`split_heads`."""
     batch, num_heads, length, d_head = x.shape
     return x.transpose(1, 2).reshape(batch, length, num_heads * d_head)
+
+
+def attend_heads(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None = None,
+    *,
+    bias: Tensor | None = None,
+    dropout_p: float = 0.0,
+    need_weights: bool = False,
+) -> tuple[Tensor, Tensor | None]:
+    """The attention of every multi-head module: the heads' outputs (B, H, Tq,
+    dv) and, if ``need_weights``, their weights (B, H, Tq, Tk), else None.
+
+    q (B, H, Tq, d); k and v (B, H_kv, Tk, d) with ``H_kv`` dividing ``H``:
+    query head ``h`` reads key/value head ``h // (H / H_kv)`` as it is, never
+    copied (grouped-query attention; ``H_kv = H`` is plain multi-head
+    attention). ``mask`` and ``bias`` as in :func:`scaled_dot_product_attention`
+    (a boolean mask, a 3-D one shared by the heads; an additive float bias). A
+    query with no key allowed gets a zero output. Without ``need_weights``,
+    PyTorch's fused kernel (``F.scaled_dot_product_attention``) computes it;
+    with it, :func:`scaled_dot_product_attention`, written out. ``dropout_p``
+    drops weights (pass 0 in eval mode). The arguments are not checked: the
+    module that calls it has checked its own.
+    """
+    batch, num_heads, length, _ = q.shape
+    if mask is not None and mask.ndim == 3:  # (B, Tq, Tk): shared by heads
+        mask = mask[:, None]
+    group = num_heads // k.shape[1]  # query heads per key/value head
+    if group > 1:  # each group of query heads folded onto its key/value head
+        q = _fold_groups(q, group, length)
+        mask = _fold_groups(mask, group, length)
+        bias = _fold_groups(bias, group, length)
+    if need_weights:  # written out, to return the weights
+        heads, weights = scaled_dot_product_attention(
+            q, k, v, mask, dropout_p, bias=bias, validate=False
+        )
+        weights = weights.reshape(batch, num_heads, length, -1)
+    else:  # PyTorch's fused kernel
+        if mask is not None and bias is not None:  # one additive mask
+            bias, mask = bias.masked_fill(~mask, float("-inf")), None
+        attn_mask = mask if bias is None else bias
+        heads = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=attn_mask, dropout_p=dropout_p
+        )
+        # a row with no key allowed: a zero output, as the package's rule says
+        if mask is not None:
+            heads = heads.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+        elif bias is not None:
+            blocked = (bias == float("-inf")).all(dim=-1, keepdim=True)
+            heads = heads.masked_fill(blocked, 0.0)
+        weights = None
+    return heads.reshape(batch, num_heads, length, -1), weights
+
+
+def _fold_groups(x: Tensor | None, group: int, length: int) -> Tensor | None:
+    """Queries (B, H, T, d), or a mask or bias that broadcasts to the scores
+    (B, H, T, Tk), as (B, H_kv, group * T, .): each key/value head's group of
+    query heads folded into its rows.
+
+    Query head ``h = j * group + g`` reads key/value head ``j``; folded, its
+    row ``t`` is row ``g * T + t`` of head ``j``, so every query of a group
+    reads its one key/value head as it is: copying the heads ``group`` times
+    (``repeat_interleave``) would copy the whole cache at every decoding step.
+    A mask or bias shared by the heads has its rows repeated ``group`` times
+    (or kept, if shared by the rows too).
+    """
+    if x is None:
+        return None
+    x = x.reshape((1,) * (4 - x.ndim) + tuple(x.shape))  # 4-D
+    first, heads, rows, width = x.shape
+    if heads == 1:  # the same for every head
+        return x if rows == 1 else x.repeat(1, 1, group, 1)
+    x = x.expand(first, heads, length, width)
+    return x.reshape(first, heads // group, group * length, width)
 
 
 # ------------------------------------------------------------------- multi-head
@@ -151,14 +245,15 @@ class MultiHeadAttention(nn.Module):
         bias: bool = False,
     ):
         super().__init__()
-        self.d_head = check.head_width(d_model, num_heads)
+        check.head_width(d_model, num_heads)
+        check.probability("dropout", dropout, check.DROPOUT_HINT)
         self.d_model, self.num_heads = d_model, num_heads
-        self.dropout = check.probability("dropout", dropout, check.DROPOUT_HINT)
+        self.d_head, self.dropout = d_model // num_heads, dropout
         self.qkv_proj = nn.Linear(d_model, 3 * d_model, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
 
     def forward(self, query, key, value, mask=None, return_attention=False):
-        mask = check.multi_head_inputs(self, query, key, value, mask)
+        check.multi_head_inputs(self, query, key, value, mask)
         if query is key and key is value:  # self-attention: one matmul
             q, k, v = self.qkv_proj(query).split(self.d_model, dim=-1)
         # cross-attention: each input through its own block of the fused weight
@@ -169,18 +264,10 @@ class MultiHeadAttention(nn.Module):
         # (B, H, T, d_head)
         q, k, v = (split_heads(x, self.num_heads) for x in (q, k, v))
         dropout_p = self.dropout if self.training else 0.0
-        if return_attention:  # the book's own kernel, which returns the weights
-            heads, weights = scaled_dot_product_attention(
-                q, k, v, mask, dropout_p, validate=False
-            )
-        # PyTorch's fused kernel; rows with no key give zeros, as the package's
-        # rule says
-        else:
-            heads = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, dropout_p=dropout_p
-            )
-            if mask is not None:
-                heads = heads.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+        # a 3-D mask (B, Tq, Tk) is read as mask[:, None], shared by the heads
+        heads, weights = attend_heads(
+            q, k, v, mask, dropout_p=dropout_p, need_weights=return_attention
+        )
         output = self.out_proj(merge_heads(heads))  # (B, Tq, D)
         return (output, weights) if return_attention else output
 
@@ -227,7 +314,8 @@ class PerHeadMultiHeadAttention(nn.Module):
 
     def __init__(self, d_model: int, num_heads: int, bias: bool = False):
         super().__init__()
-        d_head = check.head_width(d_model, num_heads)
+        check.head_width(d_model, num_heads)
+        d_head = d_model // num_heads
         self.d_model, self.num_heads = d_model, num_heads
         self.heads = nn.ModuleList(
             SingleHeadAttention(d_model, d_head, bias) for _ in range(num_heads)
@@ -235,12 +323,13 @@ class PerHeadMultiHeadAttention(nn.Module):
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
 
     def forward(self, query, key, value, mask=None, return_attention=False):
-        mask = check.multi_head_inputs(self, query, key, value, mask)
+        check.multi_head_inputs(self, query, key, value, mask)
         outputs, weights = [], []
         for h, head in enumerate(self.heads):
-            head_mask = (
-                None if mask is None else mask[:, min(h, mask.shape[1] - 1)]
-            )
+            # a 2-D or 3-D mask serves every head; a 4-D one has a head axis
+            head_mask = mask
+            if mask is not None and mask.ndim == 4:
+                head_mask = mask[:, min(h, mask.shape[1] - 1)]
             output, weight = head(query, key, value, head_mask)
             outputs.append(output)
             weights.append(weight)

@@ -743,7 +743,7 @@ def check_sampling_distribution(fn) -> str:
     return "Correct: your sampling distribution matches helpers.gpt.next_token_probabilities."
 
 
-# ------------------------------------------------------------------- chapter 12
+# ------------------------------------------------------------------- chapter 13
 
 
 def _softmax_state(
@@ -843,7 +843,7 @@ def check_softmax_merge(fn) -> str:
     )
 
 
-# ------------------------------------------------------------------- chapter 13
+# ------------------------------------------------------------------- chapter 14
 
 
 def check_patchify(fn) -> str:

@@ -1,5 +1,5 @@
 """Long sequences: what attention costs, and three ways to make it cheaper
-(chapter 12).
+(chapter 13).
 
 - :func:`online_softmax_update` and :func:`tiled_attention`: the streaming
   softmax and the forward pass of tiled ("flash") attention, a block of queries
@@ -11,7 +11,10 @@
 - :func:`attention_cost` and :func:`kv_cache_bytes`: the arithmetic of
   attention's FLOPs and memory, and of a key/value cache, computed from shapes
   alone;
-- :func:`median_seconds`: a small, honest timer for the chapter's measurements.
+- :func:`median_seconds`: a small, honest timer for the chapter's measurements,
+  and what the chapter measures with it: :func:`kernel_costs` (the time and
+  memory of attention kernels such as :func:`naive_attention`) and
+  :func:`tokens_per_second` (generation, with and without a cache).
 
 Shapes: ``B`` batch, ``H`` heads, ``Tq`` queries, ``Tk`` keys, ``d`` query/key
 width, ``dv`` value width. Masks follow the package's convention: boolean, True
@@ -25,10 +28,13 @@ import statistics
 import time
 from collections.abc import Callable
 
+import pandas as pd
 import torch
 from torch import Tensor
 
 from helpers import _validate as check
+from helpers.analysis import peak_cpu_bytes
+from helpers.attention import scaled_dot_product_attention
 from helpers.masks import position_mask, sliding_window_mask
 
 __all__ = [
@@ -40,6 +46,9 @@ __all__ = [
     "attention_cost",
     "kv_cache_bytes",
     "median_seconds",
+    "naive_attention",
+    "kernel_costs",
+    "tokens_per_second",
 ]
 
 
@@ -110,9 +119,9 @@ def tiled_attention(
     """
     check.attention_arguments(q, k, v, None, 0.0, False, scale)
     check.boolean("causal", causal)
-    block_size = check.positive_int("block_size", block_size)
+    check.positive_int("block_size", block_size)
     if window is not None:
-        window = check.positive_int("window", window)
+        check.positive_int("window", window)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     positions = torch.arange(max(q.shape[-2], k.shape[-2]), device=q.device)
     outputs = []
@@ -154,8 +163,8 @@ def receptive_field(window: int, num_layers: int) -> int:
     reads has already read ``window - 1`` further back in the layer below:
     ``num_layers * (window - 1) + 1`` positions, counting the token itself.
     """
-    window = check.positive_int("window", window)
-    num_layers = check.positive_int("num_layers", num_layers)
+    check.positive_int("window", window)
+    check.positive_int("num_layers", num_layers)
     return num_layers * (window - 1) + 1
 
 
@@ -251,7 +260,7 @@ def median_seconds(
     on a shared machine does not move it.
     """
     check.function("fn", fn)
-    repeats = check.positive_int("repeats", repeats)
+    check.positive_int("repeats", repeats)
     check.non_negative_int("warmup", warmup)
     for _ in range(warmup):
         fn(*args, **kwargs)
@@ -261,3 +270,57 @@ def median_seconds(
         fn(*args, **kwargs)
         times.append(time.perf_counter() - start)
     return statistics.median(times)
+
+
+def naive_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """Chapter 3's attention as a kernel to measure: the output of
+    :func:`helpers.attention.scaled_dot_product_attention`, which stores the
+    ``(Tq, Tk)`` scores and weights, without its argument checks."""
+    return scaled_dot_product_attention(q, k, v, validate=False)[0]
+
+
+def kernel_costs(
+    kernels: dict[str, Callable],
+    lengths,
+    num_heads: int,
+    d_head: int,
+    repeats: int = 3,
+) -> pd.DataFrame:
+    """Median milliseconds and peak MiB of each kernel at each length.
+
+    ``kernels`` maps a name to a function ``(q, k, v) -> output``; at each
+    length ``T`` of ``lengths`` every kernel gets the same random ``q``, ``k``,
+    ``v`` of shape ``(1, num_heads, T, d_head)``, under inference mode. Time:
+    :func:`median_seconds` over ``repeats`` calls; memory:
+    :func:`helpers.analysis.peak_cpu_bytes`, the most the call held allocated
+    at once. One row per length and kernel: ``T``, ``kernel``, ``ms``, ``peak
+    MiB``. Chapter 13 and ``scripts/margins.py long`` measure with it.
+    """
+    rows = []
+    with torch.inference_mode():
+        for T in lengths:
+            q, k, v = (torch.randn(1, num_heads, T, d_head) for _ in range(3))
+            for name, kernel in kernels.items():
+                seconds = median_seconds(kernel, q, k, v, repeats=repeats)
+                peak = peak_cpu_bytes(kernel, q, k, v) / 2**20
+                rows.append({"T": T, "kernel": name, "ms": 1e3 * seconds,
+                             "peak MiB": peak})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def tokens_per_second(
+    model,
+    prompt: Tensor,
+    new_tokens: int,
+    use_cache: bool = True,
+    repeats: int = 3,
+) -> float:
+    """How fast ``model.generate`` continues ``prompt`` greedily by
+    ``new_tokens`` tokens, with its key/value cache or without it (every step
+    recomputing the whole prefix): tokens per second, from the median of
+    ``repeats`` timed calls (:func:`median_seconds`). Chapter 13 and
+    ``scripts/margins.py long`` measure the cache's speed-up with it.
+    """
+    seconds = median_seconds(model.generate, prompt, new_tokens, greedy=True,
+                             use_cache=use_cache, repeats=repeats)  # fmt: skip
+    return new_tokens / seconds

@@ -1,11 +1,12 @@
 """A decoder-only language model (GPT): causal self-attention, a key/value
 cache, sampling.
 
-Chapter 10 builds it on the pieces of chapters 2-6 and trains it; chapter 12
-measures the cost of its attention (grouped-query heads, sliding windows, the
-cache's memory). Shapes: ``B`` batch, ``T`` sequence length, ``D`` model width
-(``d_model``), ``H`` query heads, ``H_kv`` key/value heads (``num_kv_heads``),
-``d_head = D / H``, ``V`` vocabulary size.
+Chapter 10 builds it on the pieces of chapters 2-6 and trains it; chapter 11
+caches its keys and values; chapter 13 measures the cost of its attention
+(grouped-query heads, sliding windows, the cache's memory). Shapes: ``B``
+batch, ``T`` sequence length, ``D`` model width (``d_model``), ``H`` query
+heads, ``H_kv`` key/value heads (``num_kv_heads``), ``d_head = D / H``, ``V``
+vocabulary size.
 
 Every size and choice of a model is one :class:`GPTConfig`, checked once when it
 is made; ``GPT(config)`` hands the same config to each block and each attention
@@ -41,10 +42,10 @@ import math
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from helpers import _validate as check
+from helpers.attention import attend_heads, merge_heads, split_heads
 from helpers.masks import position_mask
 from helpers.positional import (
     LearnedPositionalEmbedding,
@@ -167,19 +168,34 @@ class KVCache:
     ``length`` counts every position appended so far (the next one's index: RoPE
     and ALiBi use these true positions); ``held`` is how many the cache holds
     now, the last ones, from position ``start = length - held`` on.
+
+    Under autograd the buffers cannot be written in place: backward needs the
+    keys and values that each step's attention read, and the next ``append``
+    would overwrite them. ``differentiable`` says how the cache grows:
+    ``True``, out of place, every ``append`` concatenating the new positions to
+    the held ones (a copy of the cache per append, through which gradients
+    flow: a windowed layer's chunks use such a cache in training); ``False``,
+    in place, an ``append`` that autograd records being an error; ``None``
+    (the default), out of place exactly for an ``append`` that autograd
+    records (gradients enabled, keys or values that require them), in place
+    otherwise, as in decoding under ``torch.no_grad()``.
     """
 
     def __init__(
-        self, window: int | None = None, capacity: int | None = None
+        self,
+        window: int | None = None,
+        capacity: int | None = None,
+        *,
+        differentiable: bool | None = None,
     ) -> None:
-        self.window = (
-            None if window is None else check.positive_int("window", window)
-        )
-        self.requested = (
-            None
-            if capacity is None
-            else check.positive_int("capacity", capacity)
-        )
+        if window is not None:
+            check.positive_int("window", window)
+        if capacity is not None:
+            check.positive_int("capacity", capacity)
+        if differentiable is not None:
+            check.boolean("differentiable", differentiable)
+        self.window, self.requested = window, capacity
+        self.differentiable = differentiable
         self._keys: Tensor | None = None  # (B, H_kv, capacity, d_head) buffers
         self._values: Tensor | None = None
         # the held positions are buffer slots first .. end - 1
@@ -245,9 +261,10 @@ class KVCache:
         next ``append``.
         """
         check.cache_entries(self, keys, values)
-        if torch.is_grad_enabled() and (
+        recorded = torch.is_grad_enabled() and (
             keys.requires_grad or values.requires_grad
-        ):
+        )
+        if self.differentiable or (self.differentiable is None and recorded):
             return self._concatenate(keys, values)
         new = keys.shape[2]
         if self._end + new > self.capacity:
@@ -265,13 +282,8 @@ class KVCache:
     def _concatenate(
         self, keys: Tensor, values: Tensor
     ) -> tuple[Tensor, Tensor]:
-        """``append`` under autograd: out of place, since backward needs what
-        attention read.
-
-        (Writing into a buffer that an earlier step's attention read would
-        invalidate it for the backward pass: a windowed layer's chunks, in
-        training, go this way.)
-        """
+        """``append`` out of place (see ``differentiable``): the held
+        positions and the new ones, concatenated into new tensors."""
         self.length += keys.shape[2]
         if self._keys is not None:
             keys = torch.cat([self.keys, keys], dim=2)
@@ -344,7 +356,8 @@ class CausalSelfAttention(nn.Module):
 
     Built from a :class:`GPTConfig`. Its ``H_kv`` key/value heads are each
     shared by a group of ``H / H_kv`` query heads, read in place, never copied
-    per query head (:func:`_fold_groups`); ``qkv_proj`` stacks ``W_q`` (D rows),
+    per query head (:func:`helpers.attention.attend_heads`, the package's one
+    attention kernel); ``qkv_proj`` stacks ``W_q`` (D rows),
     ``W_k`` and ``W_v`` (``H_kv * d_head`` rows each),
     :class:`MultiHeadAttention`'s layout when ``H_kv = H``. ``"rope"`` rotates
     queries and keys, ``"alibi"`` adds ``-m_h * (i - j)`` to the scores
@@ -355,7 +368,8 @@ class CausalSelfAttention(nn.Module):
     T, D)``, or ``(output, weights (B, H, T, T_held + T))``. With a
     :class:`KVCache`, ``x`` holds only the new positions, which continue the
     cached ones. A windowed layer reads more than ``2 * window`` positions in
-    chunks (:func:`_in_windows`): never ``T x T`` scores.
+    chunks of ``window`` queries through a rolling cache: never ``T x T``
+    scores.
     """
 
     def __init__(self, config: GPTConfig) -> None:
@@ -389,28 +403,31 @@ class CausalSelfAttention(nn.Module):
         return_attention: bool = False,
     ):
         check.self_attention_input(self, x, cache, KVCache)
-        batch, length, _ = x.shape
-        if (
-            self.window is not None
-            and length > 2 * self.window
-            and not return_attention
-        ):
-            # scores at most w x 2w, not T x T
-            return _in_windows(self, x, cache)
+        long = self.window is not None and x.shape[1] > 2 * self.window
+        if not long or return_attention:
+            return self._attend(x, cache, return_attention)
+        # chunks of `window` queries, each reading the last `window` keys of a
+        # rolling cache and its own: scores at most w x 2w, never T x T
+        if cache is None:  # in training, out of place: backward reads them all
+            cache = KVCache(self.window, differentiable=torch.is_grad_enabled())
+        chunks = x.split(self.window, dim=1)
+        return torch.cat([self._attend(c, cache) for c in chunks], dim=1)
+
+    def _attend(
+        self, x: Tensor, cache: KVCache | None, return_attention: bool = False
+    ):
+        """``forward`` on ``x (B, T, D)``, whose positions continue the
+        cache's."""
+        length = x.shape[1]
         # the position of x's first token
         offset = 0 if cache is None else cache.length
         kv_width = self.num_kv_heads * self.d_head
         q, k, v = self.qkv_proj(x).split(
             [self.d_model, kv_width, kv_width], dim=-1
         )
-        # (B, H, T, dh)
-        q = q.view(batch, length, self.num_heads, self.d_head).transpose(1, 2)
-        k = k.view(batch, length, self.num_kv_heads, self.d_head).transpose(
-            1, 2
-        )
-        v = v.view(batch, length, self.num_kv_heads, self.d_head).transpose(
-            1, 2
-        )
+        q = split_heads(q, self.num_heads)  # (B, H, T, dh)
+        k = split_heads(k, self.num_kv_heads)  # (B, H_kv, T, dh)
+        v = split_heads(v, self.num_kv_heads)
         # rotate by the absolute positions offset .. offset + T - 1
         if self.positions == "rope":
             where = torch.arange(offset, offset + length, device=x.device)
@@ -424,59 +441,18 @@ class CausalSelfAttention(nn.Module):
         bias = score_bias(
             offset, length, first_key, self.window, self.slopes, x
         )
-        group = self.num_heads // self.num_kv_heads  # query heads per kv head
-        if group > 1:  # share each kv head with its group's queries: no copy
-            q, bias = _fold_groups(q, bias, self.num_kv_heads)
         dropout_p = self.dropout if self.training else 0.0
-        if return_attention:  # written out, to return the weights
-            scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_head)
-            scores = scores if bias is None else scores + bias
-            weights = F.dropout(scores.softmax(dim=-1), dropout_p)
-            heads = weights @ v
-            weights = weights.reshape(batch, self.num_heads, length, -1)
-        else:  # PyTorch's fused kernel
-            heads = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=bias, dropout_p=dropout_p
-            )
-        heads = heads.reshape(batch, self.num_heads, length, self.d_head)
-        output = self.out_proj(
-            heads.transpose(1, 2).reshape(batch, length, self.d_model)
+        # each key/value head serves its group of query heads, uncopied
+        heads, weights = attend_heads(
+            q,
+            k,
+            v,
+            bias=bias,
+            dropout_p=dropout_p,
+            need_weights=return_attention,
         )
+        output = self.out_proj(merge_heads(heads))  # (B, T, D)
         return (output, weights) if return_attention else output
-
-
-def _fold_groups(
-    q: Tensor, bias: Tensor | None, num_kv_heads: int
-) -> tuple[Tensor, Tensor | None]:
-    """Queries ``(B, H, T, dh)`` as ``(B, H_kv, group * T, dh)``, the bias to
-    match.
-
-    Query head ``h`` reads key/value head ``h // group``. Folding each group's
-    heads into the query positions lets every query of a group read its one
-    key/value head as it is: copying the heads ``group`` times
-    (``repeat_interleave``) would copy the whole cache at every decoding step.
-    The bias ``(1 or H, T, T_k)`` becomes ``(1 or H_kv, group * T, T_k)``.
-    """
-    batch, num_heads, length, d_head = q.shape
-    group = num_heads // num_kv_heads
-    q = q.reshape(batch, num_kv_heads, group * length, d_head)
-    if bias is not None and bias.shape[0] == 1:  # the same for every head
-        bias = bias.repeat(1, group, 1)
-    elif bias is not None:  # ALiBi: one slope per query head
-        bias = bias.reshape(num_kv_heads, group * length, bias.shape[-1])
-    return q, bias
-
-
-def _in_windows(
-    layer: CausalSelfAttention, x: Tensor, cache: KVCache | None
-) -> Tensor:
-    """A windowed ``layer`` on a long ``x``: chunks of ``window`` queries
-    through a rolling cache (a fresh one if none is given), so its scores are at
-    most ``w x 2w``."""
-    cache = KVCache(layer.window) if cache is None else cache
-    return torch.cat(
-        [layer(chunk, cache) for chunk in x.split(layer.window, dim=1)], dim=1
-    )
 
 
 def score_bias(
@@ -539,7 +515,8 @@ class GPTBlock(nn.Module):
         )
         self.norm1 = make_norm(config.norm, width, bias=bias)
         self.norm2 = make_norm(config.norm, width, bias=bias)
-        self.dropout1, self.dropout2 = nn.Dropout(dropout), nn.Dropout(dropout)
+        self.dropout1 = nn.Dropout(dropout)
+        self.dropout2 = nn.Dropout(dropout)
 
     def forward(self, x: Tensor, cache: KVCache | None = None) -> Tensor:
         x = x + self.dropout1(self.self_attn(self.norm1(x), cache))
@@ -561,6 +538,8 @@ class GPT(nn.Module):
     deep the model is. The default (``None``) draws them at 0.02 like every
     other weight.
     """
+
+    END_CHECK_EVERY = 16  # generate's steps between two end checks off the CPU
 
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
@@ -618,7 +597,9 @@ class GPT(nn.Module):
     def forward(
         self, tokens: Tensor, caches: list[KVCache] | None = None
     ) -> Tensor:
-        offset = check.gpt_input(self, tokens, caches)
+        check.gpt_input(self, tokens, caches)
+        # the position of the first token: the caches hold the ones before it
+        offset = 0 if caches is None else caches[0].length
         return self._logits(tokens, caches, offset)
 
     def _logits(
@@ -712,7 +693,9 @@ class GPT(nn.Module):
         padding either way: the output is the same.
         """
         check.generation(self, prompt, max_new_tokens, greedy, use_cache)
-        end_id, pad_id = check.end_and_pad(self.vocab_size, end_id, pad_id)
+        check.end_and_pad(self.vocab_size, end_id, pad_id)
+        if pad_id is None:  # the end token also pads what follows it
+            pad_id = end_id
         was_training = self.training
         self.eval()
         batch, prompt_length = prompt.shape
@@ -760,8 +743,6 @@ class GPT(nn.Module):
         self.train(was_training)
         return tokens
 
-    END_CHECK_EVERY = 16  # generate's steps between two end checks off the CPU
-
 
 def top_k_filter(logits: Tensor, k: int | None) -> Tensor:
     """``logits (..., V)`` with all but the ``k`` largest of each row set to
@@ -771,7 +752,9 @@ def top_k_filter(logits: Tensor, k: int | None) -> Tensor:
     what is left. ``k`` None (or at least ``V``) keeps every logit.
     """
     check.tensor("logits", logits, floating=True, min_ndim=1)
-    if k is None or check.positive_int("k", k) >= logits.shape[-1]:
+    if k is not None:
+        check.positive_int("k", k)
+    if k is None or k >= logits.shape[-1]:
         return logits
     kth_best = logits.topk(k, dim=-1).values[..., -1:]
     return logits.masked_fill(logits < kth_best, -math.inf)
@@ -788,5 +771,5 @@ def next_token_probabilities(
     (towards uniform); ``top_k`` keeps the k most likely tokens and renormalizes
     (:func:`top_k_filter`).
     """
-    temperature, top_k = check.sampling(logits, temperature, top_k)
+    check.sampling(logits, temperature, top_k)
     return top_k_filter(logits / temperature, top_k).softmax(dim=-1)

@@ -140,7 +140,7 @@ def fit_width(
     """
     check.pairs(x, y)
     check.positive_int("steps", steps)
-    lr = check.positive_number("lr", lr)
+    check.positive_number("lr", lr)
     check.boolean("leave_one_out", leave_one_out)
     model = LearnedWidthRegression(initial_width).to(x.device)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)

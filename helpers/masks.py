@@ -17,7 +17,7 @@ turns a boolean mask into the additive kind).
   padding token) and :func:`causal_padding_mask` (a decoder's self-attention):
   which keys are real tokens;
 - :func:`position_mask` and :func:`sliding_window_mask`: causal and local
-  attention between tokens at given positions, the one rule behind chapter 12's
+  attention between tokens at given positions, the one rule behind chapter 13's
   windows, the tiles of :func:`helpers.efficient.tiled_attention` and
   :class:`helpers.gpt.CausalSelfAttention`.
 
@@ -56,7 +56,7 @@ def causal_mask(T: int, device: torch.device | str | None = None) -> Tensor:
     True on and below the diagonal (the package's convention: True = may
     attend).
     """
-    T = check.positive_int("T", T)
+    check.positive_int("T", T)
     return torch.ones(T, T, dtype=torch.bool, device=device).tril()
 
 
@@ -66,7 +66,7 @@ def earlier_mask(T: int, device: torch.device | str | None = None) -> Tensor:
 
     :func:`causal_mask` without its diagonal: a token does not see itself.
     """
-    T = check.positive_int("T", T)
+    check.positive_int("T", T)
     return torch.ones(T, T, dtype=torch.bool, device=device).tril(-1)
 
 
@@ -85,7 +85,10 @@ def padding_mask(
     ``mask[:, 0]`` is the (B, 1, Tk) form for 3-D scores. ``max_len`` defaults
     to the longest length.
     """
-    lengths, max_len = check.lengths(lengths, max_len)
+    check.lengths(lengths, max_len)
+    if not isinstance(lengths, Tensor):  # a list of ints
+        lengths = torch.tensor(list(lengths), dtype=torch.long)
+    max_len = int(lengths.max()) if max_len is None else max_len
     positions = torch.arange(max_len, device=lengths.device)
     return (positions < lengths[:, None])[:, None, None, :]
 
@@ -115,7 +118,7 @@ def additive_mask(mask: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
     Adding it to the scores before the softmax is the same as masking them; this
     is the float ``attn_mask`` that ``F.scaled_dot_product_attention`` accepts.
     """
-    mask = check.bool_mask(mask)
+    check.bool_mask(mask)
     zeros = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
     return zeros.masked_fill(~mask, float("-inf"))
 
@@ -165,8 +168,8 @@ def sliding_window_mask(
     positions away on either side, ``2 * window - 1`` keys. ``window >= T``
     (causal) gives the plain causal mask.
     """
-    T = check.positive_int("T", T)
-    window = check.positive_int("window", window)
+    check.positive_int("T", T)
+    check.positive_int("window", window)
     check.boolean("causal", causal)
     positions = torch.arange(T, device=device)
     return position_mask(positions, positions, causal=causal, window=window)

@@ -92,7 +92,7 @@ def relative_rotation(
     rotates the pair ``(sin, cos)`` by the angle ``k * w_j``; it does not depend
     on ``t``. Returned in float64.
     """
-    offset = check.real("offset", offset)
+    check.real("offset", offset)
     angles = offset * angular_speeds(d_model, base)  # (D/2,)
     cos, sin = torch.cos(angles), torch.sin(angles)
     blocks = torch.stack(
@@ -150,9 +150,7 @@ class LearnedPositionalEmbedding(nn.Module):
         super().__init__()
         check.positive_int("d_model", d_model)
         check.positive_int("max_len", max_len)
-        init_std = check.positive_number(
-            "init_std", init_std, "GPT-2 uses 0.01"
-        )
+        check.positive_number("init_std", init_std, "GPT-2 uses 0.01")
         self.d_model = d_model
         self.max_len = max_len
         self.weight = nn.Parameter(torch.randn(max_len, d_model) * init_std)

@@ -116,7 +116,8 @@ def evaluate(
     check.module(model)
     check.loader("loader", loader)
     check.loss_function(loss_fn)
-    metrics = check.metric_functions(metrics)
+    check.metric_functions(metrics)
+    metrics = {} if metrics is None else dict(metrics)
     device = _resolve_device(model, device)
     model.to(device)
 
@@ -127,7 +128,8 @@ def evaluate(
     with torch.no_grad():
         for batch in loader:
             inputs, target = _split_batch(batch, device)
-            output = check.model_output(model(*inputs))
+            output = model(*inputs)
+            check.model_output(output)
             size = target.shape[0]
             totals["loss"] += _as_float(loss_fn(output, target)) * size
             for name, metric in metrics.items():
@@ -180,8 +182,20 @@ def fit(
     last row of each epoch, NaN elsewhere), ``elapsed_s`` (wall-clock seconds,
     volatile).
     """
-    # every argument above, checked by name
-    metrics = check.fit_arguments(locals())
+    check.fit_arguments(
+        model=model,
+        train_loader=train_loader,
+        val_loader=val_loader,
+        loss_fn=loss_fn,
+        optimizer=optimizer,
+        epochs=epochs,
+        scheduler=scheduler,
+        metrics=metrics,
+        clip_grad_norm=clip_grad_norm,
+        log_every=log_every,
+        seed=seed,
+    )
+    metrics = {} if metrics is None else dict(metrics)
     if seed is not None:
         torch.manual_seed(seed)
     device = _resolve_device(model, device)
@@ -192,14 +206,15 @@ def fit(
     ) as log:
         for epoch in range(1, epochs + 1):
             batches = iter(train_loader)
-            batch = check.first_batch(next(batches, None))
+            batch = next(batches, None)
+            check.first_batch(batch)
             while batch is not None:
                 inputs, target = _split_batch(batch, device)
                 lr = optimizer.param_groups[0]["lr"]
-                output = check.model_output(model(*inputs))
-                loss = check.finite_loss(
-                    loss_fn(output, target), epoch, log.step + 1
-                )
+                output = model(*inputs)
+                check.model_output(output)
+                loss = loss_fn(output, target)
+                check.finite_loss(loss, epoch, log.step + 1)
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 if clip_grad_norm is not None:

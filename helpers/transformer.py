@@ -72,10 +72,10 @@ class RMSNorm(nn.Module):
 
     def __init__(self, d_model: int, eps: float = 1e-5) -> None:
         super().__init__()
-        self.eps = check.positive_number("eps", eps, "1e-5 is usual")
-        self.weight = nn.Parameter(
-            torch.ones(check.positive_int("d_model", d_model))
-        )
+        check.positive_number("eps", eps, "1e-5 is usual")
+        check.positive_int("d_model", d_model)
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d_model))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         check.last_dim(self, x, self.weight.shape[0])
@@ -97,8 +97,9 @@ def make_norm(
     ``bias`` only concerns LayerNorm (RMSNorm has none).
     """
     check.positive_int("d_model", d_model)
-    eps = check.positive_number("eps", eps, "1e-5 is usual")
-    if check.one_of("norm", kind, NORMS) == "layer":
+    check.positive_number("eps", eps, "1e-5 is usual")
+    check.one_of("norm", kind, NORMS)
+    if kind == "layer":
         return nn.LayerNorm(d_model, eps=eps, bias=bias)
     return RMSNorm(d_model, eps=eps)
 
@@ -143,7 +144,8 @@ class FeedForward(nn.Module):
         self.d_model = d_model
         self.linear1 = nn.Linear(d_model, ffn_width, bias=bias)
         self.activation = make_activation(activation)
-        self.dropout = nn.Dropout(check.probability("dropout", dropout))
+        check.probability("dropout", dropout)
+        self.dropout = nn.Dropout(dropout)
         self.linear2 = nn.Linear(ffn_width, d_model, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -193,10 +195,8 @@ class EncoderBlock(nn.Module):
         eps: float = 1e-5,
     ) -> None:
         super().__init__()
-        self.d_model, self.norm_first = (
-            d_model,
-            check.boolean("norm_first", norm_first),
-        )
+        check.boolean("norm_first", norm_first)
+        self.d_model, self.norm_first = d_model, norm_first
         self.self_attn = MultiHeadAttention(
             d_model, num_heads, dropout=dropout, bias=bias
         )
@@ -352,10 +352,8 @@ class DecoderBlock(nn.Module):
         eps: float = 1e-5,
     ) -> None:
         super().__init__()
-        self.d_model, self.norm_first = (
-            d_model,
-            check.boolean("norm_first", norm_first),
-        )
+        check.boolean("norm_first", norm_first)
+        self.d_model, self.norm_first = d_model, norm_first
         self.self_attn = MultiHeadAttention(
             d_model, num_heads, dropout=dropout, bias=bias
         )
@@ -363,12 +361,12 @@ class DecoderBlock(nn.Module):
             d_model, num_heads, dropout=dropout, bias=bias
         )
         self.ffn = FeedForward(d_model, ffn_width, dropout=dropout, bias=bias)
-        self.norm1, self.norm2, self.norm3 = (
-            make_norm(norm, d_model, eps, bias) for _ in "123"
-        )
-        self.dropout1, self.dropout2, self.dropout3 = (
-            nn.Dropout(dropout) for _ in "123"
-        )
+        self.norm1 = make_norm(norm, d_model, eps, bias)
+        self.norm2 = make_norm(norm, d_model, eps, bias)
+        self.norm3 = make_norm(norm, d_model, eps, bias)
+        self.dropout1 = nn.Dropout(dropout)
+        self.dropout2 = nn.Dropout(dropout)
+        self.dropout3 = nn.Dropout(dropout)
 
     def forward(
         self,

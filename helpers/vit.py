@@ -1,7 +1,7 @@
 """The Vision Transformer (Dosovitskiy et al., 2021): an image read as a
 sequence of patches.
 
-Chapter 13 builds it. An image is cut into square patches; each patch is
+Chapter 14 builds it. An image is cut into square patches; each patch is
 flattened and mapped to a vector of width ``D`` by one linear map (the same for
 every patch, so a strided ``Conv2d`` computes it too); positions are added; the
 sequence goes through the encoder of chapter 6
@@ -59,11 +59,11 @@ def _square_grid(images: Tensor, patch_size: int, who: str) -> int:
     """Patches per side of square ``(B, C, S, S)`` images whose side ``P``
     divides."""
     height, width = images.shape[-2:]
-    grid = check.patch_grid(height, patch_size)
+    check.patch_grid(height, patch_size)
     check.patch_grid(width, patch_size)
     if height != width:
         raise ValueError(f"{who} expects square images, got {height} x {width}")
-    return grid
+    return height // patch_size
 
 
 def patchify(images: Tensor, patch_size: int) -> Tensor:
@@ -86,8 +86,9 @@ class LinearPatchEmbedding(nn.Module):
 
     def __init__(self, patch_size: int, channels: int, d_model: int) -> None:
         super().__init__()
-        self.patch_size = check.positive_int("patch_size", patch_size)
-        self.channels = check.positive_int("channels", channels)
+        check.positive_int("patch_size", patch_size)
+        check.positive_int("channels", channels)
+        self.patch_size, self.channels = patch_size, channels
         self.proj = nn.Linear(channels * patch_size * patch_size, d_model)
 
     def forward(self, images: Tensor) -> Tensor:
@@ -103,8 +104,9 @@ class ConvPatchEmbedding(nn.Module):
 
     def __init__(self, patch_size: int, channels: int, d_model: int) -> None:
         super().__init__()
-        self.patch_size = check.positive_int("patch_size", patch_size)
-        self.channels = check.positive_int("channels", channels)
+        check.positive_int("patch_size", patch_size)
+        check.positive_int("channels", channels)
+        self.patch_size, self.channels = patch_size, channels
         self.proj = nn.Conv2d(
             channels, d_model, kernel_size=patch_size, stride=patch_size
         )
@@ -162,7 +164,8 @@ def sinusoidal_2d_encoding(
     must be a multiple of 4.
     """
     check.positive_int("grid", grid)
-    if check.positive_int("d_model", d_model) % 4:
+    check.positive_int("d_model", d_model)
+    if d_model % 4:
         raise ValueError(
             "d_model must be a multiple of 4 for 2-D sinusoidal positions "
             "(half for the row, "
@@ -197,7 +200,7 @@ class Sinusoidal2DPositionalEncoding(nn.Module):
 
 @dataclass(frozen=True)
 class ViTConfig:
-    """Every size of a :class:`VisionTransformer` (the defaults: chapter 13's,
+    """Every size of a :class:`VisionTransformer` (the defaults: chapter 14's,
     for 8 x 8 digits).
 
     ``pool``: one of :data:`POOLS`, classify the output at a class token or the
@@ -242,12 +245,14 @@ class VisionTransformer(nn.Module):
         check.patch_grid(config.image_size, config.patch_size)
         check.one_of("pool", config.pool, POOLS)
         check.one_of("positions", config.positions, POSITIONS)
-        embedding = check.one_of(
+        check.one_of(
             "patch_embedding", config.patch_embedding, PATCH_EMBEDDINGS
         )
         self.config, num_patches, width = config, config.grid**2, config.d_model
         embed = (
-            ConvPatchEmbedding if embedding == "conv" else LinearPatchEmbedding
+            ConvPatchEmbedding
+            if config.patch_embedding == "conv"
+            else LinearPatchEmbedding
         )
         self.patch_embedding = embed(config.patch_size, config.channels, width)
         self.positions = {
@@ -310,7 +315,7 @@ def attention_rollout(
             "maps must be a non-empty list of (B, H, T, T) weights, "
             "one per block"
         )
-    residual = check.real("residual", residual)
+    check.real("residual", residual)
     if not 0.0 <= residual <= 1.0:
         raise ValueError(
             f"residual must be in [0, 1], got {residual}; 0.5 is the paper's"

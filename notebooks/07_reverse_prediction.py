@@ -63,7 +63,6 @@ helpers.seed_everything(0)
 device = helpers.get_device()
 
 # %%
-import itertools
 import math
 import pathlib
 import tempfile
@@ -73,7 +72,6 @@ import altair as alt
 import matplotlib.pyplot as plt
 import pandas as pd
 import torch
-import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
 # %%
@@ -87,15 +85,21 @@ from helpers.tasks.reverse import (
     SOURCE_000_CONFIG,
     ReversePredictor,
     ablation_results,
+    attention_dropout_accuracy,
     bag_oracle_accuracy,
+    bare_loop,
     build_reverse_training,
+    final_train_accuracy,
+    length_accuracies,
     make_reverse_dataset,
+    mirror_routing,
     schedule_results,
     steps_to_accuracy,
     token_accuracy,
     token_cross_entropy,
     train_and_test,
     train_reverse,
+    whole_sequence_accuracy,
 )
 from helpers.training import (
     cosine_warmup_factor,
@@ -281,35 +285,16 @@ print("logits", tuple(logits.shape), "for one sequence of", seq_len, "tokens")
 #
 # Training is a loop over batches with four steps: compute the loss of the batch, clear the
 # old gradients, backpropagate the new ones, and let the optimizer move every parameter.
-# Here it is with nothing else, for the first 100 batches, with Adam at a constant learning
-# rate of 0.01 (on the CPU):
+# `bare_loop` is that loop with nothing else, for the first 100 batches, with Adam at a
+# constant learning rate of 0.01 (on the CPU), and then the accuracy on the validation set:
+
+# %%
+show_source(bare_loop)
 
 # %% tags=["nbval-ignore-output"]
-torch.manual_seed(config.seed)
-model = ReversePredictor(
-    num_classes,
-    config.d_model,
-    config.num_heads,
-    config.num_blocks,
-    config.ffn_width,
-)
-optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
-loader = DataLoader(train_set, batch_size=config.batch_size, shuffle=True)
-losses = []
-for inputs, targets in itertools.islice(loader, 100):  # the first 100 batches
-    logits = model(inputs)  # (B, T, C)
-    loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
-    optimizer.zero_grad()  # gradients add up unless cleared
-    loss.backward()  # the gradient of the loss for every parameter
-    optimizer.step()  # Adam's update of every parameter
-    losses.append(loss.item())
+losses, bare_accuracy = bare_loop(config, train_set, val_set)
 print(f"first batch's loss {losses[0]:.2f}")
 print(f"mean of the last ten {sum(losses[-10:]) / 10:.4f}")
-
-# %% tags=["nbval-ignore-output"]
-val_inputs, val_targets = val_set.tensors
-with torch.no_grad():
-    bare_accuracy = token_accuracy(model(val_inputs), val_targets).item()
 print(f"validation token accuracy after 100 steps: {bare_accuracy:.3f}")
 
 # %% tags=["remove-cell", "nbval-ignore-output"]
@@ -414,11 +399,11 @@ test = evaluate(
     model, test_loader, token_cross_entropy, {"accuracy": token_accuracy}
 )
 test_accuracy = round(test["accuracy"], 4)
-with torch.no_grad():
-    test_inputs, test_targets = test_set.tensors
-    predictions = model(test_inputs.to(device)).argmax(-1).cpu()
-all_right = (predictions == test_targets).all(-1)  # every token of a sequence
-sequence_accuracy = round(all_right.float().mean().item(), 4)
+test_inputs, test_targets = test_set.tensors
+# the share of the sequences with every token right
+sequence_accuracy = round(
+    whole_sequence_accuracy(model, test_inputs, test_targets), 4
+)
 print(f"test loss {test['loss']:.4f}, token accuracy {test_accuracy:.4f}")
 
 # %% tags=["remove-cell", "nbval-ignore-output"]
@@ -427,7 +412,7 @@ glue("ch7_test_sequence_accuracy", sequence_accuracy)
 assert test["accuracy"] >= 0.999  # the chapter's claim
 losses = history.set_index("step")["train_loss"]
 accuracies = history.set_index("step")["train_accuracy"]
-steps_to_99 = int(accuracies[accuracies >= 0.99].index[0])
+steps_to_99 = steps_to_accuracy(history)
 glue("ch7_accuracy_10", round(accuracies[10], 2))
 glue("ch7_accuracy_30", round(accuracies[30], 2))
 glue("ch7_steps_to_99", steps_to_99)
@@ -502,7 +487,8 @@ assert extra["step"] == num_steps
 #
 # `get_attention_maps` returns, for every block, the attention weights of every head: which
 # positions each query position reads from. If the model reverses by attention, some head
-# should put its weight on the *anti-diagonal*, key $T - 1 - t$ for query $t$.
+# should put its weight on the *anti-diagonal*, key $T - 1 - t$ for query $t$;
+# `mirror_routing` measures each head's mean weight there and picks the best head.
 
 # %% tags=["nbval-ignore-output"]
 model.eval()
@@ -511,18 +497,15 @@ num_map_sequences = 500
 map_inputs = test_inputs[:num_map_sequences].to(device)
 maps = [m.cpu() for m in model.get_attention_maps(map_inputs)]
 anti_diagonal = torch.arange(seq_len - 1, -1, -1)
-mass = torch.stack(
-    [
-        m[:, :, torch.arange(seq_len), anti_diagonal].mean(dim=(0, 2))
-        for m in maps
-    ]
+# per block and head: the mean weight of query t on key T - 1 - t
+best_block, best_head, mass, count_mirror_reads = mirror_routing(
+    model, map_inputs, seq_len
 )
 mass_table = pd.DataFrame(
     mass.numpy(),
     index=[f"block {b + 1}" for b in range(config.num_blocks)],
     columns=[f"head {h + 1}" for h in range(config.num_heads)],
 )
-best_block, best_head = divmod(int(mass.argmax()), config.num_heads)
 mass_table.round(2)
 
 # %% tags=["remove-cell", "nbval-ignore-output"]
@@ -685,12 +668,10 @@ print(f"trained in {time.perf_counter() - start:.1f} s")
 
 # %% tags=["nbval-ignore-output"]
 dropout_accuracy = dropout_scores["accuracy"]
-dropout_train = dropout_history["train_accuracy"].tail(5).mean()
+dropout_train = final_train_accuracy(dropout_history)
 dropout_model.eval()
-with torch.no_grad():
-    dropout_predictions = dropout_model(test_inputs.to(device)).argmax(-1).cpu()
-dropout_sequences = (
-    (dropout_predictions == test_targets).all(-1).float().mean().item()
+dropout_sequences = whole_sequence_accuracy(
+    dropout_model, test_inputs, test_targets
 )
 print(f"train accuracy, dropout on:  {dropout_train:.2f}")
 print(f"test token accuracy:         {dropout_accuracy:.4f}")
@@ -777,22 +758,14 @@ glue("ch7_heavy_train_max", round(heavy["train accuracy"].max(), 2))
 #
 # Does attention dropout really cut the one weight that matters? We can isolate that
 # mechanism on the trained dropout-free model: switch it to training mode with attention
-# dropout $p = 0.3$ and every other dropout off. If each output read its token through one
-# attention weight, accuracy would fall to about $1 - p$.
+# dropout $p = 0.3$ and every other dropout off (`attention_dropout_accuracy`). If each output
+# read its token through one attention weight, accuracy would fall to about $1 - p$.
 
 # %% tags=["nbval-ignore-output"]
 p_drop = 0.3
-for block in model.encoder.blocks:
-    block.self_attn.dropout = p_drop
-model.train()
-torch.manual_seed(0)
-with torch.no_grad():
-    attn_dropout_accuracy = token_accuracy(
-        model(test_inputs.to(device)).cpu(), test_targets
-    ).item()
-for block in model.encoder.blocks:
-    block.self_attn.dropout = 0.0
-model.eval()
+attn_dropout_accuracy = attention_dropout_accuracy(
+    model, test_inputs, test_targets, p_drop
+)
 print(f"attention dropout {p_drop}: token accuracy {attn_dropout_accuracy:.3f}")
 
 # %% tags=["remove-cell", "nbval-ignore-output"]
@@ -831,14 +804,7 @@ glue(
 
 # %% tags=["nbval-ignore-output"]
 lengths = [8, 12, 16, 20, 24]
-by_length = {}
-for length in lengths:
-    inputs, targets = make_reverse_dataset(
-        2000, length, num_classes, torch.Generator().manual_seed(3)
-    ).tensors
-    with torch.no_grad():
-        logits = model(inputs.to(device)).cpu()
-    by_length[length] = token_accuracy(logits, targets).item()
+by_length = length_accuracies(model, lengths)  # 2,000 sequences of each
 pd.Series(by_length, name="token accuracy").rename_axis("test length").round(
     3
 ).to_frame()
@@ -854,10 +820,8 @@ for length in [20, 24]:
     inputs = make_reverse_dataset(
         500, length, num_classes, torch.Generator().manual_seed(3)
     ).tensors[0]
-    length_maps = model.get_attention_maps(inputs.to(device))
-    head = length_maps[best_block][:, best_head].mean(0).cpu()  # (T', T')
-    reads = head.argmax(-1)[:seq_len]  # the key each query t < 16 reads most
-    mirror_reads[length] = int((reads == anti_diagonal).sum())
+    # the best head's mean weights: the key each query t < 16 reads most
+    mirror_reads[length] = count_mirror_reads(inputs)
     print(f"length {length}: {mirror_reads[length]} of 16 queries read 15 - t")
 
 # %% tags=["remove-cell", "nbval-ignore-output"]

@@ -99,9 +99,11 @@ from helpers.tasks.shapes import (
     attention_enrichment,
     full_scale_results,
     local_oracle,
+    local_oracle_mse,
     make_shapes_attention_model,
     make_shapes_cnn,
     make_shapes_dataset,
+    overfit_curve,
     overfit_results,
     seed_results,
     source_split,
@@ -277,13 +279,12 @@ assert math.isclose(noise_floor, 0.3**2 / 12 / STD**2, rel_tol=0.05)
 # perfectly (position, width, own height) but never the other shape of its kind. Its best
 # guess of the target height is the mean of its own height and the partner's *expected*
 # height (uniform on $[1, 25]$ minus the band of $\pm 4$ around its own). `local_oracle` draws
-# that guess; its test MSE, {glue:text}`ch8_oracle_mse:.3f`, is a floor for every model that
-# cannot see from one shape to its partner.
+# that guess and `local_oracle_mse` scores it on the scale above; its test MSE,
+# {glue:text}`ch8_oracle_mse:.3f`, is a floor for every model that cannot see from one shape to
+# its partner.
 
 # %%
-oracle_mse = (
-    (((local_oracle(test_data) - test_data.targets) / STD) ** 2).mean().item()
-)
+oracle_mse = local_oracle_mse(test_data, STD)
 print(f"local oracle: test MSE {oracle_mse:.3f}")
 
 # %% tags=["remove-cell"]
@@ -546,7 +547,8 @@ assert {
 # Before a long run, check that each model can drive its loss down on 20 sequences (the blog
 # post does this for its CNN). A model whose loss does not fall on 20 examples has a bug (a
 # wrong shape, a detached tensor, a learning rate far off). We run the check on the three
-# proper architectures, with Adam at a learning rate of 0.003 for 200 steps.
+# proper architectures, with Adam at a learning rate of 0.003 for 200 steps
+# (`overfit_curve`).
 
 # %% tags=["nbval-ignore-output"]
 MODEL_COLORS = {
@@ -555,25 +557,11 @@ MODEL_COLORS = {
     "bidirectional LSTM": "tab:purple",
     "batch-axis LSTM": "tab:brown",
 }
-overfit_inputs, overfit_targets = (
-    train_set.tensors[0][:20],
-    train_set.tensors[1][:20],
-)
-overfit_curves = {}
-for name in ("CNN", "CNN + attention", "bidirectional LSTM"):
-    torch.manual_seed(0)
-    model = SHAPES_MODELS[name]().to(device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
-    losses = []
-    for _ in range(200):
-        loss = nn.functional.mse_loss(
-            model(overfit_inputs.to(device)), overfit_targets.to(device)
-        )
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
-    overfit_curves[name] = losses
+# seed 0; Adam at 3e-3 for 200 steps on the first 20 training sequences
+overfit_curves = {
+    name: list(overfit_curve(name, 0, train_set, device=device).values())
+    for name in ("CNN", "CNN + attention", "bidirectional LSTM")
+}
 overfit_table = pd.DataFrame(
     {
         "first loss": {

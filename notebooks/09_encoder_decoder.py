@@ -83,6 +83,7 @@ from helpers.plotting import heatmap
 from helpers.tasks.corners import (
     CORNERS,
     CornerConfig,
+    cross_attention_focus,
     follows_the_rule,
     follows_the_rule_by_case,
     free_running_mse,
@@ -100,6 +101,7 @@ from helpers.tasks.sorting import (
     exposure_bias,
     generated_accuracy,
     make_sorting_dataset,
+    permutation_hits,
     seed_results,
     sequence_accuracy,
     train_and_measure,
@@ -519,16 +521,16 @@ plt.show()
 # %% tags=["remove-cell", "nbval-ignore-output"]
 # in cross-attention, query t (predicting point t + 3) has a head that looks mostly at
 # source point t, the corner diagonally opposite the one it predicts
-focus = mean_maps["cross"].diagonal(dim1=-2, dim2=-1).max(dim=0).values  # (2,)
+focus = cross_attention_focus(corner_model, test_points)  # the smaller query's
 shipped_focus = seeds["cross-attention focus"]
-glue("ch9_cross_focus", round(focus.min().item(), 2))
+glue("ch9_cross_focus", round(focus, 2))
 glue("ch9_cross_focus_min", round(shipped_focus.min(), 2))
 glue("ch9_cross_focus_max", round(shipped_focus.max(), 2))
 assert torch.all(maps["decoder"][0][..., 0, 1] == 0)  # the causal mask, exactly
 # on every seed above uniform (0.5), from barely to clearly; this run inside the spread
 assert shipped_focus.min() > 0.55 and shipped_focus.max() > 0.8
 assert shipped_focus.min() < 0.6  # one seed barely: no sharp pattern to claim
-assert shipped_focus.min() - 0.01 < focus.min() < shipped_focus.max() + 0.01
+assert shipped_focus.min() - 0.01 < focus < shipped_focus.max() + 0.01
 
 # %% [markdown]
 # **Figure.** Mean attention weights over the test sequences, one row per kind of attention,
@@ -674,21 +676,13 @@ plt.show()
 # :::
 #
 # Now the cross-attention. On sequences of eight different digits, for every head of every
-# decoder block, where does each query put its largest weight?
+# decoder block, where does each query put its largest weight? `permutation_hits` counts how
+# often it falls on the digit being written:
 
 # %% tags=["nbval-ignore-output"]
 distinct = make_sorting_dataset(500, 8, seeded(3), min_len=8, distinct=True)
-source, decoder_input, _ = distinct.tensors
-order = source.argsort(dim=-1)  # order[b, t]: where the t-th smallest sits
-maps = sort_model.get_attention_maps(source, decoder_input)
-cross = maps["cross"]  # per block: (B, H, 9, 8)
 # per block and head: how often a query's largest weight is on its digit
-hits = torch.stack(
-    [
-        (w[:, :, :8].argmax(-1) == order[:, None]).float().mean((0, 2))
-        for w in cross
-    ]
-)
+hits = permutation_hits(sort_model, distinct)
 block, head = divmod(hits.argmax().item(), hits.shape[1])
 print("arg-max on the digit being written (block x head):")
 print(hits.numpy().round(3))
@@ -700,6 +694,9 @@ glue("ch9_best_head", head)
 assert hits.max() > 0.8  # chance: 1/8 of the positions
 
 # %% tags=["hide-input", "nbval-ignore-output"]
+source, decoder_input, _ = distinct.tensors
+order = source.argsort(dim=-1)  # order[b, t]: where the t-th smallest sits
+cross = sort_model.get_attention_maps(source, decoder_input)["cross"]
 digits = (source[0] - 3).tolist()
 fig, ax = plt.subplots(figsize=(4.2, 3.6))
 heatmap(cross[block][0, head], ax=ax, xlabel="source digit", ylabel="decoder query writes",

@@ -83,12 +83,14 @@ from helpers.attention import scaled_dot_product_attention
 from helpers.checks import check_softmax_merge
 from helpers.efficient import (
     attention_cost,
+    kernel_costs,
     kv_cache_bytes,
-    median_seconds,
+    naive_attention,
     online_softmax_update,
     receptive_field,
     sliding_window_mask,
     tiled_attention,
+    tokens_per_second,
 )
 from helpers.gpt import GPT, CausalSelfAttention, GPTConfig, KVCache
 from helpers.parallel import run_in_processes
@@ -102,7 +104,7 @@ from helpers.tasks.retrieval import (
     train_retrieval,
 )
 from helpers.tasks.shapes import (
-    local_oracle,
+    local_oracle_mse,
     make_shapes_dataset,
     train_shapes_model,
 )
@@ -117,34 +119,16 @@ helpers.use_one_thread(device)
 # softmax over each row, and the weighted sum of the values: $4T^2d$ floating-point
 # operations, counting a multiply-add as two. Chapter 3's implementation also *stores* the
 # $T \times T$ scores and weights; PyTorch's fused kernel (`F.scaled_dot_product_attention`)
-# does the same arithmetic without storing them. We time both on this CPU and measure the
-# memory each call allocates (`peak_cpu_bytes`, chapter 3's method), for
+# does the same arithmetic without storing them. `kernel_costs` times both on this CPU and
+# measures the memory each call allocates (`peak_cpu_bytes`, chapter 3's method), for
 # {glue:text}`ch11_cost_heads` heads of width {glue:text}`ch11_cost_width`, up to
-# $T =$ {glue:text}`ch11_cost_longest`:
+# $T =$ {glue:text}`ch11_cost_longest` (`naive_attention` is chapter 3's implementation):
 
 # %%
 NUM_HEADS, D_HEAD = 2, 64
 LENGTHS = [256, 512, 1024, 2048, 4096]
 MIB = 2**20
-
-
-def naive(q, k, v):
-    return scaled_dot_product_attention(q, k, v, validate=False)[0]
-
-
-def measure(kernels: dict, lengths, repeats=3) -> pd.DataFrame:
-    """Median milliseconds and peak MiB of each kernel at each length."""
-    rows = []
-    with torch.inference_mode():
-        for T in lengths:
-            q, k, v = (torch.randn(1, NUM_HEADS, T, D_HEAD) for _ in range(3))
-            for name, kernel in kernels.items():
-                seconds = median_seconds(kernel, q, k, v, repeats=repeats)
-                peak = peak_cpu_bytes(kernel, q, k, v) / MIB
-                rows.append({"T": T, "kernel": name, "ms": 1e3 * seconds,
-                             "peak MiB": peak})  # fmt: skip
-    return pd.DataFrame(rows)
-
+show_source(kernel_costs)
 
 # %% tags=["remove-cell"]
 glue("ch11_cost_heads", NUM_HEADS)
@@ -152,8 +136,8 @@ glue("ch11_cost_width", D_HEAD)
 glue("ch11_cost_longest", LENGTHS[-1])
 
 # %% tags=["nbval-ignore-output"]
-kernels = {"naive": naive, "fused": F.scaled_dot_product_attention}
-cost = measure(kernels, LENGTHS)
+kernels = {"naive": naive_attention, "fused": F.scaled_dot_product_attention}
+cost = kernel_costs(kernels, LENGTHS, NUM_HEADS, D_HEAD)
 cost.pivot(index="T", columns="kernel").round(2)
 
 # %% tags=["nbval-ignore-output", "remove-cell"]
@@ -365,7 +349,8 @@ assert counted[True] * 64 == counted[False] * 36
 # %% tags=["nbval-ignore-output"]
 BLOCK = 256
 tiled = {"tiled": lambda q, k, v: tiled_attention(q, k, v, block_size=BLOCK)}
-cost = pd.concat([cost, measure(tiled, LENGTHS)], ignore_index=True)
+tiled_cost = kernel_costs(tiled, LENGTHS, NUM_HEADS, D_HEAD)
+cost = pd.concat([cost, tiled_cost], ignore_index=True)
 cost.pivot(index="T", columns="kernel").round(2)
 
 # %% tags=["nbval-ignore-output", "remove-cell"]
@@ -622,14 +607,14 @@ for kind, num_kv_heads in (("MHA", 8), ("GQA-2", 2), ("MQA", 1)):
     )
 
 # %% tags=["nbval-ignore-output"]
-speed = {}
-for kind, model in generators.items():
-    seconds = median_seconds(model.generate, prompt, GEN["new"], greedy=True,
-                             repeats=3)  # fmt: skip
-    speed[kind] = GEN["new"] / seconds
-seconds = median_seconds(generators["MHA"].generate, prompt, GEN["new"],
-                         greedy=True, use_cache=False, repeats=3)  # fmt: skip
-speed["MHA, no cache"] = GEN["new"] / seconds
+# greedy, the median of three timed calls each
+speed = {
+    kind: tokens_per_second(model, prompt, GEN["new"])
+    for kind, model in generators.items()
+}
+speed["MHA, no cache"] = tokens_per_second(
+    generators["MHA"], prompt, GEN["new"], use_cache=False
+)
 pd.Series(speed, name="tokens per second").round(0).to_frame()
 
 # %% tags=["nbval-ignore-output", "remove-cell"]
@@ -801,8 +786,7 @@ sets = {
     name: TensorDataset((d.inputs - MEAN) / STD, (d.targets - MEAN) / STD)
     for name, d in data.items()
 }
-oracle_error = (local_oracle(data["test"]) - data["test"].targets) / STD
-oracle_mse = oracle_error.pow(2).mean().item()
+oracle_mse = local_oracle_mse(data["test"], STD)
 
 # %% tags=["remove-cell"]
 glue("ch11_window_small", WINDOWS[0])

@@ -159,9 +159,12 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
-from helpers.analysis import peak_cpu_bytes
-from helpers.attention import scaled_dot_product_attention
-from helpers.efficient import median_seconds, tiled_attention
+from helpers.efficient import (
+    kernel_costs,
+    naive_attention,
+    tiled_attention,
+    tokens_per_second,
+)
 from helpers.gpt import GPT, GPTConfig
 from helpers.parallel import machine_label, run_in_processes
 from helpers.tasks.brackets import (
@@ -182,6 +185,7 @@ from helpers.tasks.brackets import (
 )
 from helpers.tasks.corners import (
     CornerConfig,
+    cross_attention_focus,
     follows_the_rule,
     follows_the_rule_by_case,
     free_running_mse,
@@ -195,20 +199,24 @@ from helpers.tasks.reverse import (
     ABLATIONS,
     BOOK_CONFIG,
     SCHEDULE_EXPERIMENT,
+    attention_dropout_accuracy,
     bag_oracle_accuracy,
     bare_loop,
+    final_train_accuracy,
+    length_accuracies,
     make_reverse_dataset,
     mirror_routing,
     steps_to_accuracy,
-    token_accuracy,
     train_and_test,
     train_reverse,
+    whole_sequence_accuracy,
 )
 from helpers.tasks.shapes import (
     SHAPES_MODELS,
     attention_enrichment,
-    local_oracle,
+    local_oracle_mse,
     make_shapes_dataset,
+    overfit_curve,
     standardize,
     train_shapes_model,
 )
@@ -218,6 +226,7 @@ from helpers.tasks.sorting import (
     exposure_bias,
     generated_accuracy,
     make_sorting_dataset,
+    permutation_hits,
     train_and_measure,
     train_sorting,
 )
@@ -239,45 +248,12 @@ def reverse_data():
     ]
 
 
-def sequence_accuracy(model, inputs, targets) -> float:
-    """The share of sequences reversed without a mistake (the model put in eval mode)."""
-    model.eval()
-    with torch.no_grad():
-        return (
-            (model(inputs).argmax(-1) == targets).all(-1).float().mean().item()
-        )
+OTHER_LENGTHS = (8, 12, 20, 24)  # the chapter's lengths never seen in training
 
 
-def best_other_length_accuracy(model, num_classes: int) -> float:
+def best_other_length_accuracy(model) -> float:
     """The best token accuracy at the chapter's lengths never seen in training."""
-    best = 0.0
-    for length in (8, 12, 20, 24):
-        generator = torch.Generator().manual_seed(3)
-        x, y = make_reverse_dataset(
-            2000, length, num_classes, generator
-        ).tensors
-        with torch.no_grad():
-            best = max(best, token_accuracy(model(x), y).item())
-    return best
-
-
-def attention_dropout_accuracy(
-    model, inputs, targets, trained_dropout: float
-) -> float:
-    """The chapter's mechanism check: attention dropout 0.3 switched on in the trained model.
-
-    The model is put back as it was: eval mode, attention dropout ``trained_dropout``.
-    """
-    for block in model.encoder.blocks:
-        block.self_attn.dropout = 0.3
-    model.train()
-    torch.manual_seed(0)
-    with torch.no_grad():
-        accuracy = token_accuracy(model(inputs), targets).item()
-    for block in model.encoder.blocks:
-        block.self_attn.dropout = trained_dropout
-    model.eval()
-    return accuracy
+    return max(length_accuracies(model, OTHER_LENGTHS).values())
 
 
 def reverse_chapter(args, seeds) -> pd.DataFrame:
@@ -296,23 +272,22 @@ def reverse_chapter(args, seeds) -> pd.DataFrame:
         }
         model, history, test = train_and_test(config, train_set, test_loader)
         logged = history.set_index("step")
+        _, _, mass, _ = mirror_routing(model, inputs[:500], config.seq_len)
         row |= {
             "test accuracy": test["accuracy"],
-            "test sequence accuracy": sequence_accuracy(model, inputs, targets),
+            "test sequence accuracy": whole_sequence_accuracy(
+                model, inputs, targets
+            ),
             "loss@10": logged["train_loss"][10],
             "loss@100": logged["train_loss"][100],
             "accuracy@10": logged["train_accuracy"][10],
             "accuracy@30": logged["train_accuracy"][30],
             "steps to 99%": steps_to_accuracy(history),
-            "max anti-diagonal mass": mirror_routing(
-                model, inputs[:500], config.seq_len
-            )[2],
+            "max anti-diagonal mass": mass.max().item(),
             "attention-dropout accuracy": attention_dropout_accuracy(
-                model, inputs, targets, config.dropout
+                model, inputs, targets, 0.3
             ),
-            "best other-length accuracy": best_other_length_accuracy(
-                model, config.num_classes
-            ),
+            "best other-length accuracy": best_other_length_accuracy(model),
         }
         _, _, blind = train_and_test(
             config.replace(positional=False), train_set, test_loader
@@ -323,14 +298,12 @@ def reverse_chapter(args, seeds) -> pd.DataFrame:
         dropout_model, dropout_history, dropout = train_and_test(
             config.replace(dropout=0.3), train_set, test_loader
         )
-        row["dropout train accuracy"] = (
-            dropout_history["train_accuracy"].tail(5).mean()
-        )
+        row["dropout train accuracy"] = final_train_accuracy(dropout_history)
         row["dropout test accuracy"] = dropout["accuracy"]
         row["plain - dropout test accuracy"] = (
             test["accuracy"] - dropout["accuracy"]
         )
-        row["dropout sequence accuracy"] = sequence_accuracy(
+        row["dropout sequence accuracy"] = whole_sequence_accuracy(
             dropout_model, inputs, targets
         )
         row["plain - dropout sequence accuracy"] = (
@@ -398,24 +371,20 @@ def reverse_ablations(args, seeds) -> pd.DataFrame:
             row = {
                 "run": name,
                 "seed": seed,
-                "train accuracy": train_accuracy.tail(
-                    5
-                ).mean(),  # dropout on, if any
+                "train accuracy": final_train_accuracy(history),  # dropout on
                 "train accuracy std": train_accuracy.tail(
                     10
                 ).std(),  # noise of the curve
                 "test accuracy": test["accuracy"],
-                "test sequence accuracy": sequence_accuracy(
+                "test sequence accuracy": whole_sequence_accuracy(
                     model, inputs, targets
                 ),
                 "bag oracle": bag_oracle_accuracy(inputs, config.num_classes),
-                "best other-length accuracy": best_other_length_accuracy(
-                    model, config.num_classes
-                ),
-                "max anti-diagonal mass": mass,
+                "best other-length accuracy": best_other_length_accuracy(model),
+                "max anti-diagonal mass": mass.max().item(),
                 **routing,
                 "attention-dropout 0.3 accuracy": attention_dropout_accuracy(
-                    model, inputs, targets, config.dropout
+                    model, inputs, targets, 0.3
                 ),
             }
             rows.append(row)
@@ -438,40 +407,18 @@ def shapes_data(num_train: int = 20_000):
         make_shapes_dataset(n, seed=s) for n, s in sizes_and_seeds
     )
     sets, std = standardize(train, train, val, test)
-    oracle = (((local_oracle(test) - test.targets) / std) ** 2).mean().item()
+    oracle = local_oracle_mse(test, std)
     copy = (((test.inputs - test.targets) / std) ** 2).mean().item()
     return *sets, test, oracle, copy
 
 
-def overfit_curve(name, seed, train_set, steps=200, lr=3e-3, log_every=None):
-    """Adam on the first 20 training sequences: the loss before steps 0, log_every, ..., steps.
-
-    The chapter's sanity check is 200 steps at lr 3e-3; source 004's is 5,000 at 1e-3, with the
-    loss printed every 1,000 (its loop runs 5,001 iterations and prints before each step).
-    """
-    torch.manual_seed(seed)
-    model = SHAPES_MODELS[name]()
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    x, y = train_set.tensors[0][:20], train_set.tensors[1][:20]
-    logged = {}
-    for step in range(steps + 1):
-        loss = F.mse_loss(model(x), y)
-        if step in (0, steps) or (log_every and step % log_every == 0):
-            logged[step] = loss.item()
-        if step < steps:
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-    return logged
+def overfit_ratio(name, seed, train_set, steps=200) -> float:
+    """The chapter's sanity check: the last / the first of ``overfit_curve``'s losses."""
+    curve = list(overfit_curve(name, seed, train_set, steps).values())
+    return curve[-1] / curve[0]
 
 
-def overfit_ratio(name, seed, train_set, steps=200):
-    """The chapter's sanity check: final / first loss after 200 Adam steps on 20 sequences."""
-    curve = overfit_curve(name, seed, train_set, steps)
-    return curve[steps] / curve[0]
-
-
-SOURCE_OVERFIT = {"steps": 5000, "lr": 1e-3, "log_every": 1000}
+SOURCE_OVERFIT = {"steps": 5001, "lr": 1e-3, "log_every": 1000}
 """Source 004's single-batch check: ``for epoch in range(5001)`` with Adam at lr 1e-3."""
 
 PROPER_MODELS = ("CNN", "CNN + attention", "bidirectional LSTM")
@@ -572,31 +519,6 @@ def sorting_data():
     return train, test, distinct
 
 
-def cross_attention_focus(model, points) -> float:
-    """The smaller, over the two queries, of the best head's mean weight on source point t."""
-    source, decoder_input, _ = teacher_forcing_split(points).tensors
-    cross = model.get_attention_maps(source, decoder_input)["cross"][
-        -1
-    ]  # (B, H, 2, 2)
-    diagonal = cross.diagonal(dim1=-2, dim2=-1).mean(
-        0
-    )  # (H, 2): query t -> key t
-    return diagonal.max(dim=0).values.min().item()
-
-
-def permutation_hits(model, distinct) -> float:
-    """The best cross-attention head's rate of arg-max on the source digit being written."""
-    source, decoder_input, _ = distinct.tensors
-    order = source.argsort(
-        -1
-    )  # (N, Ts): source position of the t-th smallest digit
-    best = 0.0
-    for weights in model.get_attention_maps(source, decoder_input)["cross"]:
-        hits = weights[:, :, : source.shape[1]].argmax(-1) == order[:, None]
-        best = max(best, hits.float().mean(dim=(0, 2)).max().item())
-    return best
-
-
 def encoder_decoder_seed(seed, corners, sorting) -> dict:
     """Both tasks of chapter 9 for one seed: one row."""
     train, test = corners
@@ -650,7 +572,7 @@ def encoder_decoder_seed(seed, corners, sorting) -> dict:
         "sorting teacher-forced accuracy": teacher_forced,
         "sorting generated accuracy": generated,
         "sorting gap": teacher_forced - generated,
-        "permutation hits": permutation_hits(model, distinct),
+        "permutation hits": permutation_hits(model, distinct).max().item(),
     }
     study_test = make_sorting_dataset(
         1000, config.max_len, torch.Generator().manual_seed(4)
@@ -817,42 +739,29 @@ RETRIEVAL_RUNS = [(kind, None) for kind in KINDS] + [
 
 def long_cost(args, seeds) -> pd.DataFrame:
     """Memory and time ratios at T = 4096 and the cache's speed-up, three repeats (no seeds)."""
-
-    def naive(q, k, v):
-        return scaled_dot_product_attention(q, k, v, validate=False)[0]
-
-    tiled = lambda q, k, v: tiled_attention(q, k, v, block_size=BLOCK)  # noqa: E731
+    kernels = {
+        "naive": naive_attention,
+        "fused": F.scaled_dot_product_attention,
+        "tiled": lambda q, k, v: tiled_attention(q, k, v, block_size=BLOCK),
+    }
     rows = []
     for repeat in range(3):
-        with torch.inference_mode():
-            q, k, v = (
-                torch.randn(1, NUM_HEADS, T_LONG, D_HEAD) for _ in range(3)
-            )
-            memory = peak_cpu_bytes(tiled, q, k, v) / peak_cpu_bytes(
-                naive, q, k, v
-            )
-            speed = median_seconds(naive, q, k, v, repeats=3) / median_seconds(
-                F.scaled_dot_product_attention, q, k, v, repeats=3
-            )
+        cost = kernel_costs(kernels, [T_LONG], NUM_HEADS, D_HEAD)
+        cost = cost.set_index("kernel")
+        memory = cost.loc["tiled", "peak MiB"] / cost.loc["naive", "peak MiB"]
+        speed = cost.loc["naive", "ms"] / cost.loc["fused", "ms"]
         torch.manual_seed(0)
         config = GPTConfig(vocab_size=GEN["vocab"], context_length=GEN["prompt"] + GEN["new"],
                            d_model=GEN["width"], num_layers=GEN["layers"], num_heads=GEN["heads"],
                            positions="rope")  # fmt: skip
         model = GPT(config).eval()
         prompt = torch.randint(GEN["vocab"], (1, GEN["prompt"]))
-        cached = median_seconds(
-            model.generate, prompt, GEN["new"], greedy=True, repeats=3
-        )
-        recomputed = median_seconds(
-            model.generate,
-            prompt,
-            GEN["new"],
-            greedy=True,
-            use_cache=False,
-            repeats=3,
+        cached = tokens_per_second(model, prompt, GEN["new"])
+        recomputed = tokens_per_second(
+            model, prompt, GEN["new"], use_cache=False
         )
         rows.append({"repeat": repeat, "tiled/naive memory": memory, "naive/fused time": speed,
-                     "cache speed-up": recomputed / cached})  # fmt: skip
+                     "cache speed-up": cached / recomputed})  # fmt: skip
     return pd.DataFrame(rows)
 
 

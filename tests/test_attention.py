@@ -23,6 +23,7 @@ from helpers.attention import (
     PerHeadMultiHeadAttention,
     SingleHeadAttention,
     additive_mask,
+    attend_heads,
     causal_mask,
     merge_heads,
     padding_mask,
@@ -863,6 +864,126 @@ def test_split_and_merge_heads_round_trip():
         heads[:, 1], x[..., 4:8]
     )  # head h: features h*4 .. h*4 + 3
     assert torch.equal(merge_heads(heads), x)
+
+
+# ----------------------------------------------------------------- the one kernel
+
+
+def _kernel_inputs(num_heads, num_kv_heads, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(2, num_heads, 5, 4, generator=gen)
+    k, v = (torch.randn(2, num_kv_heads, 6, 4, generator=gen) for _ in "kv")
+    return q, k, v
+
+
+def _row_without_keys():
+    mask = padding_mask([6, 3])[:, 0].expand(2, 5, 6).clone()  # (B, Tq, Tk)
+    mask[1, 0] = False  # sequence 1's query 0 may see no key
+    return mask
+
+
+KERNEL_MASKS = {
+    "none": None,
+    "2d": causal_mask(6)[1:],  # (Tq, Tk): query t sees keys 0 .. t + 1
+    "3d": _row_without_keys(),  # (B, Tq, Tk), shared by the heads
+    "4d": torch.rand(2, 4, 5, 6, generator=torch.Generator().manual_seed(1))
+    < 0.6,  # (B, H, Tq, Tk), one per head
+}
+
+
+def _alibi_like(num_heads):
+    """A float bias (H, Tq, Tk): a distance penalty per head, and -inf on every
+    key of query 4 (a row with no key)."""
+    distance = (torch.arange(5)[:, None] - torch.arange(6)[None]).abs().float()
+    bias = -torch.arange(1, num_heads + 1.0)[:, None, None] * distance / 4
+    bias[:, 4] = float("-inf")
+    return bias
+
+
+def _head_mask(mask, h):
+    """Query head h's mask, for 3-D q (B, Tq, d)."""
+    if mask is None or mask.ndim == 2:
+        return mask
+    mask = mask[:, None] if mask.ndim == 3 else mask  # (B, H | 1, Tq, Tk)
+    return mask[:, min(h, mask.shape[1] - 1)]
+
+
+@pytest.mark.parametrize("mask_kind", list(KERNEL_MASKS))
+@pytest.mark.parametrize("with_bias", [False, True])
+@pytest.mark.parametrize(
+    ("num_heads", "num_kv_heads"), [(4, 4), (4, 2), (4, 1)]
+)
+def test_attend_heads_is_each_query_head_attending_to_its_key_value_head(
+    mask_kind, with_bias, num_heads, num_kv_heads
+):
+    """The fused path and the written-out path equal a loop over the query
+    heads, head h reading key/value head h // group through
+    scaled_dot_product_attention; a row with no key is zero on both paths."""
+    q, k, v = _kernel_inputs(num_heads, num_kv_heads)
+    mask = KERNEL_MASKS[mask_kind]
+    bias = _alibi_like(num_heads) if with_bias else None
+    group = num_heads // num_kv_heads
+    expected = [
+        scaled_dot_product_attention(
+            q[:, h],
+            k[:, h // group],
+            v[:, h // group],
+            _head_mask(mask, h),
+            bias=None if bias is None else bias[h],
+        )
+        for h in range(num_heads)
+    ]
+    fused, no_weights = attend_heads(q, k, v, mask, bias=bias)
+    written, weights = attend_heads(q, k, v, mask, bias=bias, need_weights=True)
+    assert no_weights is None and not fused.isnan().any()
+    close(fused, torch.stack([output for output, _ in expected], dim=1))
+    close(written, torch.stack([output for output, _ in expected], dim=1))
+    close(weights, torch.stack([weight for _, weight in expected], dim=1))
+    rows = []  # rows with no key: zero outputs
+    if with_bias:
+        rows.append((slice(None), slice(None), 4))
+    if mask_kind == "3d":
+        rows.append((1, slice(None), 0))
+    for row in rows:
+        assert (fused[row] == 0).all() and (written[row] == 0).all()
+
+
+def test_attend_heads_reads_grouped_key_value_heads_without_copying_them():
+    """A key/value head is read in place by its group of query heads: the kernel
+    writes no more with one key/value head for 8 query heads than with the
+    head already repeated 8 times (a copy per query head would add 8 copies of
+    the keys and values)."""
+    from helpers.analysis import DispatchCounter
+
+    q, k, v = _kernel_inputs(8, 1)
+    k, v = (torch.cat([x] * 100, dim=2) for x in (k, v))  # 600 keys
+    written = []
+    for kv_heads in (1, 8):
+        keys, values = (x.repeat(1, kv_heads, 1, 1) for x in (k, v))
+        with DispatchCounter() as counter:
+            attend_heads(q, keys, values)
+        written.append(counter.elements_written)
+    assert written[0] <= written[1]
+
+
+def test_scaled_dot_product_attention_adds_a_float_bias():
+    gen = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(2, 3, 4, 5, generator=gen) for _ in "qkv")
+    bias = torch.randn(3, 4, 4, generator=gen)  # (H, Tq, Tk), from the right
+    output, _ = scaled_dot_product_attention(q, k, v, bias=bias)
+    close(output, F.scaled_dot_product_attention(q, k, v, attn_mask=bias))
+    mask = causal_mask(4)
+    output, _ = scaled_dot_product_attention(q, k, v, mask, bias=bias)
+    both = bias.masked_fill(~mask, float("-inf"))
+    close(output, F.scaled_dot_product_attention(q, k, v, attn_mask=both))
+    with pytest.raises(TypeError, match="bias must be a floating-point tensor"):
+        scaled_dot_product_attention(q, k, v, bias=mask)
+    with pytest.raises(
+        ValueError, match=r"bias of shape \(5, 4\) cannot broadcast"
+    ):
+        scaled_dot_product_attention(q, k, v, bias=torch.zeros(5, 4))
+    with pytest.raises(TypeError, match="q, bias must share a dtype"):
+        scaled_dot_product_attention(q, k, v, bias=bias.double())
 
 
 def test_split_heads_refuses_an_indivisible_width():

@@ -480,6 +480,55 @@ def test_a_cache_under_autograd_concatenates_so_gradients_flow():
     assert cache.length == 4 and cache.held == 4
 
 
+def test_differentiable_says_how_a_cache_grows():
+    """True: out of place at every append, autograd or not (no room kept ahead);
+    False: in place, and an append that autograd records is refused (backward
+    would need keys that the next append overwrites); None follows autograd."""
+    first, second = (torch.randn(1, 2, n, 4) for n in (3, 1))
+    out_of_place = KVCache(capacity=10, differentiable=True)
+    held, _ = out_of_place.append(first, first)
+    keys, _ = out_of_place.append(second, second)
+    assert out_of_place.capacity == out_of_place.held == 4  # no room ahead
+    assert torch.equal(keys, torch.cat([first, second], dim=2))
+    assert torch.equal(held, first)  # the first append's keys, untouched
+    in_place = KVCache(capacity=10, differentiable=False)
+    in_place.append(first, first)
+    assert in_place.capacity == 10  # preallocated
+    recorded = second.clone().requires_grad_(True)
+    with pytest.raises(ValueError, match=r"differentiable=False.*no_grad"):
+        in_place.append(recorded, recorded)
+    with torch.no_grad():  # not recorded: in place, as in decoding
+        in_place.append(recorded, recorded)
+    assert in_place.capacity == 10 and in_place.length == 4
+    with pytest.raises(TypeError, match="differentiable must be True or"):
+        KVCache(differentiable=1)
+
+
+@pytest.mark.parametrize("num_kv_heads", [None, 2])
+def test_a_windowed_layer_trains_in_chunks_as_on_the_whole_sequence(
+    num_kv_heads,
+):
+    """A long input goes through a windowed layer in chunks of ``window``
+    queries and a fresh rolling cache; under autograd that cache grows out of
+    place, so outputs and gradients equal those of the whole T x T pass (which
+    ``return_attention=True`` takes)."""
+    torch.manual_seed(0)
+    layer = _attention(
+        16, 4, window=3, positions="rope", num_kv_heads=num_kv_heads
+    )
+    x = torch.randn(2, 11, 16)
+    outputs, gradients = [], []
+    for whole in (False, True):
+        layer.zero_grad()
+        output = layer(x, return_attention=whole)
+        output = output[0] if whole else output
+        output.pow(2).sum().backward()
+        outputs.append(output)
+        gradients.append(layer.qkv_proj.weight.grad.clone())
+    torch.testing.assert_close(outputs[0], outputs[1], atol=ATOL, rtol=0)
+    torch.testing.assert_close(gradients[0], gradients[1], atol=1e-4, rtol=1e-4)
+
+
 def _ops_per_step(model, prompt_length, steps=8, **options):
     """What generate's loop dispatches per step (the prompt's pass cancels out)."""
     prompt = _tokens(batch=2, length=prompt_length)

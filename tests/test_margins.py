@@ -14,7 +14,6 @@ import helpers.tasks.retrieval
 import helpers.tasks.reverse
 import helpers.tasks.shapes
 import helpers.tasks.sorting
-from helpers.tasks.reverse import ReversePredictor
 
 margins = load_script("margins.py")
 CHAPTERS = {
@@ -152,17 +151,6 @@ def test_the_shapes_sets_are_standardized_by_the_training_set():
     assert values.std().item() == pytest.approx(1.0, abs=1e-5)
     assert len(val) == len(test) == len(raw_test) == 1000
     assert 0 < oracle < copy  # the local oracle beats copying the input
-
-
-def test_attention_dropout_accuracy_puts_the_model_back_as_it_was():
-    torch.manual_seed(0)
-    model = ReversePredictor(10, 16, 2, 2, dropout=0.1).eval()
-    inputs = torch.randint(10, (8, 16))
-    accuracy = margins.attention_dropout_accuracy(
-        model, inputs, inputs.flip(-1), 0.1
-    )
-    assert 0 <= accuracy <= 1 and not model.training
-    assert all(block.self_attn.dropout == 0.1 for block in model.encoder.blocks)
 
 
 def test_a_run_writes_its_table_with_the_labels(tmp_path):

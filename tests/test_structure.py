@@ -9,6 +9,11 @@
 * Every object a chapter shows with ``show_source`` fits the page's column (:data:`SHOWN_WIDTH`).
 * The generic checks (a choice among names, an instance of a class, a callable) are written
   once, in ``helpers._validate``; the rule is in that module's docstring.
+* A check only checks: no function of ``helpers._validate`` returns a value (the few private
+  helpers in :data:`VALUE_RETURNING_HELPERS` excepted), so what a value becomes is computed
+  in the code that uses it.
+* One attention kernel: PyTorch's fused ``scaled_dot_product_attention`` is called in one
+  place, ``helpers.attention.attend_heads``, which every multi-head module calls.
 """
 
 from __future__ import annotations
@@ -178,7 +183,7 @@ def test_every_module_has_a_chapter_in_the_map():
     assert chapters["helpers.masks"] == 2 and chapters["helpers.interop"] == 4
     assert (
         chapters["helpers.tasks.shapes"] == 8
-        and chapters["helpers.efficient"] == 12
+        and chapters["helpers.efficient"] == 13
     )
 
 
@@ -192,7 +197,7 @@ def test_no_module_imports_a_later_chapters_module():
 
 
 def test_the_chapter_order_check_fails_on_a_later_import():
-    """The check itself: chapter 8's shapes importing chapter 12's efficient is refused."""
+    """The check itself: chapter 8's shapes importing chapter 13's efficient is refused."""
     graph = {"helpers.tasks.shapes": {"helpers.efficient", "helpers.masks"}}
     chapters = {
         "helpers.tasks.shapes": 8,
@@ -357,4 +362,126 @@ def test_the_generic_check_rule_sees_a_copy(tmp_path):
         "module.py:3 (one_of)",
         "module.py:5 (instance)",
         "module.py:7 (function)",
+    ]
+
+
+# --------------------------------------------------------------------------- checks only check
+
+# Private helpers of helpers._validate that may return a value, each with its reason.
+VALUE_RETURNING_HELPERS = {
+    "_kind": "formats a wrong value for a message",
+    "_mask_fits": "a predicate that _decoder_mask asks twice",
+}
+
+
+def value_returns(source: str) -> list[str]:
+    """``name:line`` of every ``return <value>`` in the functions of ``source`` (a bare
+    ``return`` is fine), the helpers of VALUE_RETURNING_HELPERS excepted."""
+    found = []
+    for function in ast.walk(ast.parse(source)):
+        if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        if function.name in VALUE_RETURNING_HELPERS:
+            continue
+        for node in ast.walk(function):
+            if isinstance(node, ast.Return) and node.value is not None:
+                found.append(f"{function.name}:{node.lineno}")
+    return found
+
+
+def test_no_check_returns_a_value():
+    found = value_returns((PACKAGE / "_validate.py").read_text())
+    assert not found, (
+        f"checks of helpers._validate that return a value: {found}. A check raises or returns "
+        "None; compute the value where it is used (the caller keeps its own variable)"
+    )
+
+
+def test_the_no_return_rule_sees_a_check_that_returns_its_value():
+    source = (
+        "def positive_int(name, value):\n"
+        "    if value < 1:\n"
+        "        raise ValueError(f'{name} must be >= 1')\n"
+        "    return value\n"
+        "def tokens(value):\n"
+        "    if value is None:\n"
+        "        return\n"
+        "def _kind(value):\n"
+        "    return type(value).__name__\n"
+    )
+    assert value_returns(source) == ["positive_int:4"]
+
+
+# --------------------------------------------------------------------------- one attention kernel
+
+FUSED = "scaled_dot_product_attention"
+
+
+def fused_attention_calls(files) -> list[str]:
+    """``file:line`` of every call of PyTorch's fused attention (``F.``, ``nn.functional.``,
+    ``torch.nn.functional.`` ``scaled_dot_product_attention``, or the name imported from
+    ``torch.nn.functional``); the package's own function of that name is not one."""
+    found = []
+    for path in files:
+        tree = ast.parse(path.read_text())
+        imported = {
+            alias.asname or alias.name
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom)
+            and node.module == "torch.nn.functional"
+            for alias in node.names
+            if alias.name == FUSED
+        }
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            called = node.func
+            if (isinstance(called, ast.Attribute) and called.attr == FUSED) or (
+                isinstance(called, ast.Name) and called.id in imported
+            ):
+                found.append(f"{path.name}:{node.lineno}")
+    return found
+
+
+def test_pytorchs_fused_attention_is_called_in_one_place():
+    found = fused_attention_calls(sorted(PACKAGE.rglob("*.py")))
+    assert len(found) == 1 and found[0].startswith("attention.py:"), (
+        f"F.scaled_dot_product_attention is called at {found}: call "
+        "helpers.attention.attend_heads instead, the package's one attention kernel"
+    )
+    source = (PACKAGE / "attention.py").read_text()
+    kernel = next(
+        node
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.FunctionDef) and node.name == "attend_heads"
+    )
+    line = int(found[0].partition(":")[2])
+    assert kernel.lineno <= line <= kernel.end_lineno, (
+        "the fused call belongs in attend_heads"
+    )
+
+
+def test_the_one_kernel_rule_sees_a_second_call(tmp_path):
+    files = []
+    for name, text in {
+        "attention.py": "import torch.nn.functional as F\n"
+        "def attend_heads(q, k, v):\n"
+        "    return F.scaled_dot_product_attention(q, k, v)\n"
+        "def scaled_dot_product_attention(q, k, v):\n"
+        "    return q\n",
+        "gpt.py": "import torch\n"
+        "from helpers.attention import scaled_dot_product_attention\n"
+        "def own(q, k, v):\n"
+        "    scaled_dot_product_attention(q, k, v)  # the package's: fine\n"
+        "    return torch.nn.functional.scaled_dot_product_attention(q, k, v)\n",
+        "vit.py": "from torch.nn.functional import scaled_dot_product_attention as sdpa\n"
+        "def own(q, k, v):\n"
+        "    return sdpa(q, k, v)\n",
+    }.items():
+        (tmp_path / name).write_text(text)
+        files.append(tmp_path / name)
+    assert fused_attention_calls(files) == [
+        "attention.py:3",
+        "gpt.py:5",
+        "vit.py:3",
     ]

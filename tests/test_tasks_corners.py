@@ -10,6 +10,7 @@ from helpers.tasks.corners import (
     CORNERS,
     CornerConfig,
     CornerTransformer,
+    cross_attention_focus,
     follows_the_rule,
     follows_the_rule_by_case,
     free_running_mse,
@@ -98,6 +99,69 @@ def test_attention_maps_have_the_documented_shapes():
     assert [m.shape for m in maps["encoder"]] == [(3, 2, 2, 2)] * 2
     assert [m.shape for m in maps["cross"]] == [(3, 2, 2, 2)] * 2
     assert all(torch.all(m[..., 0, 1] == 0) for m in maps["decoder"])
+
+
+class _PlantedCross:
+    """A stand-in model whose one decoder block has the given cross-attention
+    weights ``(B, H, 2, 2)``, whatever the points."""
+
+    def __init__(self, cross: torch.Tensor) -> None:
+        self.cross = cross
+
+    def get_attention_maps(self, source, decoder_input):
+        assert source.shape == decoder_input.shape == (len(self.cross), 2, 2)
+        return {"encoder": [], "decoder": [], "cross": [self.cross]}
+
+
+# Two sequences, two heads; rows are the queries (-> p3, -> p4), columns the
+# keys (p1, p2). Head 0 reads key t for query t on average (0.8, 0.6), head 1
+# (0.575, 0.9): the best head per query gives 0.8 and 0.9, so the focus is 0.8.
+PLANTED_CROSS = torch.tensor(
+    [
+        [[[0.9, 0.1], [0.5, 0.5]], [[0.2, 0.8], [0.1, 0.9]]],
+        [[[0.7, 0.3], [0.3, 0.7]], [[0.95, 0.05], [0.1, 0.9]]],
+    ]
+)
+
+
+def test_cross_attention_focus_of_planted_weights():
+    points = torch.zeros(2, 4, 2)
+    assert cross_attention_focus(
+        _PlantedCross(PLANTED_CROSS), points
+    ) == pytest.approx(0.8)
+    # a head that reads key t with weight 1 for both queries: focus 1
+    perfect = torch.eye(2).expand(2, 2, 2, 2)
+    assert cross_attention_focus(_PlantedCross(perfect), points) == 1.0
+    # uniform attention: 0.5
+    uniform = torch.full((2, 2, 2, 2), 0.5)
+    assert cross_attention_focus(_PlantedCross(uniform), points) == 0.5
+
+
+def test_the_planted_weights_tell_the_focus_from_near_misses():
+    """The control of the test above: each plausible slip in the computation
+    gives another number on the planted weights, so the test would catch it."""
+    diagonal = PLANTED_CROSS.diagonal(dim1=-2, dim2=-1)  # (B, H, 2)
+    per_head = diagonal.mean(0)  # (H, 2)
+    near_misses = {
+        "the larger query": per_head.amax(0).max(),
+        "one head for both queries": per_head[per_head.mean(1).argmax()].min(),
+        "best head per sequence": diagonal.amax(1).mean(0).min(),
+        "the other key": PLANTED_CROSS.flip(-1)
+        .diagonal(dim1=-2, dim2=-1)
+        .mean(0)
+        .amax(0)
+        .min(),
+        "the worst head": per_head.amin(0).min(),
+    }
+    for slip, value in near_misses.items():
+        assert value.item() != pytest.approx(0.8), slip
+
+
+def test_cross_attention_focus_of_a_real_model_is_a_weight():
+    torch.manual_seed(0)
+    points, _ = make_corner_sequences(16, _generator(3))
+    focus = cross_attention_focus(CornerTransformer(num_blocks=2), points)
+    assert 0.0 < focus < 1.0
 
 
 def test_a_short_run_learns_and_free_running_is_reported():

@@ -11,6 +11,7 @@ import json
 import pandas as pd
 import pytest
 import torch
+import torch.nn.functional as F
 from conftest import ROOT, glue_records
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -24,9 +25,12 @@ from helpers.tasks.reverse import (
     ReverseConfig,
     ReversePredictor,
     ablation_results,
+    attention_dropout_accuracy,
     bag_oracle_accuracy,
     bare_loop,
     build_reverse_training,
+    final_train_accuracy,
+    length_accuracies,
     make_reverse_dataset,
     mirror_routing,
     schedule_results,
@@ -35,6 +39,7 @@ from helpers.tasks.reverse import (
     token_cross_entropy,
     train_and_test,
     train_reverse,
+    whole_sequence_accuracy,
 )
 from helpers.training import fit
 
@@ -452,7 +457,9 @@ def test_mirror_routing_finds_a_planted_mirror_head_and_counts_its_reads():
     model.get_attention_maps = planted
     inputs = make_reverse_dataset(8, seq_len, 10, generator()).tensors[0]
     block, head, mass, reads = mirror_routing(model, inputs, seq_len)
-    assert (block, head) == (0, 1) and mass == pytest.approx(1.0)
+    assert (block, head) == (0, 1)
+    # the mass table: head 1 all on the mirror key, head 0 uniform (1/16)
+    torch.testing.assert_close(mass, torch.tensor([[1 / seq_len, 1.0]]))
     longer = make_reverse_dataset(8, 24, 10, generator()).tensors[0]
     assert reads(longer) == seq_len
     model.get_attention_maps = lambda x: [
@@ -465,8 +472,96 @@ def test_mirror_routing_finds_a_planted_mirror_head_and_counts_its_reads():
         mirror_routing(model, longer, seq_len)
 
 
-def test_bare_loop_is_the_chapters_loop():
-    """helpers' copy of chapter 7's inline loop gives the numbers the chapter glued."""
+class _Fixed(torch.nn.Module):
+    """A stand-in model whose logits are one-hot on ``rule(tokens)``."""
+
+    def __init__(self, rule, num_classes: int = 10) -> None:
+        super().__init__()
+        self.rule, self.num_classes = rule, num_classes
+        self.anchor = torch.nn.Parameter(torch.zeros(()))  # a device to run on
+
+    def forward(self, tokens):
+        predicted = self.rule(tokens)
+        one_hot = F.one_hot(predicted, self.num_classes).float()
+        return one_hot + self.anchor
+
+
+def test_whole_sequence_accuracy_counts_sequences_with_every_token_right():
+    inputs = torch.tensor([[1, 2, 3, 4], [5, 6, 7, 8], [9, 0, 1, 2]])
+    targets = inputs.flip(-1)
+    wrong_once = targets.clone()
+    wrong_once[1, 2] = 0  # one wrong token in sequence 1
+    model = _Fixed(lambda tokens: wrong_once)
+    # 2 of 3 sequences; the token accuracy (11/12) or "some token right" (1)
+    # would be other numbers
+    assert whole_sequence_accuracy(model, inputs, targets) == pytest.approx(
+        2 / 3
+    )
+    assert whole_sequence_accuracy(
+        _Fixed(lambda tokens: tokens.flip(-1)), inputs, targets
+    ) == pytest.approx(1.0)
+
+
+def test_length_accuracies_draw_the_chapters_sequences():
+    lengths = (8, 16, 24)
+    reverser = _Fixed(lambda tokens: tokens.flip(-1))
+    assert length_accuracies(reverser, lengths) == {8: 1.0, 16: 1.0, 24: 1.0}
+    # always class 0: the share of zeros among the targets of the chapter's
+    # sequences (2,000 of each length, generator seed 3); another seed or
+    # number of sequences would give other shares
+    zeros = length_accuracies(_Fixed(torch.zeros_like), lengths)
+    for length in lengths:
+        data = make_reverse_dataset(2000, length, 10, generator(3))
+        targets = data.tensors[1]
+        expected = (targets == 0).float().mean().item()
+        assert zeros[length] == pytest.approx(expected), length
+    assert len(set(zeros.values())) == len(lengths)
+
+
+def test_attention_dropout_accuracy_switches_it_on_and_puts_it_back():
+    torch.manual_seed(0)
+    model = ReversePredictor(10, 16, 2, 2, dropout=0.1).eval()
+    inputs = make_reverse_dataset(64, 16, 10, generator(4)).tensors[0]
+    targets = inputs.flip(-1)
+    plain = ReversePredictor(10, 16, 2, 2).eval()
+    plain.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        eval_accuracy = token_accuracy(plain(inputs), targets).item()
+    # p = 0 on a model without other dropout: the plain accuracy, exactly
+    assert attention_dropout_accuracy(
+        plain, inputs, targets, 0.0
+    ) == pytest.approx(eval_accuracy)
+    dropped = attention_dropout_accuracy(plain, inputs, targets, 0.9)
+    assert dropped != pytest.approx(eval_accuracy)  # the dropout was on
+    # seeded: the same drops every time
+    assert attention_dropout_accuracy(plain, inputs, targets, 0.9) == dropped
+    # each block's attention dropout is put back, and the model in eval mode
+    attention_dropout_accuracy(model, inputs, targets, 0.3)
+    assert not model.training
+    assert all(block.self_attn.dropout == 0.1 for block in model.encoder.blocks)
+
+
+def test_final_train_accuracy_is_the_mean_of_the_last_five_rows():
+    history = pd.DataFrame(
+        {
+            "step": range(10, 110, 10),
+            "train_accuracy": [i / 10 for i in range(1, 11)],
+        }
+    )
+    # the last five rows: 0.6 to 1.0 (the last row alone: 1.0; ten rows: 0.55)
+    assert final_train_accuracy(history) == pytest.approx(0.8)
+
+
+def test_chapter_7_shows_and_runs_bare_loop_itself():
+    """The bare loop has one home: the chapter shows bare_loop and calls it."""
+    twin = (ROOT / "notebooks/07_reverse_prediction.py").read_text()
+    assert "show_source(bare_loop)" in twin
+    assert "= bare_loop(config, train_set, val_set)" in twin
+    assert "optimizer.step()" not in twin  # no second copy of the loop
+
+
+def test_bare_loop_gives_the_numbers_the_chapter_glued():
+    """The chapter's stored glue values (its last execution) are bare_loop's."""
     config = BOOK_CONFIG
     train_set = make_reverse_dataset(
         config.num_train, config.seq_len, config.num_classes, generator(0)

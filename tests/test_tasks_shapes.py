@@ -17,6 +17,7 @@ from helpers.analysis import count_parameters
 from helpers.attention import scaled_dot_product_attention
 from helpers.tasks.shapes import (
     SHAPES_HEIGHT_RANGE,
+    SHAPES_MODELS,
     SHAPES_WIDTH_RANGE,
     BatchAxisLSTM,
     ConvSelfAttention,
@@ -27,6 +28,7 @@ from helpers.tasks.shapes import (
     make_shapes_attention_model,
     make_shapes_cnn,
     make_shapes_dataset,
+    overfit_curve,
     partner_mean_height,
     render_shapes,
     shapes_collide,
@@ -692,3 +694,40 @@ def test_standardize_puts_every_set_on_the_reference_scale():
     )
     with pytest.raises(TypeError, match="data must be a ShapesData"):
         standardize(reference, other.tensor_dataset())
+
+
+# ----------------------------------------------------------------------- the sanity check
+
+
+def _standardized(num: int = 30):
+    data = make_shapes_dataset(num, seed=7)
+    (train_set,), _ = standardize(data, data)
+    return train_set
+
+
+def test_overfit_curve_logs_the_loss_before_each_logged_update():
+    train_set = _standardized()
+    # lr 0: nothing moves, so every logged loss is the freshly seeded model's
+    # error on the first 20 sequences, and the keys are 0, 3, 6 and the last
+    # step, 9 (not step 10: there is no loss after the last update)
+    curve = overfit_curve("CNN", 4, train_set, steps=10, lr=0.0, log_every=3)
+    assert list(curve) == [0, 3, 6, 9]
+    torch.manual_seed(4)
+    model = SHAPES_MODELS["CNN"]()
+    inputs, targets = (t[:20] for t in train_set.tensors)
+    with torch.no_grad():
+        first = F.mse_loss(model(inputs), targets).item()
+    assert all(loss == pytest.approx(first) for loss in curve.values())
+    # one step: one loss, taken before its update; another seed, another loss
+    assert overfit_curve("CNN", 4, train_set, steps=1) == pytest.approx(
+        {0: first}
+    )
+    assert overfit_curve("CNN", 5, train_set, steps=1)[0] != pytest.approx(
+        first
+    )
+
+
+def test_overfit_curve_falls_on_one_batch():
+    curve = overfit_curve("CNN", 0, _standardized(), steps=40)
+    assert list(curve) == list(range(40))
+    assert curve[39] < 0.5 * curve[0]

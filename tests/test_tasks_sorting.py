@@ -16,6 +16,7 @@ from helpers.tasks.sorting import (
     generated_accuracy,
     make_sorting_dataset,
     next_to_write,
+    permutation_hits,
     seed_results,
     sequence_accuracy,
     sequence_log_probs,
@@ -271,6 +272,68 @@ def test_check_decoder_input():
         checks.check_decoder_input(lambda t, s: t)
     with pytest.raises(AssertionError, match="return a tensor"):
         checks.check_decoder_input(lambda t, s: t.tolist())
+
+
+class _PlantedCross:
+    """A stand-in model whose decoder blocks have the given cross-attention
+    weights, one ``(B, H, Tt, Ts)`` tensor per block, whatever the tokens."""
+
+    def __init__(self, *blocks: torch.Tensor) -> None:
+        self.blocks = blocks
+
+    def get_attention_maps(self, source, decoder_input):
+        return {"cross": list(self.blocks)}
+
+
+def _one_hot_queries(positions) -> torch.Tensor:
+    """Weights ``(B, Tt, Ts)`` with all of query ``t``'s weight on key
+    ``positions[b][t]``."""
+    return torch.nn.functional.one_hot(torch.tensor(positions), 3).float()
+
+
+def test_permutation_hits_of_planted_heads():
+    # digits 2, 0, 1 and 0, 2, 1 (tokens are digits + 3): the t-th smallest
+    # sits at positions 1, 2, 0 and at 0, 2, 1
+    source = torch.tensor([[5, 3, 4], [3, 5, 4]])
+    decoder_input = torch.full((2, 4), BOS)  # 3 digits and the end token
+    distinct = torch.utils.data.TensorDataset(
+        source, decoder_input, decoder_input
+    )
+    # query 3 writes EOS: its weight (on key 1) does not count
+    exact = _one_hot_queries([[1, 2, 0, 1], [0, 2, 1, 1]])
+    first_key = _one_hot_queries([[0, 0, 0, 1], [0, 0, 0, 1]])
+    backwards = _one_hot_queries([[0, 2, 1, 1], [1, 2, 0, 1]])
+    half = _one_hot_queries([[1, 2, 0, 1], [1, 0, 2, 1]])
+    model = _PlantedCross(
+        torch.stack([exact, first_key], dim=1),  # block 0: heads 0, 1
+        torch.stack([backwards, half], dim=1),  # block 1
+    )
+    # Slips this table catches: the ranks (argsort of argsort) in place of the
+    # positions give 1/2 for the exact head, key t in place of the position of
+    # the t-th smallest 1/6; the shares of one block or head for another
+    # change the order of the entries.
+    torch.testing.assert_close(
+        permutation_hits(model, distinct),
+        torch.tensor([[1, 1 / 3], [1 / 3, 1 / 2]]),
+    )
+
+
+def test_permutation_hits_refuses_repeated_digits_or_padding():
+    model = _PlantedCross(torch.zeros(1, 1, 4, 3))
+    for source in ([[4, 4, 5]], [[4, 5, PAD]]):
+        tokens = torch.tensor(source)
+        distinct = torch.utils.data.TensorDataset(tokens, tokens, tokens)
+        with pytest.raises(ValueError, match="distinct digits"):
+            permutation_hits(model, distinct)
+
+
+def test_permutation_hits_of_an_untrained_model_is_a_table_of_shares():
+    distinct = make_sorting_dataset(
+        40, 6, _generator(3), min_len=6, distinct=True
+    )
+    hits = permutation_hits(_untrained(), distinct)
+    assert hits.shape == (1, 2)  # decoder blocks x heads
+    assert ((hits >= 0) & (hits <= 1)).all()
 
 
 def test_the_shipped_seed_results_hold_what_chapter_9_reads():

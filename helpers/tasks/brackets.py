@@ -353,10 +353,10 @@ class NGramModel:
     """
 
     def __init__(self, n: int, alpha: float = 0.1) -> None:
-        self.n = check.positive_int("n", n)
-        self.alpha = check.positive_number(
-            "alpha", alpha, "0.1 is a mild smoothing"
-        )
+        check.positive_int("n", n)
+        self.n = n
+        check.positive_number("alpha", alpha, "0.1 is a mild smoothing")
+        self.alpha = alpha
         self.counts: dict[str, Counter] = defaultdict(Counter)
 
     def _context(self, prefix: str) -> str:

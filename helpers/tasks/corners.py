@@ -45,6 +45,7 @@ __all__ = [
     "reflection_rule",
     "follows_the_rule",
     "follows_the_rule_by_case",
+    "cross_attention_focus",
 ]
 
 CORNERS = torch.tensor([[-1.0, -1.0], [-1.0, 1.0], [1.0, 1.0], [1.0, -1.0]])
@@ -65,7 +66,7 @@ def make_corner_sequences(
     """
     check.positive_int("num_sequences", num_sequences)
     check.generator(generator)
-    noise = check.non_negative_number("noise", noise, "source 001 uses 0.1")
+    check.non_negative_number("noise", noise, "source 001 uses 0.1")
     start = torch.randint(4, (num_sequences,), generator=generator)
     clockwise = torch.randint(2, (num_sequences,), generator=generator).bool()
     step = torch.where(clockwise, 1, -1)
@@ -139,7 +140,8 @@ class CornerTransformer(nn.Module):
         residual: bool = True,
     ) -> None:
         super().__init__()
-        self.residual = check.boolean("residual", residual)
+        check.boolean("residual", residual)
+        self.residual = residual
         self.input_proj = nn.Linear(2, d_model)
         self.positional = SinusoidalPositionalEncoding(d_model, max_len=16)
         if residual:
@@ -187,7 +189,8 @@ class CornerTransformer(nn.Module):
         memory = self.encode(source)
         # the decoder starts from the last source point
         written = source[:, -1:]
-        for _ in range(check.positive_int("num_points", num_points)):
+        check.positive_int("num_points", num_points)
+        for _ in range(num_points):
             next_point = self.decode(written, memory)[:, -1:]
             written = torch.cat([written, next_point], dim=1)
         return written[:, 1:]
@@ -338,14 +341,34 @@ def follows_the_rule_by_case(
     }
 
 
+@torch.no_grad()
+def cross_attention_focus(
+    model: CornerTransformer, points: torch.Tensor
+) -> float:
+    """How much cross-attention reads the given point two steps back.
+
+    Under teacher forcing on ``points (B, 4, 2)``, query ``t`` of the decoder
+    (which predicts point ``t + 3``) can read source point ``t``, the corner
+    opposite the one it predicts: the point :func:`reflection_rule` reads.
+    Averaged over the sequences, each query's weight there in its best head;
+    the smaller of the two queries' (uniform attention: 0.5). The weights are
+    the last decoder block's (the chapter's model has one). Chapter 9 and
+    ``scripts/margins.py encoder-decoder`` measure it with this function.
+    """
+    source, decoder_input, _ = teacher_forcing_split(points).tensors
+    cross = model.get_attention_maps(source, decoder_input)["cross"][-1]
+    mean = cross.mean(dim=0)  # (H, 2, 2): over the sequences
+    on_point_t = mean.diagonal(dim1=-2, dim2=-1)  # (H, 2): query t, key t
+    return on_point_t.max(dim=0).values.min().item()
+
+
 def _rule_hits(model, points, generator):
     """Per sequence: does point 3 land nearest the corner opposite point 1, and
     how many corners (0-3, clockwise) point 2 sits from point 1's, with point 2
     a random corner."""
+    check.generator(generator)
     source = teacher_forcing_split(points).tensors[0].clone()
-    second = torch.randint(
-        4, (len(source),), generator=check.generator(generator)
-    )
+    second = torch.randint(4, (len(source),), generator=generator)
     source[:, 1] = CORNERS[second]
     predicted = model.generate(source, 1)[:, 0]  # (B, 2): point 3
     nearest = torch.cdist(predicted, CORNERS).argmin(dim=-1)

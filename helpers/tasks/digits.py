@@ -1,4 +1,4 @@
-"""Chapter 13's task: scikit-learn's handwritten digits, a ViT and a CNN that
+"""Chapter 14's task: scikit-learn's handwritten digits, a ViT and a CNN that
 compete on them.
 
 The data are real images that ship inside scikit-learn
@@ -84,9 +84,8 @@ def digits_split(
     """
     check.tensor("labels", labels)
     check.positive_int("test_per_class", test_per_class)
-    generator = torch.Generator().manual_seed(
-        check.non_negative_int("seed", seed)
-    )
+    check.non_negative_int("seed", seed)
+    generator = torch.Generator().manual_seed(seed)
     train_queues, test = [], []
     for digit in range(NUM_CLASSES):
         members = torch.nonzero(labels == digit).flatten()
@@ -126,7 +125,8 @@ def make_digits_data(num_train: int | None = None) -> DigitsData:
     images, labels = load_digits_images()
     train, test = digits_split(labels)
     if num_train is not None:
-        if check.positive_int("num_train", num_train) > len(train):
+        check.positive_int("num_train", num_train)
+        if num_train > len(train):
             raise ValueError(
                 f"num_train={num_train}, but the split has {len(train)} images"
             )
@@ -150,14 +150,17 @@ def make_digits_cnn(
     unit sees a 3 x 3 neighbourhood of the layer below: locality and weight
     sharing are built in.
     """
-    first, second = (check.positive_int("channels", c) for c in channels)
+    first, second = channels
+    check.positive_int("channels", first)
+    check.positive_int("channels", second)
+    check.positive_int("num_classes", num_classes)
     return nn.Sequential(
         nn.Conv2d(1, first, 3, padding=1), nn.ReLU(),
         nn.Conv2d(first, second, 3, padding=1), nn.ReLU(),
         nn.MaxPool2d(2),
         nn.Conv2d(second, second, 3, padding=1), nn.ReLU(),
         nn.AdaptiveAvgPool2d(1), nn.Flatten(),
-        nn.Linear(second, check.positive_int("num_classes", num_classes)),
+        nn.Linear(second, num_classes),
     )  # fmt: skip
 
 
@@ -170,7 +173,8 @@ DIGITS_VIT = ViTConfig()
 def make_digits_model(name: str, vit: ViTConfig = DIGITS_VIT) -> nn.Module:
     """``"ViT"``: :class:`VisionTransformer` with ``vit``; ``"CNN"``:
     :func:`make_digits_cnn`."""
-    if check.one_of("name", name, DIGITS_MODELS) == "ViT":
+    check.one_of("name", name, DIGITS_MODELS)
+    if name == "ViT":
         return VisionTransformer(vit)
     return make_digits_cnn()
 
@@ -245,7 +249,8 @@ def train_digits(
     """
     check.instance("config", config, DigitsTrainConfig)
     data = make_digits_data(num_train)
-    torch.manual_seed(check.non_negative_int("seed", seed))
+    check.non_negative_int("seed", seed)
+    torch.manual_seed(seed)
     network = make_digits_model(model, vit)
     batches = _batches(data, config, torch.Generator().manual_seed(seed))
     optimizer = torch.optim.AdamW(network.parameters(), lr=config.lr,
@@ -284,7 +289,7 @@ SEEDS_FILE = "digits_seeds.csv"
 
 
 def seed_results() -> pd.DataFrame:
-    """Chapter 13's runs over seeds, as measured by
+    """Chapter 14's runs over seeds, as measured by
     ``scripts/reproduce_digits.py``.
 
     One row per run: ``experiment`` (``"models"``, ``"size"``, ``"variant"`` or

@@ -35,10 +35,8 @@ def make_regression_data(
     and table made from the data.
     """
     check.positive_int("num_points", num_points)
-    noise = check.non_negative_number(
-        "noise", noise, "it is a standard deviation"
-    )
-    x_max = check.positive_number("x_max", x_max)
+    check.non_negative_number("noise", noise, "it is a standard deviation")
+    check.positive_number("x_max", x_max)
     x = torch.rand(num_points, generator=generator, dtype=torch.float64) * x_max
     x, _ = torch.sort(x)
     eps = torch.randn(num_points, generator=generator, dtype=torch.float64)

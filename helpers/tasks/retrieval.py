@@ -1,4 +1,4 @@
-"""Chapter 12's length-generalization task: retrieve what followed the last
+"""Chapter 13's length-generalization task: retrieve what followed the last
 occurrence.
 
 At position ``t`` the target is the token that followed the most recent earlier
@@ -98,7 +98,8 @@ def make_retrieval_data(
     """
     check.positive_int("num_sequences", num_sequences)
     check.positive_int("seq_len", seq_len)
-    if check.positive_int("vocab_size", vocab_size) < 2:
+    check.positive_int("vocab_size", vocab_size)
+    if vocab_size < 2:
         raise ValueError(
             "vocab_size must be at least 2, or every answer is the same token"
         )
@@ -132,7 +133,7 @@ def make_retrieval_data(
 
 @dataclass(frozen=True)
 class RetrievalConfig:
-    """The model and the training budget of chapter 12's length-generalization
+    """The model and the training budget of chapter 13's length-generalization
     runs.
 
     The model is ``GPT(GPTConfig(vocab_size=...,
@@ -280,7 +281,7 @@ SEEDS_FILE = "retrieval_seeds.csv"
 
 
 def seed_results() -> pd.DataFrame:
-    """Chapter 12's runs on five seeds, as measured by ``scripts/margins.py
+    """Chapter 13's runs on five seeds, as measured by ``scripts/margins.py
     long``.
 
     One row per run: ``positions``, ``scale`` (``"-"``, ``"tokens"`` or

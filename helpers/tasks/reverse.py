@@ -50,12 +50,25 @@ __all__ = [
     "ablation_results",
     "schedule_results",
     "mirror_routing",
+    "whole_sequence_accuracy",
+    "length_accuracies",
+    "attention_dropout_accuracy",
+    "final_train_accuracy",
     "build_reverse_training",
     "steps_to_accuracy",
     "train_reverse",
     "train_and_test",
     "bare_loop",
 ]
+
+
+def _check_num_classes(num_classes) -> None:
+    check.positive_int("num_classes", num_classes)
+    if num_classes < 2:
+        raise ValueError(
+            "num_classes must be at least 2 (with one token every sequence is "
+            f"its own reversal), got {num_classes}"
+        )
 
 
 def make_reverse_dataset(
@@ -75,7 +88,7 @@ def make_reverse_dataset(
     """
     check.positive_int("num_sequences", num_sequences)
     check.positive_int("seq_len", seq_len)
-    check.num_classes(num_classes)
+    _check_num_classes(num_classes)
     check.generator(generator)
     inputs = torch.randint(
         num_classes, (num_sequences, seq_len), generator=generator
@@ -107,7 +120,8 @@ class ReversePredictor(nn.Module):
         norm_first: bool = True,
     ) -> None:
         super().__init__()
-        self.num_classes = check.num_classes(num_classes)
+        _check_num_classes(num_classes)
+        self.num_classes = num_classes
         self.embedding = nn.Embedding(num_classes, d_model)
         self.positional = (
             SinusoidalPositionalEncoding(d_model, max_len)
@@ -310,15 +324,18 @@ def schedule_results() -> pd.DataFrame:
 
 @torch.no_grad()
 def mirror_routing(model: ReversePredictor, inputs: torch.Tensor, seq_len: int):
-    """Which head routes the mirror token, and how many queries it routes at
-    another length.
+    """How much each head routes the mirror token, and how many queries the
+    best one routes at another length.
 
-    The head is the one with the most attention mass on the anti-diagonal (query
-    ``t`` reads key ``seq_len - 1 - t``) for ``inputs`` of the training length
-    ``seq_len``. Returns ``(block, head, mass, reads)`` where ``reads(other)``
+    For ``inputs`` of the training length ``seq_len``, the attention mass on
+    the anti-diagonal (query ``t`` reads key ``seq_len - 1 - t``) per block and
+    head, averaged over the sequences and the queries. Returns ``(block, head,
+    mass, reads)``: the head with the most mass, the ``(num_blocks,
+    num_heads)`` table of masses (on the CPU), and ``reads(other)``, which
     counts the queries ``t < seq_len`` of sequences ``other`` (a batch of
-    another length) whose mean attention peaks at key ``seq_len - 1 - t``: a
-    model that learned "reverse" would instead read ``T' - 1 - t``.
+    another length) whose mean attention in that head peaks at key ``seq_len -
+    1 - t``: a model that learned "reverse" would instead read ``T' - 1 - t``.
+    Chapter 7 and ``scripts/margins.py reverse`` measure both with it.
     """
     check.tokens(inputs, model.num_classes)
     if inputs.shape[1] != seq_len:
@@ -326,8 +343,9 @@ def mirror_routing(model: ReversePredictor, inputs: torch.Tensor, seq_len: int):
             f"inputs must have the training length seq_len={seq_len}, got "
             f"{inputs.shape[1]}"
         )
+    device = next(model.parameters()).device
     mirror = torch.arange(seq_len - 1, -1, -1)
-    maps = model.get_attention_maps(inputs)
+    maps = [m.cpu() for m in model.get_attention_maps(inputs.to(device))]
     mass = torch.stack(
         [m[:, :, torch.arange(seq_len), mirror].mean(dim=(0, 2)) for m in maps]
     )
@@ -336,10 +354,103 @@ def mirror_routing(model: ReversePredictor, inputs: torch.Tensor, seq_len: int):
     def reads(other: torch.Tensor) -> int:
         if other.shape[1] < seq_len:
             raise ValueError(f"other must be at least seq_len={seq_len} long")
-        weights = model.get_attention_maps(other)[block][:, head].mean(0)
+        maps = model.get_attention_maps(other.to(device))
+        weights = maps[block][:, head].mean(0).cpu()  # (T', T')
+        # the key each query t < seq_len reads most
         return int((weights.argmax(-1)[:seq_len] == mirror).sum())
 
-    return block, head, mass.max().item(), reads
+    return block, head, mass, reads
+
+
+@torch.no_grad()
+def whole_sequence_accuracy(
+    model: ReversePredictor, inputs: torch.Tensor, targets: torch.Tensor
+) -> float:
+    """The share of the sequences ``inputs`` whose every token the model gets
+    right.
+
+    One wrong token spoils a reversal, so this is at most the token accuracy
+    and falls faster. The model runs on its own device, in the mode it is in
+    (call ``model.eval()`` first if it has dropout). Chapter 7 and
+    ``scripts/margins.py reverse`` measure it with this function.
+    """
+    device = next(model.parameters()).device
+    predictions = model(inputs.to(device)).argmax(-1).cpu()
+    return (predictions == targets).all(-1).float().mean().item()
+
+
+@torch.no_grad()
+def length_accuracies(
+    model: ReversePredictor,
+    lengths,
+    num_sequences: int = 2000,
+    seed: int = 3,
+) -> dict[int, float]:
+    """Token accuracy at each sequence length of ``lengths``: ``{length:
+    accuracy}``.
+
+    ``num_sequences`` new sequences of each length, drawn by
+    :func:`make_reverse_dataset` from a generator seeded with ``seed``; the
+    model runs on its own device, in the mode it is in. A model trained on one
+    length that reverses only that one learned a fixed routing of positions,
+    not "reverse" (chapter 7; ``scripts/margins.py reverse`` takes the best of
+    the other lengths).
+    """
+    device = next(model.parameters()).device
+    accuracies = {}
+    for length in lengths:
+        inputs, targets = make_reverse_dataset(
+            num_sequences,
+            length,
+            model.num_classes,
+            torch.Generator().manual_seed(seed),
+        ).tensors
+        logits = model(inputs.to(device)).cpu()
+        accuracies[length] = token_accuracy(logits, targets).item()
+    return accuracies
+
+
+@torch.no_grad()
+def attention_dropout_accuracy(
+    model: ReversePredictor,
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    p: float = 0.3,
+) -> float:
+    """Token accuracy of a trained model with its attention dropout set to
+    ``p`` and switched on.
+
+    Chapter 7's test of the mechanism: if each output read its token through
+    one attention weight, the accuracy would fall to about ``1 - p``. Every
+    block's attention dropout is set to ``p`` and the model put in training
+    mode (which switches its other dropout layers on too, where it has any:
+    the chapter's model has none), the drops seeded with
+    ``torch.manual_seed(0)``. Afterwards each block's attention dropout is put
+    back as it was and the model left in eval mode.
+    """
+    blocks = model.encoder.blocks
+    trained = [block.self_attn.dropout for block in blocks]
+    for block in blocks:
+        block.self_attn.dropout = p
+    model.train()
+    torch.manual_seed(0)
+    device = next(model.parameters()).device
+    logits = model(inputs.to(device)).cpu()
+    accuracy = token_accuracy(logits, targets).item()
+    for block, dropout in zip(blocks, trained, strict=True):
+        block.self_attn.dropout = dropout
+    model.eval()
+    return accuracy
+
+
+def final_train_accuracy(history: pd.DataFrame) -> float:
+    """A run's training accuracy at its end: the mean of the last five rows.
+
+    ``history`` is :func:`helpers.training.fit`'s, each row the mean over the
+    steps since the one before (ten for :func:`train_reverse`), measured as the
+    training curve measures it: with dropout on, if the model has any.
+    """
+    return history["train_accuracy"].tail(5).mean()
 
 
 def steps_to_accuracy(history, target: float = 0.99) -> int | None:
@@ -480,15 +591,13 @@ def bare_loop(
     val_set: TensorDataset,
     num_steps: int = 100,
 ) -> tuple[list[float], float]:
-    """Chapter 7's bare training loop ("The loop, bare"), which the chapter
-    writes out inline.
+    """Training with nothing else: the model of ``config``, Adam at a constant
+    learning rate of 0.01, the first ``num_steps`` shuffled batches.
 
-    Adam at a constant learning rate of 0.01 on the first ``num_steps`` shuffled
-    batches of ``train_set``, the model initialized from ``config.seed``: no
-    schedule, no clipping, no device. Returns the loss of every step and the
-    token accuracy on ``val_set`` afterwards. ``scripts/margins.py reverse``
-    measures the chapter's two numbers with it; keep the two copies in step
-    (``tests/test_tasks_reverse.py`` compares them with the chapter's output).
+    No schedule, no clipping, on the CPU; the model is initialized from
+    ``config.seed``. Returns the loss of every step and the token accuracy on
+    ``val_set`` afterwards. Chapter 7 shows and runs it ("The loop, bare");
+    ``scripts/margins.py reverse`` measures its two numbers over seeds.
     """
     torch.manual_seed(config.seed)
     model = ReversePredictor(
@@ -502,10 +611,11 @@ def bare_loop(
     loader = DataLoader(train_set, batch_size=config.batch_size, shuffle=True)
     losses = []
     for inputs, targets in itertools.islice(loader, num_steps):
-        loss = F.cross_entropy(model(inputs).flatten(0, 1), targets.flatten())
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+        logits = model(inputs)  # (B, T, C)
+        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+        optimizer.zero_grad()  # gradients add up unless cleared
+        loss.backward()  # the gradient of the loss for every parameter
+        optimizer.step()  # Adam's update of every parameter
         losses.append(loss.item())
     val_inputs, val_targets = val_set.tensors
     with torch.no_grad():

@@ -50,6 +50,7 @@ __all__ = [
     "standardize",
     "partner_mean_height",
     "local_oracle",
+    "local_oracle_mse",
     "ConvSelfAttention",
     "make_shapes_cnn",
     "make_shapes_attention_model",
@@ -57,6 +58,7 @@ __all__ = [
     "BatchAxisLSTM",
     "SHAPES_MODELS",
     "train_shapes_model",
+    "overfit_curve",
     "attention_enrichment",
     "SOURCE_VALID_PCT",
     "source_split",
@@ -143,6 +145,29 @@ def _shape_profiles(
     return triangle, box
 
 
+def _check_shapes(
+    triangles: torch.Tensor, boxes: torch.Tensor, seq_len: int
+) -> None:
+    """``[N, K, 3]`` tensors of (center, height, width), and a length."""
+    for name, shapes in (("triangles", triangles), ("boxes", boxes)):
+        if not isinstance(shapes, torch.Tensor):
+            raise TypeError(
+                f"{name} must be a tensor of shape [N, K, 3] (center, height, "
+                f"width), got {type(shapes).__name__}"
+            )
+        if shapes.dim() != 3 or shapes.shape[2] != 3:
+            raise ValueError(
+                f"{name} must have shape [N, K, 3] holding (center, height, "
+                f"width), got {tuple(shapes.shape)}"
+            )
+    if triangles.shape[0] != boxes.shape[0]:
+        raise ValueError(
+            f"triangles and boxes must describe the same N sequences, "
+            f"got {triangles.shape[0]} and {boxes.shape[0]}"
+        )
+    check.positive_int("seq_len", seq_len)
+
+
 def render_shapes(
     triangles: torch.Tensor, boxes: torch.Tensor, seq_len: int = 100
 ) -> torch.Tensor:
@@ -152,7 +177,7 @@ def render_shapes(
     width), in samples. Where shapes overlap the higher one wins (valid data
     sets have no overlaps).
     """
-    check.shape_parameters(triangles, boxes, seq_len)
+    _check_shapes(triangles, boxes, seq_len)
     triangle, box = _shape_profiles(triangles, boxes, seq_len)
     return torch.cat((triangle, box), dim=1).amax(dim=1, keepdim=True)
 
@@ -162,7 +187,7 @@ def shapes_collide(
 ) -> torch.Tensor:
     """``[N]`` booleans: True where two shapes overlap or touch (no empty sample
     between them)."""
-    check.shape_parameters(triangles, boxes, seq_len)
+    _check_shapes(triangles, boxes, seq_len)
     triangle, box = _shape_profiles(triangles, boxes, seq_len)
     covered = torch.cat((triangle, box), dim=1) > 0  # [N, S, L]
     # Widen every shape by one sample to the left, so touching shapes count as
@@ -205,8 +230,8 @@ def make_shapes_dataset(
     """
     check.positive_int("num_samples", num_samples)
     check.positive_int("seq_len", seq_len)
-    noise_level = check.real("noise_level", noise_level)
-    min_height_gap = check.real("min_height_gap", min_height_gap)
+    check.real("noise_level", noise_level)
+    check.real("min_height_gap", min_height_gap)
     if seq_len < 4 * (SHAPES_WIDTH_RANGE[1] + 2):
         raise ValueError(
             f"seq_len={seq_len} is too short for four shapes up to "
@@ -277,7 +302,7 @@ def partner_mean_height(
     high]``; this is the mean of that set.
     """
     check.tensor("height", height, floating=True)
-    min_height_gap = check.real("min_height_gap", min_height_gap)
+    check.real("min_height_gap", min_height_gap)
     low, high = SHAPES_HEIGHT_RANGE
     if not 0 <= min_height_gap < high - low:
         raise ValueError(
@@ -315,7 +340,44 @@ def local_oracle(data: ShapesData, min_height_gap: float = 4.0) -> torch.Tensor:
     return render_shapes(*guessed, data.inputs.shape[-1]).to(data.targets.dtype)
 
 
+def local_oracle_mse(data: ShapesData, std: float) -> float:
+    """The :func:`local_oracle`'s mean squared error on ``data``, on the scale
+    of a standardized set.
+
+    ``std`` is the standard deviation that :func:`standardize` divides by (the
+    training set's), so the result compares with the MSE of a model trained on
+    the standardized sets: the floor of chapters 8 and 13 for a model that
+    cannot look as far as the partner.
+    """
+    error = (local_oracle(data) - data.targets) / std
+    return (error**2).mean().item()
+
+
 # ----------------------------------------------------------------------- models
+
+
+def _check_signal(x: torch.Tensor, channels: int, who: str) -> None:
+    """A batch of signals in Conv1d's layout ``[B, channels, T]``."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{who} expects a tensor, got {type(x).__name__}")
+    if x.dim() != 3 or x.shape[1] != channels:
+        raise ValueError(
+            f"{who} expects input of shape [B, {channels}, T] (Conv1d layout), "
+            f"got {tuple(x.shape)}; add the channel axis with x.unsqueeze(1) "
+            "if it is missing"
+        )
+
+
+def _check_conv_sizes(**sizes: int) -> None:
+    """Positive sizes, and an odd ``kernel_size`` (padding keeps the length)."""
+    for name, value in sizes.items():
+        check.positive_int(name, value)
+    kernel_size = sizes.get("kernel_size", 1)
+    if kernel_size % 2 == 0:
+        raise ValueError(
+            "kernel_size must be odd so that padding keeps the length, got "
+            f"{kernel_size}"
+        )
 
 
 class ConvSelfAttention(nn.Module):
@@ -328,7 +390,7 @@ class ConvSelfAttention(nn.Module):
     position, summing to 1 over key positions; ``scaled=False`` drops the
     ``1/sqrt(key_channels)``, as source 004 does. No mask by default: every
     position may attend to every position; ``window=w`` lets position i attend
-    only to positions less than w away, |i - j| < w (chapter 12's local
+    only to positions less than w away, |i - j| < w (chapter 13's local
     attention, :func:`helpers.efficient.sliding_window_mask`).
     """
 
@@ -341,7 +403,7 @@ class ConvSelfAttention(nn.Module):
         window: int | None = None,
     ):
         super().__init__()
-        check.conv_sizes(
+        _check_conv_sizes(
             in_channels=in_channels,
             out_channels=out_channels,
             key_channels=key_channels,
@@ -363,7 +425,7 @@ class ConvSelfAttention(nn.Module):
 
     def attention(self, x: torch.Tensor) -> torch.Tensor:
         """The attention weights ``[B, T_query, T_key]`` of ``[B, C_in, T]``."""
-        check.signal(x, self.query.in_channels, type(self).__name__)
+        _check_signal(x, self.query.in_channels, type(self).__name__)
         queries, keys = self.query(x), self.key(x)  # [B, key_channels, T]
         # [B, T, T]: scores[b, i, j] = q_i . k_j
         scores = queries.transpose(1, 2) @ keys
@@ -404,7 +466,7 @@ def make_shapes_cnn(channels: int = 64, kernel_size: int = 5) -> nn.Sequential:
     62,337 parameters with the defaults. Each output position depends on
     ``5 * (kernel_size - 1) + 1`` input positions (21).
     """
-    check.conv_sizes(channels=channels, kernel_size=kernel_size)
+    _check_conv_sizes(channels=channels, kernel_size=kernel_size)
     return nn.Sequential(
         _conv(1, channels, kernel_size),
         nn.ReLU(),
@@ -433,7 +495,7 @@ def make_shapes_attention_model(
     gives the attention weights. ``window`` makes the attention local (see
     :class:`ConvSelfAttention`); the parameters are the same.
     """
-    check.conv_sizes(
+    _check_conv_sizes(
         channels=channels, kernel_size=kernel_size, key_channels=key_channels
     )
     return nn.Sequential(
@@ -475,7 +537,7 @@ class ShapesLSTM(nn.Module):
         self.head = nn.Linear(2 * hidden_size, 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        check.signal(x, 1, type(self).__name__)
+        _check_signal(x, 1, type(self).__name__)
         # [B, T, 1] -> [B, T, 2 * hidden_size]
         hidden, _ = self.lstm(x.transpose(1, 2))
         return self.head(hidden).transpose(1, 2)  # [B, T, 1] -> [B, 1, T]
@@ -505,7 +567,7 @@ class BatchAxisLSTM(nn.Module):
         self.state = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        check.signal(x, 1, type(self).__name__)
+        _check_signal(x, 1, type(self).__name__)
         # x read as [seq_len=B, batch=1, T]
         hidden, state = self.lstm(x, self.state)
         self.state = tuple(s.detach() for s in state)
@@ -596,7 +658,7 @@ def train_shapes_model(
     on the CPU in eval mode. A module-level function, so that
     :func:`helpers.parallel.run_in_processes` can run several side by side.
     ``window`` (only for "CNN + attention") makes its attention local, as in
-    chapter 12; None, the default, is chapter 8's model.
+    chapter 13; None, the default, is chapter 8's model.
     """
     check.one_of("name", name, sorted(SHAPES_MODELS))
     check.non_negative_int("seed", seed)
@@ -636,6 +698,46 @@ def train_shapes_model(
         model, DataLoader(test_set, batch_size=500), nn.MSELoss()
     )["loss"]
     return model.cpu().eval(), history.assign(model=name, seed=seed), test_mse
+
+
+def overfit_curve(
+    name: str,
+    seed: int,
+    train_set: TensorDataset,
+    steps: int = 200,
+    lr: float = 3e-3,
+    log_every: int = 1,
+    device=None,
+) -> dict[int, float]:
+    """The check before a long run: does the loss fall on 20 sequences?
+
+    The model ``SHAPES_MODELS[name]``, initialized from ``seed``, trained with
+    Adam at ``lr`` for ``steps`` steps on the first 20 sequences of
+    ``train_set`` (one batch), on ``device`` (default: the CPU). Returns
+    ``{step: loss}``, the mean squared error before the update of steps 0,
+    ``log_every``, ``2 * log_every``, ... and of the last step. Chapter 8's
+    check is the default (200 steps at 3e-3, every loss); source 004's is 5,001
+    steps at 1e-3 logged every 1,000 (its loop ``for epoch in range(5001)``
+    prints before each step). Chapter 8 and ``scripts/margins.py shapes``
+    measure both with it.
+    """
+    check.one_of("name", name, sorted(SHAPES_MODELS))
+    check.positive_int("steps", steps)
+    check.positive_int("log_every", log_every)
+    device = torch.device("cpu") if device is None else device
+    torch.manual_seed(seed)
+    model = SHAPES_MODELS[name]().to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    inputs, targets = (t[:20].to(device) for t in train_set.tensors)
+    logged = {}
+    for step in range(steps):
+        loss = nn.functional.mse_loss(model(inputs), targets)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        if step % log_every == 0 or step == steps - 1:
+            logged[step] = loss.item()
+    return logged
 
 
 # ------------------------------------------------------------------- full scale

@@ -43,6 +43,7 @@ __all__ = [
     "exposure_bias",
     "sequence_log_probs",
     "calibration",
+    "permutation_hits",
     "SortingConfig",
     "train_sorting",
     "train_and_measure",
@@ -120,12 +121,12 @@ def sequence_loss(
     al. 2017 use 0.1).
     """
     check.logits_targets(logits, target)
-    epsilon = check.probability("label_smoothing", label_smoothing)
+    check.probability("label_smoothing", label_smoothing)
     return F.cross_entropy(
         logits.flatten(0, 1),
         target.flatten(),
         ignore_index=PAD,
-        label_smoothing=epsilon,
+        label_smoothing=label_smoothing,
     )
 
 
@@ -278,7 +279,7 @@ def calibration(logits: torch.Tensor, target: torch.Tensor, num_bins: int = 10):
     count per bin (NaN for an empty bin).
     """
     check.logits_targets(logits, target)
-    num_bins = check.positive_int("num_bins", num_bins)
+    check.positive_int("num_bins", num_bins)
     real = target != PAD
     confidence, predicted = logits[real].softmax(dim=-1).max(dim=-1)
     right = (predicted == target[real]).double()
@@ -292,6 +293,40 @@ def calibration(logits: torch.Tensor, target: torch.Tensor, num_bins: int = 10):
     gaps = (accuracy - mean_confidence).abs().nan_to_num() * count
     return (gaps.sum() / count.sum()).item(), torch.stack(
         [mean_confidence, accuracy, count], 1
+    )
+
+
+@torch.no_grad()
+def permutation_hits(
+    model: EncoderDecoderTransformer, distinct: TensorDataset
+) -> torch.Tensor:
+    """How often each cross-attention head looks up the digit being written.
+
+    ``distinct`` holds sources of different digits and no padding, as
+    ``make_sorting_dataset(..., min_len=max_len, distinct=True)`` draws them,
+    so the ``t``-th smallest digit sits at one source position,
+    ``source.argsort()[:, t]``. For each decoder block and head: the share of
+    the queries that write a digit (not the last, which writes ``EOS``) whose
+    largest weight falls on that position. Returns ``(num_blocks, num_heads)``;
+    chance is ``1 / Ts``. Chapter 9 and ``scripts/margins.py encoder-decoder``
+    (its best head) measure it with this function.
+    """
+    source, decoder_input, _ = distinct.tensors
+    repeated = source.sort(dim=-1).values.diff(dim=-1) == 0
+    if repeated.any() or (source == PAD).any():
+        raise ValueError(
+            "permutation_hits needs sources of distinct digits and no padding: "
+            "make_sorting_dataset(n, max_len, generator, min_len=max_len, "
+            "distinct=True)"
+        )
+    order = source.argsort(dim=-1)  # order[b, t]: where the t-th smallest sits
+    cross = model.get_attention_maps(source, decoder_input)["cross"]
+    digits = source.shape[1]  # the queries that write a digit
+    return torch.stack(
+        [
+            (w[:, :, :digits].argmax(-1) == order[:, None]).float().mean((0, 2))
+            for w in cross
+        ]
     )
 
 

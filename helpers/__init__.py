@@ -45,6 +45,7 @@ reads the chapters from the table below), and no two modules import each other.
 
 from __future__ import annotations
 
+import ast
 import inspect
 import pathlib
 import random
@@ -127,15 +128,18 @@ def use_one_thread(device: torch.device) -> None:
         torch.set_num_threads(1)
 
 
-def show_source(obj) -> object:
+def show_source(obj, *, without: tuple[str, ...] = ()) -> object:
     """Display the source code of a function, class or module, headed by where
     it lives.
 
     The first line of the block names the file inside the repository, the lines
     and the book's version (``# helpers/gpt.py, lines 270-327 (v<version>)``), so a
-    chapter never has to say where its code is. Returns an IPython ``Markdown``
-    object (a fenced code block), so the rendered book shows it as code; outside
-    IPython it returns the same text as a string.
+    chapter never has to say where its code is; a method's second line names
+    its class (``# KVCache.append``). ``without``: names of a class's methods
+    to leave out, each replaced by one line that says so (the whole
+    computation a chapter talks about is shown, the rest named). Returns an
+    IPython ``Markdown`` object (a fenced code block), so the rendered book
+    shows it as code; outside IPython it returns the same text as a string.
     """
     try:
         lines, first = inspect.getsourcelines(obj)
@@ -159,12 +163,49 @@ def show_source(obj) -> object:
     header = (
         f"# {where}, lines {first}-{first + len(lines) - 1} (v{__version__})"
     )
-    source = header + "\n" + textwrap.dedent("".join(lines)).rstrip()
+    qualname = getattr(inspect.unwrap(obj), "__qualname__", "")
+    if inspect.isroutine(obj) and "." in qualname and "<" not in qualname:
+        header += f"\n# {qualname}"  # a method: its class
+    code = textwrap.dedent("".join(lines))
+    if without:
+        code = _without_methods(obj, code, tuple(without))
+    source = header + "\n" + code.rstrip()
     try:
         from IPython.display import Markdown
     except ImportError:  # pragma: no cover - IPython ships with every notebook
         return source
     return Markdown(f"```python\n{source}\n```")
+
+
+def _without_methods(cls, code: str, names: tuple[str, ...]) -> str:
+    """``code``, a class's dedented source, with the methods ``names`` each
+    replaced by one comment line at their place."""
+    if not inspect.isclass(cls):
+        raise TypeError(
+            f"without= leaves out methods of a class; {cls!r} is not a class: "
+            "show the class, or drop without="
+        )
+    body = ast.parse(code).body[0].body
+    methods = {
+        node.name: node
+        for node in body
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+    }
+    unknown = [name for name in names if name not in methods]
+    if unknown:
+        raise ValueError(
+            f"{cls.__name__} defines no method {unknown}; its methods are "
+            f"{sorted(methods)}"
+        )
+    lines = code.splitlines()
+    for name in sorted(names, key=lambda n: -methods[n].lineno):
+        node = methods[name]
+        start = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+        indent = lines[node.lineno - 1][: node.col_offset]
+        lines[start - 1 : node.end_lineno] = [
+            f"{indent}# {name}(...): not shown here"
+        ]
+    return "\n".join(lines) + "\n"
 
 
 def glue(name: str, value, display: bool = False) -> None:

@@ -850,16 +850,17 @@ def decoder_inputs(
     )
 
 
-def seq2seq_arguments(
-    source_vocab, target_vocab, pad_id, tie_embeddings, ffn_width
+def seq2seq_vocabularies(
+    source_vocab, target_vocab, pad_id, tie_embeddings
 ) -> None:
-    """The vocabulary sizes, padding token, tying choice and feed-forward width
-    (an int, or None for the default) of an encoder-decoder model."""
-    positive_int("source_vocab", source_vocab)
-    positive_int("target_vocab", target_vocab)
-    boolean("tie_embeddings", tie_embeddings)
-    if ffn_width is not None:
-        positive_int("ffn_width", ffn_width)
+    """The vocabulary sizes (ints, or None where a config builds only stacks),
+    padding token and tying choice of a ``TransformerConfig``."""
+    for name, value in (
+        ("source_vocab", source_vocab),
+        ("target_vocab", target_vocab),
+    ):
+        if value is not None:
+            positive_int(name, value)
     if tie_embeddings and source_vocab != target_vocab:
         raise ValueError(
             "tie_embeddings=True shares one embedding matrix, so it needs one "
@@ -871,18 +872,33 @@ def seq2seq_arguments(
         )
     if pad_id is not None:
         non_negative_int("pad_id", pad_id)
-        if pad_id >= min(source_vocab, target_vocab):
+        vocabularies = [
+            v for v in (source_vocab, target_vocab) if v is not None
+        ]
+        if vocabularies and pad_id >= min(vocabularies):
             raise ValueError(
                 f"pad_id={pad_id} must be a token of both vocabularies (< "
-                f"{min(source_vocab, target_vocab)}), or None for no padding"
+                f"{min(vocabularies)}), or None for no padding"
+            )
+
+
+def seq2seq_model(config) -> None:
+    """A config an encoder-decoder on tokens can be built from: both
+    vocabulary sizes given."""
+    for name in ("source_vocab", "target_vocab"):
+        if getattr(config, name) is None:
+            raise TypeError(
+                f"EncoderDecoderTransformer reads and writes tokens: its config "
+                f"needs {name}, got None; build it with e.g. "
+                "TransformerConfig(source_vocab=13, target_vocab=13, ...)"
             )
 
 
 def seq2seq_generation(
     model, start_id, num_steps, end_id, beam_size, length_penalty
 ) -> None:
-    """The arguments of ``EncoderDecoderTransformer.generate``: ids of the
-    target vocabulary."""
+    """The arguments of ``greedy_decode``, ``beam_search`` and
+    ``EncoderDecoderTransformer.generate``: ids of the target vocabulary."""
     vocab = model.target_vocab
     for name, value in (("start_id", start_id), ("end_id", end_id)):
         if value is None and name == "end_id":

@@ -250,19 +250,19 @@ def kv_cache_bytes(
 
 
 def median_seconds(
-    fn: Callable, *args, repeats: int = 5, warmup: int = 1, **kwargs
+    fn: Callable, *args, repeats: int = 5, warmup_calls: int = 1, **kwargs
 ) -> float:
     """The median wall time of ``fn(*args, **kwargs)`` over ``repeats`` calls,
     in seconds.
 
-    ``warmup`` calls run first and are not timed (first calls pay for allocation
+    ``warmup_calls`` calls run first and are not timed (first calls pay for allocation
     and dispatch). The median, not the mean: one call slowed by another process
     on a shared machine does not move it.
     """
     check.function("fn", fn)
     check.positive_int("repeats", repeats)
-    check.non_negative_int("warmup", warmup)
-    for _ in range(warmup):
+    check.non_negative_int("warmup_calls", warmup_calls)
+    for _ in range(warmup_calls):
         fn(*args, **kwargs)
     times = []
     for _ in range(repeats):

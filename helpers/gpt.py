@@ -199,10 +199,7 @@ class KVCache:
         self._keys: Tensor | None = None  # (B, H_kv, capacity, d_head) buffers
         self._values: Tensor | None = None
         # the held positions are buffer slots first .. end - 1
-        self._first, self._end = (
-            0,
-            0,
-        )
+        self._first = self._end = 0
         self.length = 0  # positions appended so far
 
     @property
@@ -551,15 +548,12 @@ class GPT(nn.Module):
                 "d_model=..., ...))"
             )
         self.config = config
-        self.vocab_size, self.context_length = (
-            config.vocab_size,
-            config.context_length,
-        )
+        self.vocab_size = config.vocab_size
+        self.context_length = config.context_length
         width = config.d_model
         self.token_embedding = nn.Embedding(config.vocab_size, width)
-        self.position_embedding: nn.Module | None = (
-            None  # "rope", "alibi": inside attention
-        )
+        # a table added to the embeddings; "rope" and "alibi" act in attention
+        self.position_embedding = None
         if config.positions == "learned":
             self.position_embedding = LearnedPositionalEmbedding(
                 width, self.context_length
@@ -595,26 +589,27 @@ class GPT(nn.Module):
             nn.init.zeros_(module.bias)
 
     def forward(
-        self, tokens: Tensor, caches: list[KVCache] | None = None
+        self,
+        tokens: Tensor,
+        caches: list[KVCache] | None = None,
+        validate: bool = True,
     ) -> Tensor:
-        check.gpt_input(self, tokens, caches)
+        """Logits ``(B, T, V)`` for token ids ``(B, T)``.
+
+        With ``caches`` (one :class:`KVCache` per layer), the tokens continue
+        the cached ones. ``validate=False`` skips the check of the tokens, which
+        reads their values back (``generate`` checks its prompt once).
+        """
+        if validate:
+            check.gpt_input(self, tokens, caches)
         # the position of the first token: the caches hold the ones before it
         offset = 0 if caches is None else caches[0].length
-        return self._logits(tokens, caches, offset)
-
-    def _logits(
-        self, tokens: Tensor, caches: list[KVCache] | None, offset: int
-    ) -> Tensor:
-        """``forward`` without the check of the tokens (which reads their values
-        back)."""
         x = self.token_embedding(tokens)  # (B, T, D)
-        # positions offset .. offset + T - 1: with a cache, the new tokens
-        # follow the cached ones
-        x = self.dropout(
-            x + self._position_rows(offset, tokens.shape[1], x.dtype)
-        )
+        x = x + self._position_rows(offset, tokens.shape[1], x.dtype)
+        x = self.dropout(x)
         for index, block in enumerate(self.blocks):
             x = block(x, None if caches is None else caches[index])
+        # the head's weight is the token embedding's when tied
         return self.head(self.final_norm(x))  # (B, T, V)
 
     def _position_rows(
@@ -711,16 +706,14 @@ class GPT(nn.Module):
             else None
         )
         check_every = 1 if prompt.device.type == "cpu" else self.END_CHECK_EVERY
-        step_input, offset = prompt, 0
+        step_input = prompt
         ended = torch.zeros(batch, 1, dtype=torch.bool, device=prompt.device)
         for step, position in enumerate(range(prompt_length, total), start=1):
             if position > context:  # past the context: the last window, afresh
-                step_input, offset, caches = (
-                    tokens[:, position - context : position],
-                    0,
-                    None,
-                )
-            logits = self._logits(step_input, caches, offset)[:, -1]  # (B, V)
+                step_input = tokens[:, position - context : position]
+                caches = None
+            # the last position's logits (B, V); the prompt was checked above
+            logits = self(step_input, caches, validate=False)[:, -1]
             if greedy:
                 next_token = logits.argmax(dim=-1, keepdim=True)
             else:
@@ -734,10 +727,10 @@ class GPT(nn.Module):
                 next_token = next_token.masked_fill(ended, pad_id)
                 ended = ended | (next_token == end_id)
             tokens[:, position : position + 1] = next_token
-            if caches is not None:
-                step_input, offset = next_token, position
-            else:
-                step_input = tokens[:, : position + 1]
+            # with a cache, the new token alone: the cache holds the rest
+            step_input = (
+                next_token if caches is not None else tokens[:, : position + 1]
+            )
             if end_id is not None and step % check_every == 0 and ended.all():
                 break  # the rest of `tokens` is padding already
         self.train(was_training)

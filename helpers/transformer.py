@@ -20,18 +20,25 @@ normalization sits is the one design choice that matters most for training:
 
 Dropout only ever touches a sublayer's output, never the residual stream itself.
 
-:class:`TransformerStack` is what the encoder and decoder stacks share (the
-blocks in a row and a final normalization); :class:`Seq2SeqInference` gives
-:class:`EncoderDecoderTransformer` its generation (greedy, beam search) and
-attention maps. That model's arguments: ``ffn_width`` defaults to ``4 *
-d_model``; embeddings start from ``N(0, 1 / d_model)``, are scaled by
-``sqrt(d_model)`` and added to the sinusoidal encoding, as in Vaswani et al.
-(2017); ``tie_embeddings`` shares one matrix between the source embedding, the
-target embedding and the output projection (it needs one vocabulary,
-``source_vocab == target_vocab``); ``max_len`` bounds both sequences.
+:class:`TransformerConfig` holds every size and choice of a stack or of the
+whole encoder-decoder (one frozen dataclass, as
+:class:`helpers.gpt.GPTConfig`); a block is small enough to build by hand with
+plain arguments (``EncoderBlock(64, 4, 256)``), and a stack builds its blocks
+from the config. :class:`TransformerStack` is what the encoder and decoder
+stacks share (the blocks in a row and a final normalization).
+:class:`EncoderDecoderTransformer` embeds tokens (entries of ``N(0, 1 /
+d_model)``, scaled by ``sqrt(d_model)`` and added to the sinusoidal encoding,
+as in Vaswani et al., 2017), runs the two stacks and projects to logits;
+``tie_embeddings`` shares one matrix between the source embedding, the target
+embedding and the output projection (it needs one vocabulary). Decoding is two
+functions of such a model, :func:`greedy_decode` and :func:`beam_search`, which
+use only its ``encode``, ``decode`` and ``pad_id``.
 """
 
 from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -49,8 +56,10 @@ __all__ = [
     "TransformerEncoder",
     "DecoderBlock",
     "TransformerDecoder",
-    "Seq2SeqInference",
+    "TransformerConfig",
     "EncoderDecoderTransformer",
+    "greedy_decode",
+    "beam_search",
     "make_norm",
     "make_activation",
 ]
@@ -225,53 +234,106 @@ class EncoderBlock(nn.Module):
         return (x, weights) if return_attention else x
 
 
+@dataclass(frozen=True)
+class TransformerConfig:
+    """Every size and choice of an encoder, a decoder or the encoder-decoder on
+    tokens, checked once, here (as :class:`helpers.gpt.GPTConfig`).
+
+    The stacks (:class:`TransformerEncoder`, :class:`TransformerDecoder`) read
+    ``num_layers`` blocks of width ``d_model`` with ``num_heads`` heads, a
+    feed-forward network of width ``ffn_width`` (None: ``4 * d_model``),
+    ``dropout``, the norm placement ``norm_first`` (pre-LN) or not (post-LN),
+    ``bias`` on every linear layer and LayerNorm, ``norm`` (``"layer"`` or
+    ``"rms"``) with its ``eps``, and ``final_norm`` (None: exactly when
+    ``norm_first``). :class:`EncoderDecoderTransformer` also reads the rest:
+    ``source_vocab`` and ``target_vocab`` (required there), ``pad_id`` (never a
+    key; None: no padding), ``tie_embeddings`` and ``max_len``; it builds an
+    encoder and a decoder of ``num_layers`` blocks each. Fields are keywords;
+    ``config.replace(norm_first=False)`` is a copy with some of them changed.
+    """
+
+    d_model: int = 64
+    num_heads: int = 4
+    num_layers: int = 2
+    ffn_width: int | None = None
+    dropout: float = 0.0
+    norm_first: bool = True
+    bias: bool = True
+    norm: str = "layer"
+    eps: float = 1e-5
+    final_norm: bool | None = None
+    source_vocab: int | None = None
+    target_vocab: int | None = None
+    pad_id: int | None = None
+    tie_embeddings: bool = False
+    max_len: int = 512
+
+    def __post_init__(self) -> None:
+        for name in ("d_model", "num_heads", "num_layers", "max_len"):
+            check.positive_int(name, getattr(self, name))
+        if self.ffn_width is not None:
+            check.positive_int("ffn_width", self.ffn_width)
+        check.head_width(self.d_model, self.num_heads)
+        check.probability("dropout", self.dropout)
+        for name in ("norm_first", "bias", "tie_embeddings"):
+            check.boolean(name, getattr(self, name))
+        if self.final_norm is not None:
+            check.boolean("final_norm", self.final_norm)
+        check.one_of("norm", self.norm, NORMS)
+        check.positive_number("eps", self.eps, "1e-5 is usual")
+        check.seq2seq_vocabularies(
+            self.source_vocab, self.target_vocab, self.pad_id,
+            self.tie_embeddings,
+        )  # fmt: skip
+
+    def replace(self, **changes) -> TransformerConfig:
+        """A copy with some fields changed, e.g.
+        ``config.replace(num_layers=6)``."""
+        return dataclasses.replace(self, **changes)
+
+
 class TransformerStack(nn.Module):
-    """``num_blocks`` blocks of one kind (the class attribute ``block``) and a
-    final norm.
+    """``config.num_layers`` blocks of one kind (the class attribute ``block``)
+    and a final norm.
 
     The body of :class:`TransformerEncoder` and :class:`TransformerDecoder`:
     block ``i + 1`` reads block ``i``'s output, and every block gets the same
-    extra inputs (``*context``: a mask, or the memory and two masks). The other
-    arguments are those of the block. A pre-LN stack adds the residual outputs
-    of every block without normalizing them, so it ends with one more
-    normalization (``final_norm``, on by default exactly when ``norm_first``),
-    as ``torch.nn.TransformerEncoder(..., norm=LayerNorm)`` and GPT-2 do.
+    extra inputs (``*context``: a mask, or the memory and two masks). Every
+    block is built from the one :class:`TransformerConfig`. A pre-LN stack adds
+    the residual outputs of every block without normalizing them, so it ends
+    with one more normalization (``config.final_norm``, on by default exactly
+    when ``norm_first``), as ``torch.nn.TransformerEncoder(...,
+    norm=LayerNorm)`` and GPT-2 do.
     """
 
     block: type[nn.Module]
 
-    def __init__(
-        self,
-        num_blocks: int,
-        d_model: int,
-        num_heads: int,
-        ffn_width: int,
-        dropout: float = 0.0,
-        norm_first: bool = True,
-        *,
-        bias: bool = True,
-        norm: str = "layer",
-        eps: float = 1e-5,
-        final_norm: bool | None = None,
-    ) -> None:
+    def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
-        check.positive_int("num_blocks", num_blocks)
+        check.instance("config", config, TransformerConfig)
+        self.config = config
         self.blocks = nn.ModuleList(
             self.block(
-                d_model,
-                num_heads,
-                ffn_width,
-                dropout,
-                norm_first,
-                bias=bias,
-                norm=norm,
-                eps=eps,
+                d_model=config.d_model,
+                num_heads=config.num_heads,
+                ffn_width=config.ffn_width or 4 * config.d_model,
+                dropout=config.dropout,
+                norm_first=config.norm_first,
+                bias=config.bias,
+                norm=config.norm,
+                eps=config.eps,
             )
-            for _ in range(num_blocks)
+            for _ in range(config.num_layers)
         )
-        final_norm = norm_first if final_norm is None else final_norm
+        final_norm = (
+            config.norm_first
+            if config.final_norm is None
+            else config.final_norm
+        )
         self.final_norm = (
-            make_norm(norm, d_model, eps, bias) if final_norm else nn.Identity()
+            make_norm(config.norm, config.d_model, config.eps, config.bias)
+            if final_norm
+            else nn.Identity()
         )
 
     def forward(self, x: torch.Tensor, *context) -> torch.Tensor:
@@ -296,12 +358,13 @@ class TransformerStack(nn.Module):
 
 
 class TransformerEncoder(TransformerStack):
-    """A stack of ``num_blocks`` :class:`EncoderBlock`\\ s, ``(B, T, D) -> (B,
-    T, D)``.
+    """A stack of ``config.num_layers`` :class:`EncoderBlock`\\ s, ``(B, T, D)
+    -> (B, T, D)``.
 
-    Built as :class:`TransformerStack` (the arguments of :class:`EncoderBlock`,
-    and ``final_norm``). ``forward(x, mask=None)``; ``get_attention_maps(x,
-    mask=None)`` returns a list of ``(B, H, T, T)`` weights, one per block.
+    ``TransformerEncoder(config)``, a :class:`TransformerConfig` (see
+    :class:`TransformerStack`). ``forward(x, mask=None)``;
+    ``get_attention_maps(x, mask=None)`` returns a list of ``(B, H, T, T)``
+    weights, one per block.
     """
 
     block = EncoderBlock
@@ -404,12 +467,12 @@ class DecoderBlock(nn.Module):
 
 
 class TransformerDecoder(TransformerStack):
-    """A stack of ``num_blocks`` :class:`DecoderBlock`\\ s reading one shared
-    ``memory``.
+    """A stack of ``config.num_layers`` :class:`DecoderBlock`\\ s reading one
+    shared ``memory``.
 
     ``forward(target (B, Tt, D), memory (B, Ts, D), target_mask=None,
     memory_mask=None)`` returns ``(B, Tt, D)``. Every block attends to the same
-    encoder output. The other arguments, and ``final_norm``, are those of
+    encoder output. ``TransformerDecoder(config)``, as
     :class:`TransformerEncoder`.
     """
 
@@ -428,191 +491,43 @@ class TransformerDecoder(TransformerStack):
         )
 
 
-class Seq2SeqInference:
-    """What a trained :class:`EncoderDecoderTransformer` does besides its
-    forward pass: generation (greedy decoding and beam search) and its attention
-    maps.
-
-    A mixin of the model class, which keeps the model's own computation
-    (embeddings, the two stacks, the masks, the logits) short enough to read in
-    one screen; it uses the model's ``encode``, ``decode``, ``_embed``,
-    ``encoder``, ``decoder`` and ``pad_id``.
-    """
-
-    @torch.no_grad()
-    def generate(
-        self,
-        source: torch.Tensor,
-        start_id: int,
-        num_steps: int,
-        *,
-        end_id: int | None = None,
-        beam_size: int = 1,
-        length_penalty: float = 0.0,
-    ) -> torch.Tensor:
-        """``(B, 1 + num_steps)`` tokens: ``start_id``, then the decoded ones.
-
-        ``beam_size=1`` is greedy decoding: one step at a time, the decoder
-        re-reads the whole prefix it has written so far (no cache) and appends
-        the arg-max of the last position's logits. ``beam_size=k > 1`` is beam
-        search (:meth:`_beam_search`). With ``end_id``, a sequence that has
-        written ``end_id`` stops: its later positions hold ``pad_id``.
-        ``num_steps`` is at most the model's ``max_len`` (checked first).
-        """
-        check.seq2seq_generation(
-            self, start_id, num_steps, end_id, beam_size, length_penalty
-        )
-        memory, source_mask = self.encode(source)
-        if beam_size > 1:
-            return self._beam_search(
-                memory,
-                source_mask,
-                start_id,
-                num_steps,
-                end_id,
-                beam_size,
-                length_penalty,
-            )
-        tokens = torch.full(
-            (source.shape[0], 1), start_id, device=source.device
-        )
-        done = torch.zeros(
-            source.shape[0], dtype=torch.bool, device=source.device
-        )
-        for _ in range(num_steps):
-            logits = self.decode(tokens, memory, source_mask)
-            next_token = logits[:, -1].argmax(dim=-1)
-            if end_id is not None:  # finished sequences write padding
-                next_token = next_token.masked_fill(done, self.pad_id)
-                done = done | (next_token == end_id)
-            tokens = torch.cat([tokens, next_token[:, None]], dim=1)
-        return tokens
-
-    def _beam_search(
-        self, memory, source_mask, start_id, num_steps, end_id, beam_size, alpha
-    ):
-        """Keep the ``beam_size`` prefixes of highest total log-prob at each
-        step.
-
-        A finished hypothesis (it wrote ``end_id``) goes on with ``pad_id`` at
-        no cost, so it competes with the live ones on its final score. The
-        returned one has the highest ``total log-prob / length**alpha``
-        (``length``: tokens written, ``end_id`` included; ``alpha =
-        length_penalty``: 0 ranks by the total, larger values favour longer
-        ones).
-        """
-        (batch, _, _), k, vocab = memory.shape, beam_size, self.target_vocab
-        # (B * k, Ts, D): row b * k + j
-        memory = memory.repeat_interleave(k, dim=0)
-        if source_mask is not None:
-            source_mask = source_mask.repeat_interleave(k, dim=0)
-        tokens = torch.full((batch * k, 1), start_id, device=memory.device)
-        scores = torch.full((batch, k), -torch.inf, device=memory.device)
-        scores[:, 0] = (
-            0.0  # one live hypothesis at the start, not k copies of it
-        )
-        done = torch.zeros(batch * k, dtype=torch.bool, device=memory.device)
-        lengths = torch.zeros(batch * k, device=memory.device)
-        first_row = torch.arange(batch, device=memory.device)[:, None] * k
-        for _ in range(num_steps):
-            log_probs = self.decode(tokens, memory, source_mask)[
-                :, -1
-            ].log_softmax(dim=-1)
-            # (B * k, V): a finished hypothesis can only pad, for free
-            if end_id is not None:
-                log_probs[done] = -torch.inf
-                log_probs[done, self.pad_id] = 0.0
-            total = (scores.reshape(-1, 1) + log_probs).reshape(
-                batch, k * vocab
-            )
-            # the k best extensions of all k prefixes
-            scores, index = total.topk(k, dim=-1)
-            parent = (first_row + index // vocab).flatten()
-            next_token = (index % vocab).flatten()
-            tokens = torch.cat([tokens[parent], next_token[:, None]], dim=1)
-            lengths = lengths[parent] + (~done[parent]).float()
-            done = done[parent] | (end_id is not None and next_token == end_id)
-        best = (scores / lengths.reshape(batch, k) ** alpha).argmax(dim=-1)
-        return tokens.reshape(batch, k, -1)[torch.arange(batch), best]
-
-    @torch.no_grad()
-    def get_attention_maps(
-        self, source: torch.Tensor, target: torch.Tensor
-    ) -> dict:
-        """Per block, the weights of ``"encoder"`` self-, ``"decoder"`` self-
-        and ``"cross"`` attention: lists of ``(B, H, Ts, Ts)``, ``(B, H, Tt,
-        Tt)`` and ``(B, H, Tt, Ts)``."""
-        x = self._embed(self.source_embedding, source)
-        source_mask = token_padding_mask(source, self.pad_id)
-        encoder_maps = self.encoder.get_attention_maps(x, source_mask)
-        memory, _ = self.encode(source)
-        y = self._embed(self.target_embedding, target)
-        target_mask = causal_padding_mask(target, self.pad_id)
-        decoder_maps = self.decoder.get_attention_maps(
-            y, memory, target_mask, source_mask
-        )
-        return {
-            "encoder": encoder_maps,
-            "decoder": [weights for weights, _ in decoder_maps],
-            "cross": [weights for _, weights in decoder_maps],
-        }
-
-
-class EncoderDecoderTransformer(Seq2SeqInference, nn.Module):
+class EncoderDecoderTransformer(nn.Module):
     """The encoder-decoder on tokens: embeddings, positions, two stacks, logits.
 
-    ``forward(source (B, Ts), target (B, Tt))``: int64 token ids (``target``:
-    the decoder's input, the shifted target) -> logits
-    ``(B, Tt, target_vocab)``; ``pad_id`` is never a key.
+    ``EncoderDecoderTransformer(config)``, one :class:`TransformerConfig`
+    holding every size and choice (``source_vocab`` and ``target_vocab``
+    required). ``forward(source (B, Ts), target (B, Tt))``: int64 token ids
+    (``target``: the decoder's input, the shifted target) -> logits
+    ``(B, Tt, target_vocab)``; ``pad_id`` is never a key. ``encode`` and
+    ``decode`` are the two halves; :func:`greedy_decode` and
+    :func:`beam_search` write with them (``generate`` calls one or the other).
     """
 
-    def __init__(
-        self,
-        source_vocab: int,
-        target_vocab: int,
-        d_model: int,
-        num_heads: int,
-        num_encoder_blocks: int,
-        num_decoder_blocks: int,
-        ffn_width: int | None = None,
-        dropout: float = 0.0,
-        norm_first: bool = True,
-        *,
-        pad_id: int | None = None,
-        tie_embeddings: bool = False,
-        max_len: int = 512,
-    ) -> None:
+    def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
-        check.seq2seq_arguments(
-            source_vocab, target_vocab, pad_id, tie_embeddings, ffn_width
-        )
+        check.instance("config", config, TransformerConfig)
+        check.seq2seq_model(config)
+        self.config = config
         self.source_vocab, self.target_vocab, self.pad_id = (
-            source_vocab,
-            target_vocab,
-            pad_id,
+            config.source_vocab,
+            config.target_vocab,
+            config.pad_id,
         )
-        self.d_model = d_model
-        sizes = (
-            d_model,
-            num_heads,
-            ffn_width or 4 * d_model,
-            dropout,
-            norm_first,
-        )
-        self.source_embedding = nn.Embedding(source_vocab, d_model)
+        self.d_model = width = config.d_model
+        self.source_embedding = nn.Embedding(config.source_vocab, width)
         self.target_embedding = (
             self.source_embedding
-            if tie_embeddings
-            else nn.Embedding(target_vocab, d_model)
+            if config.tie_embeddings
+            else nn.Embedding(config.target_vocab, width)
         )
-        self.positional = SinusoidalPositionalEncoding(d_model, max_len)
-        self.dropout = nn.Dropout(dropout)
-        self.encoder = TransformerEncoder(num_encoder_blocks, *sizes)
-        self.decoder = TransformerDecoder(num_decoder_blocks, *sizes)
-        self.output = nn.Linear(d_model, target_vocab)
+        self.positional = SinusoidalPositionalEncoding(width, config.max_len)
+        self.dropout = nn.Dropout(config.dropout)
+        self.encoder = TransformerEncoder(config)
+        self.decoder = TransformerDecoder(config)
+        self.output = nn.Linear(width, config.target_vocab)
         _init_embeddings(self.source_embedding, self.target_embedding)
         # one (vocab, D) matrix reads tokens in and writes logits out
-        if tie_embeddings:
+        if config.tie_embeddings:
             self.output.weight = self.source_embedding.weight
 
     def _embed(
@@ -647,6 +562,153 @@ class EncoderDecoderTransformer(Seq2SeqInference, nn.Module):
     ) -> torch.Tensor:
         memory, source_mask = self.encode(source)
         return self.decode(target, memory, source_mask)
+
+    @torch.no_grad()
+    def generate(
+        self,
+        source: torch.Tensor,
+        start_id: int,
+        num_steps: int,
+        *,
+        end_id: int | None = None,
+        beam_size: int = 1,
+        length_penalty: float = 0.0,
+    ) -> torch.Tensor:
+        """``(B, 1 + num_steps)`` tokens: ``start_id``, then the decoded ones.
+
+        ``beam_size=1`` is :func:`greedy_decode`, ``beam_size=k > 1``
+        :func:`beam_search` with ``k`` hypotheses and ``length_penalty``.
+        """
+        check.seq2seq_generation(
+            self, start_id, num_steps, end_id, beam_size, length_penalty
+        )
+        if beam_size == 1:
+            return greedy_decode(
+                self, source, start_id, num_steps, end_id=end_id
+            )
+        return beam_search(
+            self,
+            source,
+            start_id,
+            num_steps,
+            beam_size=beam_size,
+            end_id=end_id,
+            length_penalty=length_penalty,
+        )
+
+    @torch.no_grad()
+    def get_attention_maps(
+        self, source: torch.Tensor, target: torch.Tensor
+    ) -> dict:
+        """Per block, the weights of ``"encoder"`` self-, ``"decoder"`` self-
+        and ``"cross"`` attention: lists of ``(B, H, Ts, Ts)``, ``(B, H, Tt,
+        Tt)`` and ``(B, H, Tt, Ts)``."""
+        x = self._embed(self.source_embedding, source)
+        source_mask = token_padding_mask(source, self.pad_id)
+        encoder_maps = self.encoder.get_attention_maps(x, source_mask)
+        memory, _ = self.encode(source)
+        y = self._embed(self.target_embedding, target)
+        target_mask = causal_padding_mask(target, self.pad_id)
+        decoder_maps = self.decoder.get_attention_maps(
+            y, memory, target_mask, source_mask
+        )
+        return {
+            "encoder": encoder_maps,
+            "decoder": [weights for weights, _ in decoder_maps],
+            "cross": [weights for _, weights in decoder_maps],
+        }
+
+
+# ---------------------------------------------------------------- decoding
+
+
+@torch.no_grad()
+def greedy_decode(
+    model: EncoderDecoderTransformer,
+    source: torch.Tensor,
+    start_id: int,
+    num_steps: int,
+    *,
+    end_id: int | None = None,
+) -> torch.Tensor:
+    """``(B, 1 + num_steps)`` tokens: ``start_id``, then the arg-max at each
+    step.
+
+    One step at a time, the decoder re-reads the whole prefix it has written so
+    far (no cache) and appends the arg-max of the last position's logits. With
+    ``end_id``, a sequence that has written ``end_id`` stops: its later
+    positions hold the model's ``pad_id``. Uses only ``model.encode``,
+    ``model.decode`` and ``model.pad_id``.
+    """
+    check.seq2seq_generation(model, start_id, num_steps, end_id, 1, 0.0)
+    memory, source_mask = model.encode(source)
+    batch, device = source.shape[0], source.device
+    tokens = torch.full((batch, 1), start_id, device=device)
+    done = torch.zeros(batch, dtype=torch.bool, device=device)
+    for _ in range(num_steps):
+        logits = model.decode(tokens, memory, source_mask)
+        next_token = logits[:, -1].argmax(dim=-1)
+        if end_id is not None:  # finished sequences write padding
+            next_token = next_token.masked_fill(done, model.pad_id)
+            done = done | (next_token == end_id)
+        tokens = torch.cat([tokens, next_token[:, None]], dim=1)
+    return tokens
+
+
+@torch.no_grad()
+def beam_search(
+    model: EncoderDecoderTransformer,
+    source: torch.Tensor,
+    start_id: int,
+    num_steps: int,
+    *,
+    beam_size: int,
+    end_id: int | None = None,
+    length_penalty: float = 0.0,
+) -> torch.Tensor:
+    """``(B, 1 + num_steps)`` tokens: at each step, keep the ``beam_size``
+    prefixes of highest total log-prob.
+
+    A finished hypothesis (it wrote ``end_id``) goes on with the model's
+    ``pad_id`` at no cost, so it competes with the live ones on its final
+    score. The returned one has the highest ``total log-prob / length**alpha``
+    (``length``: tokens written, ``end_id`` included; ``alpha =
+    length_penalty``: 0 ranks by the total, larger values favour longer ones).
+    Uses only ``model.encode``, ``model.decode`` and ``model.pad_id``.
+    """
+    check.seq2seq_generation(
+        model, start_id, num_steps, end_id, beam_size, length_penalty
+    )
+    memory, source_mask = model.encode(source)
+    (batch, _, _), k, device = memory.shape, beam_size, memory.device
+    # (B * k, Ts, D): row b * k + j
+    memory = memory.repeat_interleave(k, dim=0)
+    if source_mask is not None:
+        source_mask = source_mask.repeat_interleave(k, dim=0)
+    tokens = torch.full((batch * k, 1), start_id, device=device)
+    scores = torch.full((batch, k), -torch.inf, device=device)
+    scores[:, 0] = 0.0  # one live hypothesis at the start, not k copies of it
+    done = torch.zeros(batch * k, dtype=torch.bool, device=device)
+    lengths = torch.zeros(batch * k, device=device)
+    first_row = torch.arange(batch, device=device)[:, None] * k
+    for _ in range(num_steps):
+        # (B * k, V)
+        logits = model.decode(tokens, memory, source_mask)[:, -1]
+        log_probs, vocab = logits.log_softmax(dim=-1), logits.shape[-1]
+        if end_id is not None:  # a finished hypothesis can only pad, for free
+            log_probs[done] = -torch.inf
+            log_probs[done, model.pad_id] = 0.0
+        total = (scores.reshape(-1, 1) + log_probs).reshape(batch, k * vocab)
+        # the k best extensions of all k prefixes
+        scores, index = total.topk(k, dim=-1)
+        parent = (first_row + index // vocab).flatten()
+        next_token = (index % vocab).flatten()
+        tokens = torch.cat([tokens[parent], next_token[:, None]], dim=1)
+        lengths = lengths[parent] + (~done[parent]).float()
+        done = done[parent] | (end_id is not None and next_token == end_id)
+    normalized = scores / lengths.reshape(batch, k) ** length_penalty
+    best = normalized.argmax(dim=-1)
+    return tokens.reshape(batch, k, -1)[torch.arange(batch), best]
 
 
 @torch.no_grad()

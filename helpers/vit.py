@@ -22,6 +22,7 @@ image.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -29,7 +30,7 @@ from torch import Tensor, nn
 
 from helpers import _validate as check
 from helpers.positional import LearnedPositionalEmbedding, sinusoidal_encoding
-from helpers.transformer import TransformerEncoder
+from helpers.transformer import TransformerConfig, TransformerEncoder
 
 __all__ = [
     "patchify",
@@ -214,13 +215,24 @@ class ViTConfig:
     channels: int = 1
     num_classes: int = 10
     d_model: int = 32
-    num_blocks: int = 2
+    num_layers: int = 2
     num_heads: int = 4
     ffn_width: int = 64
     dropout: float = 0.0
     pool: str = "cls"
     positions: str = "learned"
     patch_embedding: str = "conv"
+
+    def __post_init__(self) -> None:
+        check.patch_grid(self.image_size, self.patch_size)
+        check.one_of("pool", self.pool, POOLS)
+        check.one_of("positions", self.positions, POSITIONS)
+        check.one_of("patch_embedding", self.patch_embedding, PATCH_EMBEDDINGS)
+
+    def replace(self, **changes) -> ViTConfig:
+        """A copy with some fields changed, e.g.
+        ``config.replace(pool="mean")``."""
+        return dataclasses.replace(self, **changes)
 
     @property
     def grid(self) -> int:
@@ -242,12 +254,6 @@ class VisionTransformer(nn.Module):
     def __init__(self, config: ViTConfig = ViTConfig()) -> None:
         super().__init__()
         check.instance("config", config, ViTConfig)
-        check.patch_grid(config.image_size, config.patch_size)
-        check.one_of("pool", config.pool, POOLS)
-        check.one_of("positions", config.positions, POSITIONS)
-        check.one_of(
-            "patch_embedding", config.patch_embedding, PATCH_EMBEDDINGS
-        )
         self.config, num_patches, width = config, config.grid**2, config.d_model
         embed = (
             ConvPatchEmbedding
@@ -268,9 +274,14 @@ class VisionTransformer(nn.Module):
             else None
         )
         self.encoder = TransformerEncoder(
-            config.num_blocks, width, config.num_heads, config.ffn_width,
-            config.dropout,
-        )  # fmt: skip
+            TransformerConfig(
+                d_model=width,
+                num_heads=config.num_heads,
+                num_layers=config.num_layers,
+                ffn_width=config.ffn_width,
+                dropout=config.dropout,
+            )
+        )
         self.head = nn.Linear(width, config.num_classes)
 
     def tokens(self, images: Tensor) -> Tensor:

@@ -86,6 +86,7 @@ from helpers.tasks.reverse import BOOK_CONFIG, SCHEDULE_EXPERIMENT
 from helpers.transformer import (
     EncoderBlock,
     RMSNorm,
+    TransformerConfig,
     TransformerEncoder,
     TransformerStack,
 )
@@ -322,12 +323,14 @@ assert large_lr > BOOK_CONFIG.lr
 
 
 # %%
-def ffn_gradient_norms(norm_first, num_blocks, seed, d_model=32):
+def ffn_gradient_norms(norm_first, num_layers, seed, d_model=32):
     """Gradient norm of each block's FFN W2, one random batch, at init."""
     torch.manual_seed(seed)
-    encoder = TransformerEncoder(
-        num_blocks, d_model, 4, 4 * d_model, norm_first=norm_first
-    )
+    config = TransformerConfig(
+        d_model=d_model, num_heads=4, num_layers=num_layers,
+        ffn_width=4 * d_model, norm_first=norm_first,
+    )  # fmt: skip
+    encoder = TransformerEncoder(config)
     for weight in encoder.parameters():
         if weight.dim() == 2:
             nn.init.xavier_uniform_(weight)
@@ -417,12 +420,14 @@ assert -0.8 < pre_slope < -0.15
 
 
 # %%
-def stream_rms(seed, num_blocks=32, d_model=32):
+def stream_rms(seed, num_layers=32, d_model=32):
     """RMS of a pre-LN residual stream after each block (set-up as above)."""
     torch.manual_seed(seed)
-    stack = TransformerEncoder(
-        num_blocks, d_model, 4, 4 * d_model, norm_first=True, final_norm=False
-    ).eval()
+    config = TransformerConfig(
+        d_model=d_model, num_heads=4, num_layers=num_layers,
+        ffn_width=4 * d_model, norm_first=True, final_norm=False,
+    )  # fmt: skip
+    stack = TransformerEncoder(config).eval()
     for weight in stack.parameters():
         if weight.dim() == 2:
             nn.init.xavier_uniform_(weight)
@@ -632,7 +637,10 @@ glue("ch6_survival_6", round(survival["misplaced"][6], 2))
 # An encoder is $L$ blocks in a row (plus the final normalization of a pre-LN stack).
 # `get_attention_maps(x)` returns the attention weights every block computes, one
 # $(B, H, T, T)$ tensor per block. A decoder is a stack too, so the stacking lives in one
-# class, `TransformerStack`, and the encoder only names its block:
+# class, `TransformerStack`, and the encoder only names its block. A stack is built from one
+# `TransformerConfig`, a frozen dataclass holding every size and choice (`d_model`,
+# `num_heads`, `num_layers`, `ffn_width`, `norm_first`, ...) and checking them once; every
+# block of the stack is built from it with keyword arguments:
 
 # %%
 show_source(TransformerStack)
@@ -645,9 +653,8 @@ show_source(TransformerEncoder)
 
 # %%
 torch.manual_seed(0)
-encoder = TransformerEncoder(
-    num_blocks=3, d_model=64, num_heads=4, ffn_width=256
-).eval()
+config = TransformerConfig(d_model=64, num_heads=4, num_layers=3, ffn_width=256)
+encoder = TransformerEncoder(config).eval()
 x = torch.randn(32, 10, 64)
 maps = encoder.get_attention_maps(x, mask=causal_mask(10))
 print("output", tuple(encoder(x, mask=causal_mask(10)).shape))

@@ -246,13 +246,7 @@ show_source(ReversePredictor)
 
 # %%
 torch.manual_seed(config.seed)
-model = ReversePredictor(
-    num_classes,
-    config.d_model,
-    config.num_heads,
-    config.num_blocks,
-    config.ffn_width,
-)
+model = ReversePredictor(num_classes, config.model_config())
 parameter_table(model)
 
 # %% tags=["remove-cell"]
@@ -261,7 +255,7 @@ d, c, f = config.d_model, num_classes, config.ffn_width
 block = (4 * d * d + 4 * d) + (2 * d * f + f + d) + 4 * d
 expected = {
     "embedding": c * d,
-    "encoder": config.num_blocks * block + 2 * d,
+    "encoder": config.num_layers * block + 2 * d,
     "classifier": d * c + c,
 }
 expected["total"] = sum(expected.values())
@@ -350,7 +344,7 @@ recipe_columns = [
     "dropout",
     "d_model",
     "num_heads",
-    "num_blocks",
+    "num_layers",
 ]
 recipe_table = pd.DataFrame(
     {"source notebook": vars(SOURCE_000_CONFIG), "this chapter": vars(config)}
@@ -457,13 +451,7 @@ plt.show()
 with tempfile.TemporaryDirectory() as folder:
     path = pathlib.Path(folder) / "reverse.pt"
     save_checkpoint(path, model, optimizer, step=int(history["step"].iloc[-1]))
-    restored = ReversePredictor(
-        num_classes,
-        config.d_model,
-        config.num_heads,
-        config.num_blocks,
-        config.ffn_width,
-    )
+    restored = ReversePredictor(num_classes, config.model_config())
     extra = load_checkpoint(path, restored)
 restored.to(device).eval()
 batch = test_inputs[:100].to(device)
@@ -503,7 +491,7 @@ best_block, best_head, mass, count_mirror_reads = mirror_routing(
 )
 mass_table = pd.DataFrame(
     mass.numpy(),
-    index=[f"block {b + 1}" for b in range(config.num_blocks)],
+    index=[f"block {b + 1}" for b in range(config.num_layers)],
     columns=[f"head {h + 1}" for h in range(config.num_heads)],
 )
 mass_table.round(2)
@@ -517,7 +505,7 @@ assert mass.max() > 0.5
 sequence = test_inputs[0]
 labels = sequence.tolist()
 fig, axes = plt.subplots(
-    config.num_blocks, config.num_heads, figsize=(6.2, 6.0)
+    config.num_layers, config.num_heads, figsize=(6.2, 6.0)
 )
 for b, row in enumerate(axes):
     for h, ax in enumerate(row):
@@ -629,7 +617,7 @@ assert (wrong_mass - mass[0]).abs().max() > 0.05
 # %% tags=["nbval-ignore-output"]
 start = time.perf_counter()
 _, _, blind_scores = train_and_test(
-    config.replace(positional=False), train_set, test_loader, device
+    config.replace(positions="none"), train_set, test_loader, device
 )
 blind_accuracy = blind_scores["accuracy"]
 print(f"trained in {time.perf_counter() - start:.1f} s")
@@ -1127,7 +1115,7 @@ def sequence_accuracy(logits, targets):
 print(check_sequence_accuracy(sequence_accuracy))
 
 # %% [markdown]
-# 2. **How many blocks?** Train with `config.replace(num_blocks=1)`. Does one block suffice?
+# 2. **How many blocks?** Train with `config.replace(num_layers=1)`. Does one block suffice?
 #    Look at its attention maps. What is the smallest model you can make reach 99.9%?
 #
 # ````{admonition} Solution

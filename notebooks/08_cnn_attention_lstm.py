@@ -689,7 +689,7 @@ CONFIG = {
     "epochs": 3,
     "batch_size": 32,
     "lr": 3e-3,
-    "warmup": 0.05,
+    "warmup_fraction": 0.05,
     "clip_grad_norm": 1.0,
 }
 SEEDS = (0, 1, 2)

@@ -107,7 +107,13 @@ from helpers.tasks.sorting import (
     train_and_measure,
     train_sorting,
 )
-from helpers.transformer import DecoderBlock, EncoderDecoderTransformer
+from helpers.transformer import (
+    DecoderBlock,
+    EncoderDecoderTransformer,
+    TransformerConfig,
+    beam_search,
+    greedy_decode,
+)
 
 helpers.use_one_thread(device)
 
@@ -243,12 +249,13 @@ assert (
 # %% [markdown]
 # At generation time there is no target to shift. The decoder starts from the start token,
 # predicts one token, appends it to its input and runs again, re-reading the whole prefix at
-# every step. The model of this chapter does it greedily by default (the most likely token
-# each time); with `end_id` a sequence stops at its end token, and with `beam_size` above 1 it
-# runs beam search:
+# every step. Greedy decoding takes the most likely token each time; with `end_id` a sequence
+# stops at its end token. It is a function of a model, which uses nothing but the model's
+# `encode`, `decode` and `pad_id` (`model.generate(...)` calls it, or `beam_search` with
+# `beam_size` above 1):
 
 # %%
-show_source(EncoderDecoderTransformer.generate)
+show_source(greedy_decode)
 
 # %% [markdown]
 # On the same prefix both ways compute the same thing. On an untrained model (the claim does
@@ -257,11 +264,13 @@ show_source(EncoderDecoderTransformer.generate)
 
 # %%
 torch.manual_seed(0)
-model = EncoderDecoderTransformer(
-    VOCAB_SIZE, VOCAB_SIZE, 32, 2, 2, 2, pad_id=PAD
-).eval()
+config = TransformerConfig(
+    source_vocab=VOCAB_SIZE, target_vocab=VOCAB_SIZE, d_model=32, num_heads=2,
+    num_layers=2, pad_id=PAD,
+)  # fmt: skip
+model = EncoderDecoderTransformer(config).eval()
 sources, _, _ = make_sorting_dataset(64, 8, torch.Generator().manual_seed(6))[:]
-written = model.generate(sources, BOS, num_steps=9)  # (B, 1 + 9)
+written = greedy_decode(model, sources, BOS, num_steps=9)  # (B, 1 + 9)
 teacher_forced = model(sources, written[:, :-1])  # one pass, every position
 memory, source_mask = model.encode(sources)
 same = True
@@ -609,8 +618,9 @@ assert plain_mse > 3 * corner_tf
 # assembles it: an embedding, the positional encoding, the two stacks, and a linear projection
 # to the classes. Ours adds padding masks on both sides, embeddings scaled by $\sqrt{D}$ as in
 # the paper, and optionally one matrix shared by the two embeddings and the output projection
-# (*tied* embeddings). (The post's own model has bugs a reader meets as soon as it runs; see
-# [Sources and errata](../book/sources.md).)
+# (*tied* embeddings). One `TransformerConfig` holds every size and choice of the model, and
+# both stacks are built from it. (The post's own model has bugs a reader meets as soon as it
+# runs; see [Sources and errata](../book/sources.md).)
 
 # %%
 show_source(EncoderDecoderTransformer)
@@ -834,10 +844,10 @@ assert (hard.token_tf > hard.token_generated).all()
 # prefixes of highest total log-probability at every step, extends each by every token and
 # keeps the best `beam_size` of the extensions; a prefix that has written the end token is
 # finished and keeps its score. It searches for the *most probable* sequence, which greedy
-# decoding does not:
+# decoding does not. Like `greedy_decode`, it is a function of the model:
 
 # %%
-show_source(EncoderDecoderTransformer._beam_search)
+show_source(beam_search)
 
 # %% [markdown]
 # Four hypotheses on the six short-budget runs, against greedy decoding:
@@ -960,8 +970,11 @@ plt.show()
 # %%
 with torch.device("meta"):
     base = EncoderDecoderTransformer(
-        37_000, 37_000, 512, 8, 6, 6, 2048, tie_embeddings=True
-    )
+        TransformerConfig(
+            source_vocab=37_000, target_vocab=37_000, d_model=512,
+            num_heads=8, num_layers=6, ffn_width=2048, tie_embeddings=True,
+        )
+    )  # fmt: skip
 base_count = count_parameters(base)
 embedding = base.source_embedding.weight.numel()
 print(f"total {base_count:,}; embedding {embedding:,}")

@@ -113,7 +113,11 @@ from helpers.tasks.brackets import (
     train_brackets,
     validity_rate,
 )
-from helpers.transformer import EncoderBlock, TransformerEncoder
+from helpers.transformer import (
+    EncoderBlock,
+    TransformerConfig,
+    TransformerEncoder,
+)
 
 helpers.use_one_thread(device)
 
@@ -481,15 +485,20 @@ assert not torch.allclose(unmasked, books_layer(x), atol=1e-6)
 # %% [markdown]
 # (It also holds a cache for generation, the subject of chapter 11, and options chapter 13
 # uses.)
-# A block is chapter 6's pre-norm block with RMSNorm. The model adds token and position
-# embeddings, runs the blocks, normalizes once more and maps each position to logits with a
-# head that reuses the embedding matrix (*weight tying* {cite}`press2017tying`):
+# A block is chapter 6's pre-norm block with RMSNorm:
 
 # %%
 show_source(GPTBlock)
 
+# %% [markdown]
+# The model adds token and position embeddings, runs the blocks, normalizes once more and
+# maps each position to logits with a head that reuses the embedding matrix: the last lines
+# of `__init__` make `head.weight` and `token_embedding.weight` one tensor (*weight tying*
+# {cite}`press2017tying`). Two methods are left out here: `generate` belongs to the section
+# on generation below, `new_caches` to chapter 11:
+
 # %%
-show_source(GPT.forward)
+show_source(GPT, without=("new_caches", "generate"))
 
 # %% [markdown]
 # The block is chapter 6's `EncoderBlock` (pre-norm, RMSNorm, no biases) with a causal mask,
@@ -1042,7 +1051,10 @@ print(len(norms), "distinct RMSNorm modules for", len(lm.blocks), "blocks")
 assert len({id(norm) for norm in norms}) == 2 * len(lm.blocks) + 1
 
 # %% tags=["remove-cell"]
-encoder = TransformerEncoder(2, 32, 4, 64).eval()
+encoder_config = TransformerConfig(
+    d_model=32, num_heads=4, num_layers=2, ffn_width=64
+)
+encoder = TransformerEncoder(encoder_config).eval()
 for length in (5, 11):
     output = encoder(torch.randn(2, length, 32))
     print(f"input (2, {length}, 32) -> output {tuple(output.shape)}")

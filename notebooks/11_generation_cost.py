@@ -81,7 +81,13 @@ from torch import nn
 from helpers import expect_error, glue, show_source
 from helpers.analysis import DispatchCounter, count_parameters
 from helpers.efficient import kv_cache_bytes, median_seconds
-from helpers.gpt import GPT, CausalSelfAttention, GPTConfig, score_bias
+from helpers.gpt import (
+    GPT,
+    CausalSelfAttention,
+    GPTConfig,
+    KVCache,
+    score_bias,
+)
 from helpers.interop import load_gpt2
 from helpers.tasks.brackets import (
     BracketConfig,
@@ -233,6 +239,14 @@ assert abs(position_std - 0.02) < 0.001 and abs(position_std - 0.01) > 0.005
 # earlier keys and values.
 # ```
 #
+# Each layer keeps its keys and values in a `KVCache`. Its `append` writes the new
+# positions into buffers allocated once and returns every key and value held, which the
+# layer's attention then reads:
+
+# %%
+show_source(KVCache.append)
+
+# %% [markdown]
 # The cache must change nothing but the cost:
 
 # %%
@@ -273,7 +287,7 @@ for length in (32, 64, 128, 256, 512):
     for use_cache in (True, False):
         seconds = median_seconds(timing_model.generate, prompt, length,
                                  greedy=True, use_cache=use_cache,
-                                 repeats=repeats, warmup=0)  # fmt: skip
+                                 repeats=repeats, warmup_calls=0)  # fmt: skip
         row["cache" if use_cache else "no cache"] = seconds
     timings.append(row)
 timings = pd.DataFrame(timings)

@@ -258,7 +258,7 @@ print(cnn)
 glue("ch12_vit_parameters", vit_parameters)
 glue("ch12_cnn_parameters", cnn_parameters)
 glue("ch12_d_model", VIT.d_model)
-glue("ch12_num_blocks", VIT.num_blocks)
+glue("ch12_num_blocks", VIT.num_layers)
 glue("ch12_num_heads", VIT.num_heads)
 assert abs(cnn_parameters - vit_parameters) / vit_parameters < 0.1
 # The departures from the ViT paper: positions for the patches only, ReLU in the

@@ -97,20 +97,19 @@ def _step_seconds(
         if use_cache
         else None
     )
-    logits = model._logits(prompt, caches, 0)[
-        :, -1
-    ]  # the prompt's pass: not timed
+    # the prompt's pass: not timed
+    logits = model(prompt, caches, validate=False)[:, -1]
     tokens[:, context : context + 1] = logits.argmax(dim=-1, keepdim=True)
     times = []
     for position in range(context + 1, context + steps + 1):
         _synchronize(device)
         start = time.perf_counter()
         if use_cache:
-            logits = model._logits(
-                tokens[:, position - 1 : position], caches, position - 1
+            logits = model(
+                tokens[:, position - 1 : position], caches, validate=False
             )
         else:
-            logits = model._logits(tokens[:, :position], None, 0)
+            logits = model(tokens[:, :position], validate=False)
         tokens[:, position : position + 1] = logits[:, -1].argmax(
             dim=-1, keepdim=True
         )

@@ -290,7 +290,7 @@ def reverse_chapter(args, seeds) -> pd.DataFrame:
             "best other-length accuracy": best_other_length_accuracy(model),
         }
         _, _, blind = train_and_test(
-            config.replace(positional=False), train_set, test_loader
+            config.replace(positions="none"), train_set, test_loader
         )
         row["blind - oracle"] = blind["accuracy"] - bag_oracle_accuracy(
             inputs, config.num_classes

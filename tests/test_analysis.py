@@ -14,7 +14,11 @@ from helpers.analysis import (
     peak_cpu_bytes,
     stable_rank,
 )
-from helpers.transformer import FeedForward, TransformerEncoder
+from helpers.transformer import (
+    FeedForward,
+    TransformerConfig,
+    TransformerEncoder,
+)
 
 # --- count_parameters ---------------------------------------------------------------------------
 
@@ -44,7 +48,9 @@ def test_count_parameters_counts_shared_parameters_once():
 
 
 def test_parameter_table():
-    encoder = TransformerEncoder(2, 8, 2, 16)
+    encoder = TransformerEncoder(
+        TransformerConfig(num_layers=2, d_model=8, num_heads=2, ffn_width=16)
+    )
     table = parameter_table(encoder, max_depth=3)
     assert list(table.columns) == ["module", "type", "parameters"]
     assert table.iloc[-1]["module"] == "total"
@@ -59,7 +65,13 @@ def test_parameter_table():
 
 
 def test_parameter_table_depth_one_lists_the_children():
-    table = parameter_table(TransformerEncoder(2, 8, 2, 16))
+    table = parameter_table(
+        TransformerEncoder(
+            TransformerConfig(
+                num_layers=2, d_model=8, num_heads=2, ffn_width=16
+            )
+        )
+    )
     assert table["module"].tolist() == ["blocks", "final_norm", "total"]
     assert table["parameters"].iloc[:2].sum() == table["parameters"].iloc[-1]
 

@@ -14,6 +14,7 @@ from helpers.interop import load_decoder_block, load_encoder_block
 from helpers.transformer import (
     DecoderBlock,
     EncoderDecoderTransformer,
+    TransformerConfig,
     TransformerDecoder,
     TransformerEncoder,
 )
@@ -110,10 +111,24 @@ def test_stacks_match_torch_transformer(norm_first, padded):
     _randomize_norms(reference, generator)
     # nn.Transformer always ends both stacks with a LayerNorm, whatever norm_first says
     encoder = TransformerEncoder(
-        2, 8, 2, 16, norm_first=norm_first, final_norm=True
+        TransformerConfig(
+            num_layers=2,
+            d_model=8,
+            num_heads=2,
+            ffn_width=16,
+            norm_first=norm_first,
+            final_norm=True,
+        )
     ).eval()
     decoder = TransformerDecoder(
-        3, 8, 2, 16, norm_first=norm_first, final_norm=True
+        TransformerConfig(
+            num_layers=3,
+            d_model=8,
+            num_heads=2,
+            ffn_width=16,
+            norm_first=norm_first,
+            final_norm=True,
+        )
     ).eval()
     for block, layer in zip(
         encoder.blocks, reference.encoder.layers, strict=True
@@ -157,7 +172,14 @@ def test_target_padding_matches_torch_transformer(norm_first):
     ).eval()
     _randomize_norms(reference, generator)
     decoder = TransformerDecoder(
-        2, 8, 2, 16, norm_first=norm_first, final_norm=False
+        TransformerConfig(
+            num_layers=2,
+            d_model=8,
+            num_heads=2,
+            ffn_width=16,
+            norm_first=norm_first,
+            final_norm=False,
+        )
     ).eval()
     for block, layer in zip(decoder.blocks, reference.layers, strict=True):
         load_decoder_block(block, layer)
@@ -203,7 +225,15 @@ def test_load_decoder_block_refuses_mismatches():
 @pytest.mark.parametrize("norm_first", [True, False])
 def test_no_target_position_receives_gradient_from_a_later_one(norm_first):
     torch.manual_seed(0)
-    decoder = TransformerDecoder(2, 8, 2, 16, norm_first=norm_first)
+    decoder = TransformerDecoder(
+        TransformerConfig(
+            num_layers=2,
+            d_model=8,
+            num_heads=2,
+            ffn_width=16,
+            norm_first=norm_first,
+        )
+    )
     target = torch.randn(2, 6, 8, requires_grad=True)
     memory = torch.randn(2, 5, 8)
     output = decoder(target, memory, causal_mask(6))
@@ -248,7 +278,16 @@ def test_memory_padding_is_ignored():
 def _tiny_model(**kwargs):
     torch.manual_seed(0)
     return EncoderDecoderTransformer(
-        12, 12, 16, 2, 2, 2, 32, pad_id=0, **kwargs
+        TransformerConfig(
+            source_vocab=12,
+            target_vocab=12,
+            d_model=16,
+            num_heads=2,
+            num_layers=2,
+            ffn_width=32,
+            pad_id=0,
+            **kwargs,
+        )
     ).eval()
 
 
@@ -290,7 +329,15 @@ def test_tied_embeddings_share_one_matrix():
 def test_base_model_parameter_count_on_the_meta_device():
     with torch.device("meta"):
         model = EncoderDecoderTransformer(
-            37000, 37000, 512, 8, 6, 6, 2048, tie_embeddings=True
+            TransformerConfig(
+                source_vocab=37000,
+                target_vocab=37000,
+                d_model=512,
+                num_heads=8,
+                num_layers=6,
+                ffn_width=2048,
+                tie_embeddings=True,
+            )
         )
     assert model.output.weight.is_meta
     block = 4 * (512 * 512 + 512) + 2 * 512 * 2048 + 2048 + 512 + 2 * 2 * 512
@@ -365,13 +412,35 @@ def test_other_misuse_is_refused():
     with pytest.raises(TypeError, match="dtype"):
         block(torch.randn(2, 4, 8), torch.randn(2, 6, 8, dtype=torch.float64))
     with pytest.raises(ValueError, match="norm_first|positive"):
-        TransformerDecoder(0, 8, 2, 16)
+        TransformerDecoder(
+            TransformerConfig(
+                num_layers=0, d_model=8, num_heads=2, ffn_width=16
+            )
+        )
     with pytest.raises(
         ValueError, match="tie_embeddings=True .* one vocabulary"
     ):
-        EncoderDecoderTransformer(10, 12, 8, 2, 1, 1, tie_embeddings=True)
+        EncoderDecoderTransformer(
+            TransformerConfig(
+                source_vocab=10,
+                target_vocab=12,
+                d_model=8,
+                num_heads=2,
+                num_layers=1,
+                tie_embeddings=True,
+            )
+        )
     with pytest.raises(ValueError, match="pad_id=12"):
-        EncoderDecoderTransformer(12, 12, 8, 2, 1, 1, pad_id=12)
+        EncoderDecoderTransformer(
+            TransformerConfig(
+                source_vocab=12,
+                target_vocab=12,
+                d_model=8,
+                num_heads=2,
+                num_layers=1,
+                pad_id=12,
+            )
+        )
     with pytest.raises(TypeError, match="int64"):
         _tiny_model()(torch.rand(2, 3), torch.zeros(2, 3, dtype=torch.long))
 
@@ -381,22 +450,36 @@ def test_other_misuse_is_refused():
 
 def test_output_projection_has_the_target_vocabulary():
     # source 003 builds its Decoder without the class_len it needs (a TypeError)
-    model = EncoderDecoderTransformer(20, 7, 8, 2, 1, 1)
+    model = EncoderDecoderTransformer(
+        TransformerConfig(
+            source_vocab=20,
+            target_vocab=7,
+            d_model=8,
+            num_heads=2,
+            num_layers=1,
+        )
+    )
     logits = model(torch.randint(20, (2, 5)), torch.randint(7, (2, 3)))
     assert logits.shape == (2, 3, 7)
     with pytest.raises(TypeError, match="target_vocab"):
         EncoderDecoderTransformer(
-            20,
-            d_model=8,
-            num_heads=2,
-            num_encoder_blocks=1,
-            num_decoder_blocks=1,
+            TransformerConfig(
+                source_vocab=20, d_model=8, num_heads=2, num_layers=1
+            )
         )
 
 
 def test_positional_table_is_a_buffer_that_moves_with_the_model():
     # source 003 builds its table on the CPU at every forward pass: a GPU run fails
-    model = EncoderDecoderTransformer(12, 12, 8, 2, 1, 1)
+    model = EncoderDecoderTransformer(
+        TransformerConfig(
+            source_vocab=12,
+            target_vocab=12,
+            d_model=8,
+            num_heads=2,
+            num_layers=1,
+        )
+    )
     assert "positional.pe" in model.state_dict()
     assert all(
         parameter is not model.positional.pe for parameter in model.parameters()
@@ -496,7 +579,17 @@ def test_beam_search_is_at_least_as_likely_as_greedy_on_average(seed):
     """Over many sources, beam search's sequences are on average more likely than greedy
     decoding's (it is not guaranteed per sequence: see the next test)."""
     torch.manual_seed(seed)
-    model = EncoderDecoderTransformer(12, 12, 16, 2, 1, 1, 32, pad_id=0).eval()
+    model = EncoderDecoderTransformer(
+        TransformerConfig(
+            source_vocab=12,
+            target_vocab=12,
+            d_model=16,
+            num_heads=2,
+            num_layers=1,
+            ffn_width=32,
+            pad_id=0,
+        )
+    ).eval()
     source = _sources(batch=64, seed=seed)
     greedy = _log_prob(
         model, source, model.generate(source, 1, 6, end_id=2), end_id=2
@@ -512,7 +605,17 @@ def test_a_narrow_beam_can_lose_the_greedy_sequence():
     more likely there and less likely at the end. The chapter measures how often this happens
     on its trained models."""
     torch.manual_seed(0)
-    model = EncoderDecoderTransformer(12, 12, 16, 2, 1, 1, 32, pad_id=0).eval()
+    model = EncoderDecoderTransformer(
+        TransformerConfig(
+            source_vocab=12,
+            target_vocab=12,
+            d_model=16,
+            num_heads=2,
+            num_layers=1,
+            ffn_width=32,
+            pad_id=0,
+        )
+    ).eval()
     source = _sources(batch=16, seed=0)[1:2]
     greedy = model.generate(source, 1, 6, end_id=2)
     beam = model.generate(source, 1, 6, end_id=2, beam_size=2)
@@ -530,7 +633,17 @@ def test_a_wide_beam_finds_the_most_likely_sequence(end_id):
     """Exhaustive search over all 4**3 outputs of a tiny model: a beam of 4**2 keeps every
     prefix, so it must return the best sequence; a narrow beam need not."""
     torch.manual_seed(3)
-    model = EncoderDecoderTransformer(4, 4, 8, 2, 1, 1, 16, pad_id=0).eval()
+    model = EncoderDecoderTransformer(
+        TransformerConfig(
+            source_vocab=4,
+            target_vocab=4,
+            d_model=8,
+            num_heads=2,
+            num_layers=1,
+            ffn_width=16,
+            pad_id=0,
+        )
+    ).eval()
     source = torch.tensor([[1, 2, 3], [3, 3, 1], [2, 1, 1], [1, 3, 2]])
     grid = torch.cartesian_prod(*[torch.arange(4)] * 3)  # (64, 3): every output
     greedy_exact = []
@@ -621,6 +734,15 @@ def test_generate_refuses_more_steps_than_max_len_before_any_work(
 
 def test_an_end_token_needs_a_model_with_padding():
     torch.manual_seed(0)
-    model = EncoderDecoderTransformer(12, 12, 16, 2, 1, 1, 32).eval()
+    model = EncoderDecoderTransformer(
+        TransformerConfig(
+            source_vocab=12,
+            target_vocab=12,
+            d_model=16,
+            num_heads=2,
+            num_layers=1,
+            ffn_width=32,
+        )
+    ).eval()
     with pytest.raises(ValueError, match="the model has pad_id=None"):
         model.generate(_sources(), 1, 3, end_id=2)

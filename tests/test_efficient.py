@@ -289,7 +289,9 @@ def test_arithmetic_errors():
 
 def test_median_seconds_is_a_median_of_positive_times():
     calls = []
-    seconds = median_seconds(lambda x: calls.append(x), 1, repeats=3, warmup=2)
+    seconds = median_seconds(
+        lambda x: calls.append(x), 1, repeats=3, warmup_calls=2
+    )
     assert len(calls) == 5 and 0 <= seconds < 0.1
     with pytest.raises(TypeError, match="callable"):
         median_seconds(3)

@@ -908,9 +908,12 @@ def test_every_sublayer_has_its_own_norm():
 
 def test_encoder_outputs_one_vector_per_position():
     # Source 002: "the encoder ... generates a fixed sized vector". It outputs (B, T, D).
-    from helpers.transformer import TransformerEncoder
+    from helpers.transformer import TransformerConfig, TransformerEncoder
 
-    encoder = TransformerEncoder(2, 16, 4, 32).eval()
+    config = TransformerConfig(
+        d_model=16, num_heads=4, num_layers=2, ffn_width=32
+    )
+    encoder = TransformerEncoder(config).eval()
     for length in (3, 9):
         assert encoder(torch.randn(2, length, 16)).shape == (2, length, 16)
 

@@ -24,7 +24,11 @@ from helpers.interop import (
     load_encoder_block,
     load_multihead_attention,
 )
-from helpers.transformer import EncoderBlock, TransformerEncoder
+from helpers.transformer import (
+    EncoderBlock,
+    TransformerConfig,
+    TransformerEncoder,
+)
 
 FEW = settings(max_examples=25, deadline=None)
 
@@ -207,7 +211,16 @@ def test_encoder_matches_torch_encoder(norm_first):
         layer, 3, norm=final, enable_nested_tensor=False
     ).eval()
     randomize_norms(reference, torch.Generator().manual_seed(1))
-    encoder = TransformerEncoder(3, 16, 4, 32, 0.1, norm_first).eval()
+    encoder = TransformerEncoder(
+        TransformerConfig(
+            num_layers=3,
+            d_model=16,
+            num_heads=4,
+            ffn_width=32,
+            dropout=0.1,
+            norm_first=norm_first,
+        )
+    ).eval()
     for block, torch_block in zip(
         encoder.blocks, reference.layers, strict=True
     ):

@@ -23,6 +23,7 @@ from helpers.positional import LearnedPositionalEmbedding, sinusoidal_encoding
 from helpers.tasks.corners import make_corner_sequences
 from helpers.tasks.regression import make_regression_data
 from helpers.tasks.reverse import ReversePredictor, ablation_results
+from helpers.transformer import TransformerConfig
 
 
 def _gen(seed: int) -> torch.Generator:
@@ -146,7 +147,10 @@ def test_the_reversal_model_is_not_a_next_token_predictor():
     """Output 0 depends on the last input token: the model reads the whole sequence."""
     torch.manual_seed(0)
     model = ReversePredictor(
-        num_classes=10, d_model=16, num_heads=2, num_blocks=1
+        10,
+        TransformerConfig(
+            d_model=16, num_heads=2, num_layers=1, ffn_width=32, max_len=64
+        ),
     )
     x = torch.randint(10, (1, 8), generator=_gen(3))
     changed = x.clone()

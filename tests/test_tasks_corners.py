@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 from helpers.tasks.corners import (
+    CORNER_MODEL,
     CORNERS,
     CornerConfig,
     CornerTransformer,
@@ -94,7 +95,7 @@ def test_source_001_layers_have_no_residual_and_no_normalization():
 
 
 def test_attention_maps_have_the_documented_shapes():
-    model = CornerTransformer(num_heads=2, num_blocks=2)
+    model = CornerTransformer(CORNER_MODEL.replace(num_heads=2, num_layers=2))
     maps = model.get_attention_maps(torch.randn(3, 2, 2), torch.randn(3, 2, 2))
     assert [m.shape for m in maps["encoder"]] == [(3, 2, 2, 2)] * 2
     assert [m.shape for m in maps["cross"]] == [(3, 2, 2, 2)] * 2
@@ -160,7 +161,9 @@ def test_the_planted_weights_tell_the_focus_from_near_misses():
 def test_cross_attention_focus_of_a_real_model_is_a_weight():
     torch.manual_seed(0)
     points, _ = make_corner_sequences(16, _generator(3))
-    focus = cross_attention_focus(CornerTransformer(num_blocks=2), points)
+    focus = cross_attention_focus(
+        CornerTransformer(CORNER_MODEL.replace(num_layers=2)), points
+    )
     assert 0.0 < focus < 1.0
 
 

@@ -42,6 +42,7 @@ from helpers.tasks.reverse import (
     whole_sequence_accuracy,
 )
 from helpers.training import fit
+from helpers.transformer import TransformerConfig
 
 # The command column records what produced a file: files written before release 0.6.0 name
 # the per-chapter script that scripts/margins.py replaced.
@@ -129,9 +130,15 @@ def test_make_reverse_dataset_needs_a_generator():
 # --- the model ----------------------------------------------------------------------------------
 
 
-def small_model(positional: bool = True) -> ReversePredictor:
+def small_config(**changes) -> TransformerConfig:
+    """The small models' encoder: D = 16, two heads, two blocks, F = 32."""
+    sizes = dict(d_model=16, num_heads=2, num_layers=2, ffn_width=32)
+    return TransformerConfig(max_len=64, **(sizes | changes))
+
+
+def small_model(positions: str = "sinusoidal") -> ReversePredictor:
     torch.manual_seed(0)
-    return ReversePredictor(10, 16, 2, 2, positional=positional).eval()
+    return ReversePredictor(10, small_config(), positions).eval()
 
 
 def test_model_shapes_and_attention_maps():
@@ -148,7 +155,7 @@ def test_without_positions_the_model_is_permutation_equivariant(seed):
     """Why the no-positional-encoding ablation cannot learn to reverse."""
     tokens = make_reverse_dataset(2, 10, 10, generator(seed)).tensors[0]
     permutation = torch.randperm(10, generator=generator(seed))
-    blind = small_model(positional=False)
+    blind = small_model(positions="none")
     torch.testing.assert_close(
         blind(tokens[:, permutation]), blind(tokens)[:, permutation]
     )
@@ -157,7 +164,7 @@ def test_without_positions_the_model_is_permutation_equivariant(seed):
 def test_with_positions_the_model_is_not_permutation_equivariant():
     tokens = make_reverse_dataset(2, 10, 10, generator()).tensors[0]
     permutation = torch.arange(9, -1, -1)
-    model = small_model(positional=True)
+    model = small_model(positions="sinusoidal")
     difference = model(tokens[:, permutation]) - model(tokens)[:, permutation]
     assert difference.abs().max() > 1e-3
 
@@ -179,7 +186,7 @@ def test_model_rejects_bad_tokens(tokens, error, message):
 
 def test_model_rejects_bad_num_classes():
     with pytest.raises(ValueError, match="num_classes"):
-        ReversePredictor(1, 16, 2, 2)
+        ReversePredictor(1, small_config())
 
 
 # --- loss, accuracy and the position-blind ceiling ------------------------------------------
@@ -255,7 +262,7 @@ def test_bag_oracle_bounds_every_position_blind_rule():
 
 def test_source_configuration_is_source_000s():
     config = SOURCE_000_CONFIG
-    assert (config.d_model, config.num_heads, config.num_blocks) == (32, 2, 2)
+    assert (config.d_model, config.num_heads, config.num_layers) == (32, 2, 2)
     assert (
         config.batch_size,
         config.lr,
@@ -440,7 +447,7 @@ def test_the_shipped_schedule_results_cover_every_run_on_five_seeds():
 def test_mirror_routing_finds_a_planted_mirror_head_and_counts_its_reads():
     """A model whose head reads exactly key T-1-t is found, and counts 16 reads at any length."""
     torch.manual_seed(0)
-    model = ReversePredictor(10, 16, 2, 1).eval()
+    model = ReversePredictor(10, small_config(num_layers=1)).eval()
     seq_len = 16
     mirror = torch.arange(seq_len - 1, -1, -1)
 
@@ -520,10 +527,10 @@ def test_length_accuracies_draw_the_chapters_sequences():
 
 def test_attention_dropout_accuracy_switches_it_on_and_puts_it_back():
     torch.manual_seed(0)
-    model = ReversePredictor(10, 16, 2, 2, dropout=0.1).eval()
+    model = ReversePredictor(10, small_config(dropout=0.1)).eval()
     inputs = make_reverse_dataset(64, 16, 10, generator(4)).tensors[0]
     targets = inputs.flip(-1)
-    plain = ReversePredictor(10, 16, 2, 2).eval()
+    plain = ReversePredictor(10, small_config()).eval()
     plain.load_state_dict(model.state_dict())
     with torch.no_grad():
         eval_accuracy = token_accuracy(plain(inputs), targets).item()

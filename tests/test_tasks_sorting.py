@@ -22,7 +22,7 @@ from helpers.tasks.sorting import (
     sequence_log_probs,
     sequence_loss,
 )
-from helpers.transformer import EncoderDecoderTransformer
+from helpers.transformer import EncoderDecoderTransformer, TransformerConfig
 
 
 def _generator(seed: int = 0) -> torch.Generator:
@@ -83,7 +83,14 @@ def test_loss_and_accuracy_ignore_padding():
 def test_generated_accuracy_of_an_untrained_model_is_low():
     torch.manual_seed(0)
     model = EncoderDecoderTransformer(
-        VOCAB_SIZE, VOCAB_SIZE, 16, 2, 1, 1, pad_id=PAD
+        TransformerConfig(
+            source_vocab=VOCAB_SIZE,
+            target_vocab=VOCAB_SIZE,
+            d_model=16,
+            num_heads=2,
+            num_layers=1,
+            pad_id=PAD,
+        )
     ).eval()
     assert (
         generated_accuracy(model, make_sorting_dataset(50, 5, _generator()))
@@ -94,7 +101,14 @@ def test_generated_accuracy_of_an_untrained_model_is_low():
 def _untrained(seed=0):
     torch.manual_seed(seed)
     return EncoderDecoderTransformer(
-        VOCAB_SIZE, VOCAB_SIZE, 16, 2, 1, 1, pad_id=PAD
+        TransformerConfig(
+            source_vocab=VOCAB_SIZE,
+            target_vocab=VOCAB_SIZE,
+            d_model=16,
+            num_heads=2,
+            num_layers=1,
+            pad_id=PAD,
+        )
     ).eval()
 
 

@@ -153,3 +153,30 @@ def test_expect_error_needs_an_exception_class(kind):
 def test_the_unit_tests_run_pytorch_on_one_thread():
     """tests/conftest.py sets it for the session: tiny models on shared cores (see `make unit`)."""
     assert torch.get_num_threads() == 1
+
+
+def test_show_source_names_a_methods_class_and_leaves_out_methods():
+    from helpers.gpt import GPT, KVCache
+
+    method = helpers.show_source(KVCache.append).data.splitlines()
+    assert method[1].startswith("# helpers/gpt.py, lines ")
+    assert method[2] == "# KVCache.append"
+    assert method[3].startswith("def append(self")
+    # a plain function has no class line
+    assert (
+        not helpers.show_source(helpers.seed_everything)
+        .data.splitlines()[2]
+        .startswith("# ")
+    )
+    whole = helpers.show_source(GPT).data
+    shown = helpers.show_source(GPT, without=("generate", "new_caches")).data
+    assert "def generate(" in whole and "def generate(" not in shown
+    assert "def new_caches(" not in shown
+    assert "    # generate(...): not shown here" in shown
+    # what is not left out is shown whole: forward, and the tied head
+    assert "def forward(" in shown and "self.head.weight = " in shown
+    assert shown.splitlines()[1] == whole.splitlines()[1]  # the same lines
+    with pytest.raises(ValueError, match="no method \\['sample'\\]"):
+        helpers.show_source(GPT, without=("sample",))
+    with pytest.raises(TypeError, match="not a class"):
+        helpers.show_source(KVCache.append, without=("append",))

@@ -18,6 +18,7 @@ from helpers.transformer import (
     EncoderBlock,
     FeedForward,
     RMSNorm,
+    TransformerConfig,
     TransformerEncoder,
     make_norm,
 )
@@ -30,20 +31,26 @@ from helpers.transformer import (
     batch=st.integers(1, 3),
     seq_len=st.integers(1, 7),
     num_heads=st.sampled_from([1, 2, 4]),
-    num_blocks=st.integers(1, 3),
+    num_layers=st.integers(1, 3),
     norm_first=st.booleans(),
 )
 def test_encoder_shapes_and_attention_maps(
-    batch, seq_len, num_heads, num_blocks, norm_first
+    batch, seq_len, num_heads, num_layers, norm_first
 ):
     d_model = 8
     encoder = TransformerEncoder(
-        num_blocks, d_model, num_heads, 16, norm_first=norm_first
+        TransformerConfig(
+            num_layers=num_layers,
+            d_model=d_model,
+            num_heads=num_heads,
+            ffn_width=16,
+            norm_first=norm_first,
+        )
     )
     x = torch.randn(batch, seq_len, d_model)
     assert encoder(x).shape == (batch, seq_len, d_model)
     maps = encoder.get_attention_maps(x)
-    assert len(maps) == num_blocks
+    assert len(maps) == num_layers
     for weights in maps:
         assert weights.shape == (batch, num_heads, seq_len, seq_len)
         torch.testing.assert_close(
@@ -61,14 +68,39 @@ def test_block_returns_attention_on_request():
 
 def test_final_norm_default_follows_norm_first():
     assert isinstance(
-        TransformerEncoder(1, 8, 2, 16, norm_first=True).final_norm,
+        TransformerEncoder(
+            TransformerConfig(
+                num_layers=1,
+                d_model=8,
+                num_heads=2,
+                ffn_width=16,
+                norm_first=True,
+            )
+        ).final_norm,
         nn.LayerNorm,
     )
     assert isinstance(
-        TransformerEncoder(1, 8, 2, 16, norm_first=False).final_norm,
+        TransformerEncoder(
+            TransformerConfig(
+                num_layers=1,
+                d_model=8,
+                num_heads=2,
+                ffn_width=16,
+                norm_first=False,
+            )
+        ).final_norm,
         nn.Identity,
     )
-    encoder = TransformerEncoder(1, 8, 2, 16, norm_first=True, final_norm=False)
+    encoder = TransformerEncoder(
+        TransformerConfig(
+            num_layers=1,
+            d_model=8,
+            num_heads=2,
+            ffn_width=16,
+            norm_first=True,
+            final_norm=False,
+        )
+    )
     assert isinstance(encoder.final_norm, nn.Identity)
 
 
@@ -78,7 +110,15 @@ def test_final_norm_default_follows_norm_first():
 @pytest.mark.parametrize("norm_first", [True, False])
 def test_causal_mask_blocks_the_future_through_the_stack(norm_first):
     torch.manual_seed(0)
-    encoder = TransformerEncoder(3, 8, 2, 16, norm_first=norm_first).eval()
+    encoder = TransformerEncoder(
+        TransformerConfig(
+            num_layers=3,
+            d_model=8,
+            num_heads=2,
+            ffn_width=16,
+            norm_first=norm_first,
+        )
+    ).eval()
     seq_len = 6
     x = torch.randn(1, seq_len, 8, requires_grad=True)
     output = encoder(x, mask=causal_mask(seq_len))
@@ -100,7 +140,9 @@ def test_causal_mask_blocks_the_future_through_the_stack(norm_first):
 
 def test_padding_does_not_change_real_tokens():
     torch.manual_seed(0)
-    encoder = TransformerEncoder(2, 8, 2, 16).eval()
+    encoder = TransformerEncoder(
+        TransformerConfig(num_layers=2, d_model=8, num_heads=2, ffn_width=16)
+    ).eval()
     x = torch.randn(2, 7, 8)
     mask = padding_mask([4, 7], max_len=7)
     changed = x.clone()
@@ -121,7 +163,15 @@ def test_padding_does_not_change_real_tokens():
 def test_encoder_is_permutation_equivariant(seq_len, seed, norm_first):
     generator = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
-    encoder = TransformerEncoder(2, 8, 2, 16, norm_first=norm_first).eval()
+    encoder = TransformerEncoder(
+        TransformerConfig(
+            num_layers=2,
+            d_model=8,
+            num_heads=2,
+            ffn_width=16,
+            norm_first=norm_first,
+        )
+    ).eval()
     x = torch.randn(2, seq_len, 8, generator=generator)
     permutation = torch.randperm(seq_len, generator=generator)
     torch.testing.assert_close(
@@ -135,7 +185,9 @@ def test_encoder_is_permutation_equivariant(seq_len, seed, norm_first):
 def test_attention_maps_are_computed_from_the_normalized_input():
     """Source 000 fed the un-normalized x to self_attn when collecting pre-LN maps."""
     torch.manual_seed(0)
-    encoder = TransformerEncoder(2, 16, 2, 32).eval()
+    encoder = TransformerEncoder(
+        TransformerConfig(num_layers=2, d_model=16, num_heads=2, ffn_width=32)
+    ).eval()
     x = 4 * torch.randn(1, 10, 16) + 2  # far from the LayerNorm's unit scale
     maps = encoder.get_attention_maps(x)
     hidden = x
@@ -257,11 +309,15 @@ def test_block_rejects_bad_arguments(kwargs, error, message):
 
 
 @pytest.mark.parametrize(
-    ("num_blocks", "error"), [(0, ValueError), (2.0, TypeError)]
+    ("num_layers", "error"), [(0, ValueError), (2.0, TypeError)]
 )
-def test_encoder_rejects_bad_num_blocks(num_blocks, error):
-    with pytest.raises(error, match="num_blocks"):
-        TransformerEncoder(num_blocks, 8, 2, 16)
+def test_encoder_rejects_bad_num_layers(num_layers, error):
+    with pytest.raises(error, match="num_layers"):
+        TransformerEncoder(
+            TransformerConfig(
+                num_layers=num_layers, d_model=8, num_heads=2, ffn_width=16
+            )
+        )
 
 
 def test_block_rejects_bad_inputs():
@@ -297,8 +353,12 @@ def test_rms_norm_eps_default_is_consistent():
 
 
 def test_shared_validators_keep_their_messages():
-    with pytest.raises(TypeError, match="num_blocks must be a positive int"):
-        TransformerEncoder(2.0, 8, 2, 16)
+    with pytest.raises(TypeError, match="num_layers must be a positive int"):
+        TransformerEncoder(
+            TransformerConfig(
+                num_layers=2.0, d_model=8, num_heads=2, ffn_width=16
+            )
+        )
     with pytest.raises(ValueError, match=r"dropout must be in \[0, 1\)"):
         EncoderBlock(8, 2, 16, dropout=1.0)
     with pytest.raises(ValueError, match=r"dropout must be in \[0, 1\)"):
@@ -311,7 +371,11 @@ def test_shared_validators_keep_their_messages():
 @pytest.mark.parametrize(
     "build",
     [
-        lambda: TransformerEncoder(2, 8, 2, 16),
+        lambda: TransformerEncoder(
+            TransformerConfig(
+                num_layers=2, d_model=8, num_heads=2, ffn_width=16
+            )
+        ),
         lambda: EncoderBlock(8, 2, 16),
         lambda: EncoderBlock(8, 2, 16, norm_first=False, norm="rms"),
     ],

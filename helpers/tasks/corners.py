@@ -30,6 +30,7 @@ from helpers.positional import SinusoidalPositionalEncoding
 from helpers.training import fit
 from helpers.transformer import (
     FeedForward,
+    TransformerConfig,
     TransformerDecoder,
     TransformerEncoder,
 )
@@ -38,6 +39,7 @@ __all__ = [
     "CORNERS",
     "make_corner_sequences",
     "teacher_forcing_split",
+    "CORNER_MODEL",
     "CornerTransformer",
     "CornerConfig",
     "train_corners",
@@ -92,6 +94,12 @@ def teacher_forcing_split(points: torch.Tensor) -> TensorDataset:
     return TensorDataset(points[:, :2], points[:, 1:3], points[:, 2:])
 
 
+CORNER_MODEL = TransformerConfig(
+    d_model=16, num_heads=2, num_layers=1, ffn_width=32
+)
+"""The corner model's stacks: source 001's sizes, the book's pre-LN blocks."""
+
+
 class _PlainEncoderLayer(nn.Module):
     """Source 001's encoder layer: ``ffn(attention(x))``, no residual, no
     normalization."""
@@ -126,31 +134,28 @@ class CornerTransformer(nn.Module):
 
     ``forward(source (B, Ts, 2), decoder_input (B, Tt, 2))`` returns the
     predicted points ``(B, Tt, 2)`` under teacher forcing; :meth:`generate`
-    predicts without it, one point at a time. The encoder and decoder are pre-LN
-    stacks of ``num_blocks`` blocks, or, with ``residual=False``, one layer each
-    of source 001's kind.
+    predicts without it, one point at a time. The encoder and decoder are the
+    stacks ``config`` describes (a
+    :class:`helpers.transformer.TransformerConfig`, :data:`CORNER_MODEL` unless
+    given), or, with ``residual=False``, one layer each of source 001's kind,
+    of the config's widths.
     """
 
     def __init__(
-        self,
-        d_model: int = 16,
-        num_heads: int = 2,
-        ffn_width: int = 32,
-        num_blocks: int = 1,
-        residual: bool = True,
+        self, config: TransformerConfig | None = None, residual: bool = True
     ) -> None:
         super().__init__()
+        config = CORNER_MODEL if config is None else config
+        check.instance("config", config, TransformerConfig)
         check.boolean("residual", residual)
         self.residual = residual
+        d_model, num_heads = config.d_model, config.num_heads
+        ffn_width = config.ffn_width or 4 * d_model
         self.input_proj = nn.Linear(2, d_model)
         self.positional = SinusoidalPositionalEncoding(d_model, max_len=16)
         if residual:
-            self.encoder = TransformerEncoder(
-                num_blocks, d_model, num_heads, ffn_width
-            )
-            self.decoder = TransformerDecoder(
-                num_blocks, d_model, num_heads, ffn_width
-            )
+            self.encoder = TransformerEncoder(config)
+            self.decoder = TransformerDecoder(config)
         else:
             self.encoder = _PlainEncoderLayer(d_model, num_heads, ffn_width)
             self.decoder = _PlainDecoderLayer(d_model, num_heads, ffn_width)
@@ -219,12 +224,10 @@ class CornerTransformer(nn.Module):
 
 @dataclass(frozen=True)
 class CornerConfig:
-    """Every choice of one square-corner training run."""
+    """Every choice of one square-corner training run: the model's ``model``
+    and ``residual``, then the training's."""
 
-    d_model: int = 16
-    num_heads: int = 2
-    ffn_width: int = 32
-    num_blocks: int = 1
+    model: TransformerConfig = CORNER_MODEL
     residual: bool = True
     batch_size: int = 32
     lr: float = 1e-2
@@ -243,13 +246,7 @@ def train_corners(
     """
     check.instance("config", config, CornerConfig)
     torch.manual_seed(config.seed)
-    model = CornerTransformer(
-        config.d_model,
-        config.num_heads,
-        config.ffn_width,
-        config.num_blocks,
-        config.residual,
-    )
+    model = CornerTransformer(config.model, config.residual)
     train_set = teacher_forcing_split(train_points)
     loader = DataLoader(
         train_set,

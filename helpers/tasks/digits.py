@@ -185,14 +185,14 @@ def make_digits_model(name: str, vit: ViTConfig = DIGITS_VIT) -> nn.Module:
 @dataclass(frozen=True)
 class DigitsTrainConfig:
     """The recipe of every run: ``steps`` AdamW steps of ``batch_size`` images
-    (fewer if the training set is smaller), a linear warm-up over ``warmup`` of
-    them and a cosine decay."""
+    (fewer if the training set is smaller), a linear warm-up over a
+    ``warmup_fraction`` of them and a cosine decay."""
 
     steps: int = 500
     batch_size: int = 64
     lr: float = 3e-3
     weight_decay: float = 0.05
-    warmup: float = 0.1
+    warmup_fraction: float = 0.1
 
 
 @dataclass
@@ -255,10 +255,11 @@ def train_digits(
     batches = _batches(data, config, torch.Generator().manual_seed(seed))
     optimizer = torch.optim.AdamW(network.parameters(), lr=config.lr,
                                   weight_decay=config.weight_decay)  # fmt: skip
-    warmup = math.ceil(config.warmup * config.steps)
+    warmup_steps = math.ceil(config.warmup_fraction * config.steps)
+    schedule = cosine_warmup_schedule(optimizer, warmup_steps, config.steps)
     start = time.perf_counter()
     history = fit(network, batches, loss_fn=nn.functional.cross_entropy, optimizer=optimizer,
-                  epochs=1, scheduler=cosine_warmup_schedule(optimizer, warmup, config.steps),
+                  epochs=1, scheduler=schedule,
                   device=device, progress=False, log_every=50)  # fmt: skip
     seconds = time.perf_counter() - start
 

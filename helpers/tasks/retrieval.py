@@ -153,7 +153,7 @@ class RetrievalConfig:
     steps: int = 800
     batch_size: int = 32
     lr: float = 3e-3
-    warmup: float = 0.1
+    warmup_fraction: float = 0.1
     num_test: int = 500
     repeated: bool = True
     extra: dict = field(default_factory=dict)  # further fields of the GPTConfig
@@ -257,7 +257,7 @@ def train_retrieval(
     sizes = config.batch_size
     batches = list(zip(tokens.split(sizes), targets.split(sizes), strict=True))
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
-    warmup = math.ceil(config.warmup * config.steps)
+    warmup = math.ceil(config.warmup_fraction * config.steps)
     fit(model, batches, loss_fn=token_cross_entropy, optimizer=optimizer, epochs=1,
         scheduler=cosine_warmup_schedule(optimizer, warmup, config.steps),
         clip_grad_norm=1.0, progress=False, log_every=config.steps)  # fmt: skip

@@ -34,7 +34,7 @@ from helpers.training import (
     fit,
     token_cross_entropy,
 )
-from helpers.transformer import TransformerEncoder
+from helpers.transformer import TransformerConfig, TransformerEncoder
 
 __all__ = [
     "make_reverse_dataset",
@@ -99,41 +99,37 @@ def make_reverse_dataset(
 class ReversePredictor(nn.Module):
     """Embedding, positional encoding, a pre-LN encoder, a per-token classifier.
 
-    ``forward(tokens)``: int64 ``(B, T)`` with values in ``0 .. C - 1``,
-    ``T <= max_len``; returns logits ``(B, T, C)``. Nothing in it is specific
-    to reversal: it labels every token of a sequence. ``positional=False``
-    leaves the positional encoding out (an ablation: the model then cannot tell
-    positions apart); ``norm_first=False`` makes the encoder post-LN
-    (chapter 6). ``ffn_width`` defaults to ``2 * d_model``.
+    ``ReversePredictor(num_classes, config, positions="sinusoidal")``: the
+    encoder is the one ``config`` (a :class:`TransformerConfig`) describes, and
+    ``config.max_len`` bounds the sequences. ``forward(tokens)``: int64 ``(B,
+    T)`` with values in ``0 .. C - 1``, ``T <= max_len``; returns logits ``(B,
+    T, C)``. Nothing in it is specific to reversal: it labels every token of a
+    sequence. ``positions="none"`` leaves the positional encoding out (an
+    ablation: the model then cannot tell positions apart);
+    ``config.norm_first=False`` makes the encoder post-LN (chapter 6).
+    :meth:`ReverseConfig.model_config` is the config of a training run.
     """
 
     def __init__(
         self,
         num_classes: int,
-        d_model: int,
-        num_heads: int,
-        num_blocks: int,
-        ffn_width: int | None = None,
-        dropout: float = 0.0,
-        max_len: int = 64,
-        positional: bool = True,
-        norm_first: bool = True,
+        config: TransformerConfig,
+        positions: str = "sinusoidal",
     ) -> None:
         super().__init__()
         _check_num_classes(num_classes)
+        check.instance("config", config, TransformerConfig)
+        check.one_of("positions", positions, ("sinusoidal", "none"))
         self.num_classes = num_classes
-        self.embedding = nn.Embedding(num_classes, d_model)
+        self.embedding = nn.Embedding(num_classes, config.d_model)
         self.positional = (
-            SinusoidalPositionalEncoding(d_model, max_len)
-            if positional
+            SinusoidalPositionalEncoding(config.d_model, config.max_len)
+            if positions == "sinusoidal"
             else nn.Identity()
         )
-        self.dropout = nn.Dropout(dropout)
-        ffn_width = 2 * d_model if ffn_width is None else ffn_width
-        self.encoder = TransformerEncoder(
-            num_blocks, d_model, num_heads, ffn_width, dropout, norm_first
-        )
-        self.classifier = nn.Linear(d_model, num_classes)
+        self.dropout = nn.Dropout(config.dropout)
+        self.encoder = TransformerEncoder(config)
+        self.classifier = nn.Linear(config.d_model, num_classes)
 
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
         """Embed the tokens and add positions: ``(B, T) -> (B, T, D)``."""
@@ -203,10 +199,10 @@ class ReverseConfig:
     num_train: int = 50_000
     d_model: int = 32
     num_heads: int = 2
-    num_blocks: int = 2
+    num_layers: int = 2
     ffn_width: int = 64
     dropout: float = 0.0
-    positional: bool = True
+    positions: str = "sinusoidal"
     norm_first: bool = True
     batch_size: int = 32
     lr: float = 1e-3
@@ -223,6 +219,19 @@ class ReverseConfig:
 
     def total_steps(self) -> int:
         return self.epochs * self.steps_per_epoch()
+
+    def model_config(self) -> TransformerConfig:
+        """The encoder's :class:`TransformerConfig`: this run's sizes, for
+        sequences of up to ``max(64, seq_len)`` tokens."""
+        return TransformerConfig(
+            d_model=self.d_model,
+            num_heads=self.num_heads,
+            num_layers=self.num_layers,
+            ffn_width=self.ffn_width,
+            dropout=self.dropout,
+            norm_first=self.norm_first,
+            max_len=max(64, self.seq_len),
+        )
 
     def replace(self, **changes) -> ReverseConfig:
         """A copy with some fields changed, e.g.
@@ -248,7 +257,7 @@ BOOK_CONFIG = ReverseConfig(batch_size=128, lr=2e-2, warmup_steps=10, epochs=1)
 
 ABLATIONS = {
     "plain": {},
-    "no positions": {"positional": False},
+    "no positions": {"positions": "none"},
     "dropout 0.1": {"dropout": 0.1},
     "dropout 0.3": {"dropout": 0.3},
 }
@@ -330,7 +339,7 @@ def mirror_routing(model: ReversePredictor, inputs: torch.Tensor, seq_len: int):
     For ``inputs`` of the training length ``seq_len``, the attention mass on
     the anti-diagonal (query ``t`` reads key ``seq_len - 1 - t``) per block and
     head, averaged over the sequences and the queries. Returns ``(block, head,
-    mass, reads)``: the head with the most mass, the ``(num_blocks,
+    mass, reads)``: the head with the most mass, the ``(num_layers,
     num_heads)`` table of masses (on the CPU), and ``reads(other)``, which
     counts the queries ``t < seq_len`` of sequences ``other`` (a batch of
     another length) whose mean attention in that head peaks at key ``seq_len -
@@ -488,15 +497,7 @@ def build_reverse_training(config: ReverseConfig, train_set: TensorDataset):
         )
     torch.manual_seed(config.seed)
     model = ReversePredictor(
-        config.num_classes,
-        config.d_model,
-        config.num_heads,
-        config.num_blocks,
-        config.ffn_width,
-        config.dropout,
-        max_len=max(64, config.seq_len),
-        positional=config.positional,
-        norm_first=config.norm_first,
+        config.num_classes, config.model_config(), config.positions
     )
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=config.lr, weight_decay=config.weight_decay
@@ -600,13 +601,7 @@ def bare_loop(
     ``scripts/margins.py reverse`` measures its two numbers over seeds.
     """
     torch.manual_seed(config.seed)
-    model = ReversePredictor(
-        config.num_classes,
-        config.d_model,
-        config.num_heads,
-        config.num_blocks,
-        config.ffn_width,
-    )
+    model = ReversePredictor(config.num_classes, config.model_config())
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
     loader = DataLoader(train_set, batch_size=config.batch_size, shuffle=True)
     losses = []

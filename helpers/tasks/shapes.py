@@ -641,7 +641,7 @@ def train_shapes_model(
     epochs: int = 2,
     batch_size: int = 32,
     lr: float = 3e-3,
-    warmup: float = 0.05,
+    warmup_fraction: float = 0.05,
     clip_grad_norm: float = 1.0,
     log_every: int = 25,
     device=None,
@@ -651,7 +651,7 @@ def train_shapes_model(
 
     The model ``SHAPES_MODELS[name]`` is initialized from ``seed``, which also
     orders the batches; then Adam at ``lr`` with a linear warm-up over a
-    ``warmup`` fraction of the steps and a cosine decay
+    ``warmup_fraction`` of the steps and a cosine decay
     (:func:`helpers.training.cosine_warmup_schedule`), gradients clipped to
     ``clip_grad_norm``, mean squared error, :func:`helpers.training.fit` for
     ``epochs`` passes (validation MSE at the end of each). The model comes back
@@ -679,7 +679,7 @@ def train_shapes_model(
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     total_steps = epochs * len(loader)
     schedule = cosine_warmup_schedule(
-        optimizer, round(warmup * total_steps), total_steps
+        optimizer, round(warmup_fraction * total_steps), total_steps
     )
     history = fit(
         model,

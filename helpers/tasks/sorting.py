@@ -28,7 +28,7 @@ from helpers import _validate as check
 from helpers.masks import padding_mask
 from helpers.tasks import shipped_table
 from helpers.training import cosine_warmup_schedule, fit
-from helpers.transformer import EncoderDecoderTransformer
+from helpers.transformer import EncoderDecoderTransformer, TransformerConfig
 
 __all__ = [
     "PAD",
@@ -44,6 +44,7 @@ __all__ = [
     "sequence_log_probs",
     "calibration",
     "permutation_hits",
+    "SORTING_MODEL",
     "SortingConfig",
     "train_sorting",
     "train_and_measure",
@@ -307,7 +308,7 @@ def permutation_hits(
     so the ``t``-th smallest digit sits at one source position,
     ``source.argsort()[:, t]``. For each decoder block and head: the share of
     the queries that write a digit (not the last, which writes ``EOS``) whose
-    largest weight falls on that position. Returns ``(num_blocks, num_heads)``;
+    largest weight falls on that position. Returns ``(num_layers, num_heads)``;
     chance is ``1 / Ts``. Chapter 9 and ``scripts/margins.py encoder-decoder``
     (its best head) measure it with this function.
     """
@@ -330,16 +331,30 @@ def permutation_hits(
     )
 
 
+SORTING_MODEL = TransformerConfig(
+    source_vocab=VOCAB_SIZE,
+    target_vocab=VOCAB_SIZE,
+    d_model=32,
+    num_heads=2,
+    num_layers=2,
+    ffn_width=64,
+    pad_id=PAD,
+    tie_embeddings=True,
+    max_len=64,
+)
+"""Chapter 9's sorting model: two blocks on each side, ``D = 32``, two heads,
+one shared vocabulary with tied embeddings."""
+
+
 @dataclass(frozen=True)
 class SortingConfig:
-    """Every choice of one sorting run (task, model and optimization)."""
+    """Every choice of one sorting run: the task (sources of at most
+    ``max_len`` digits, ``num_train`` of them), the ``model``
+    (:data:`SORTING_MODEL` unless given) and the optimization."""
 
     max_len: int = 8
     num_train: int = 20_000
-    d_model: int = 32
-    num_heads: int = 2
-    num_blocks: int = 2
-    ffn_width: int = 64
+    model: TransformerConfig = SORTING_MODEL
     batch_size: int = 256
     lr: float = 1e-2
     warmup_steps: int = 20
@@ -360,18 +375,7 @@ def train_sorting(
     """
     check.instance("config", config, SortingConfig)
     torch.manual_seed(config.seed)
-    model = EncoderDecoderTransformer(
-        VOCAB_SIZE,
-        VOCAB_SIZE,
-        config.d_model,
-        config.num_heads,
-        config.num_blocks,
-        config.num_blocks,
-        config.ffn_width,
-        pad_id=PAD,
-        tie_embeddings=True,
-        max_len=64,
-    )
+    model = EncoderDecoderTransformer(config.model)
     loader = DataLoader(
         train_set,
         batch_size=config.batch_size,

@@ -46,7 +46,7 @@
 import sys
 
 # The book's package at the book's version (a release tag, kept in step by a test).
-HELPERS = "attention-book-helpers @ git+https://github.com/attention-book/attention-book@v0.7.0"
+HELPERS = "attention-book-helpers @ git+https://github.com/attention-book/attention-book@v0.8.0"
 if "google.colab" in sys.modules:
     import subprocess
 
@@ -95,6 +95,7 @@ from helpers.gpt import (
 )
 from helpers.tasks.brackets import (
     ALPHABET,
+    OVERFIT,
     BracketConfig,
     NGramModel,
     closing_accuracy,
@@ -106,8 +107,10 @@ from helpers.tasks.brackets import (
     is_balanced,
     make_rows,
     make_strings,
+    overfitting_run,
     packed_generator_loss,
     per_token_loss,
+    sample_statistics,
     sample_strings,
     string_log_probability,
     train_brackets,
@@ -394,7 +397,7 @@ glue(
 # the padding after a row's last string is ignored by the loss:
 
 # %%
-CONTEXT = BracketConfig().context_length
+CONTEXT = BracketConfig().model.context_length
 train_rows = make_rows(train_strings, CONTEXT)
 val_rows = make_rows(val_strings, CONTEXT)
 inputs, targets = train_rows[0]
@@ -697,17 +700,9 @@ assert 0 < above_floor < 0.05 and 0 < above_packed < 0.06
 # :::
 
 # %% tags=["hide-cell", "nbval-ignore-output"]
-small_train = make_rows(make_strings(300, seeded(11)), CONTEXT)
-small_val = make_rows(make_strings(300, seeded(12)), CONTEXT)
-overfit_config = BracketConfig(batch_size=16, epochs=60, lr=3e-3,
-                               weight_decay=0.0, warmup_steps=20)  # fmt: skip
-overfit_model, overfit_history = train_brackets(
-    overfit_config, small_train, small_val
-)
-epochs = overfit_history.dropna(subset=["val_loss"])
-best_epoch = int(epochs.loc[epochs["val_loss"].idxmin(), "epoch"])
-rise = epochs["val_loss"].iloc[-1] - epochs["val_loss"].min()
-gap = epochs["val_loss"].iloc[-1] - epochs["train_loss"].iloc[-1]
+print(OVERFIT)  # what changes: smaller batches, 60 epochs, no weight decay
+overfit_model, epochs, measures = overfitting_run(seed=0)
+best_epoch, rise, gap = (measures[k] for k in ("best_epoch", "rise", "gap"))
 glue("ch10_overfit_best_epoch", best_epoch)
 glue("ch10_overfit_rise", round(rise, 2))
 glue("ch10_overfit_gap", round(gap, 2))
@@ -794,17 +789,6 @@ print(repr(decode(ended[0].tolist())))
 
 
 # %% tags=["hide-input"]
-def sample_statistics(strings: list[str | None], known: set[str]) -> dict:
-    finished = [s for s in strings if s is not None]
-    valid_new = [s for s in finished if is_balanced(s) and s not in known]
-    return {
-        "valid": validity_rate(strings),
-        "distinct": len(set(finished)) / len(strings),
-        "valid and new": len(valid_new) / len(strings),
-        "mean length": sum(map(len, finished)) / max(len(finished), 1),
-    }
-
-
 known = set(train_strings)
 generated = make_strings(1_000, seeded(3))  # the generator's, a fresh seed
 generator_row = {"sampling": "generator"} | sample_statistics(generated, known)
@@ -828,7 +812,8 @@ for label, (temperature, top_k) in settings.items():
     )
     samples[label] = strings
     rows.append({"sampling": label} | sample_statistics(strings, known))
-sampling_table = pd.DataFrame([*rows, generator_row]).round(3)
+shown = ["sampling", "valid", "distinct", "valid and new", "mean length"]
+sampling_table = pd.DataFrame([*rows, generator_row])[shown].round(3)
 print("greedy writes:", samples["greedy"][0])
 sampling_table
 
@@ -925,9 +910,12 @@ model_lengths = [
     len(s) for s in samples["τ = 1"] if s is not None and is_balanced(s)
 ]
 generator_lengths = [len(s) for s in generated]
-model_mean = sum(model_lengths) / len(model_lengths)
-generator_mean = sum(generator_lengths) / len(generator_lengths)
-over = sum(length > 32 for length in model_lengths) / len(model_lengths)
+model_stats = sample_statistics(samples["τ = 1"], known)
+model_mean, over = (
+    model_stats["valid mean length"],
+    model_stats["valid over 32"],
+)
+generator_mean = generator_row["mean length"]
 # the first string of each training row: what follows a row's first newline
 first_lengths = [
     len(decode(row.tolist()).split("\n")[1]) for row in train_rows.tensors[0]

@@ -46,7 +46,7 @@
 import sys
 
 # The book's package at the book's version (a release tag, kept in step by a test).
-HELPERS = "attention-book-helpers @ git+https://github.com/attention-book/attention-book@v0.7.0"
+HELPERS = "attention-book-helpers @ git+https://github.com/attention-book/attention-book@v0.8.0"
 if "google.colab" in sys.modules:
     import subprocess
 
@@ -114,7 +114,7 @@ def seeded(seed: int) -> torch.Generator:
 # %% tags=["nbval-ignore-output"]
 train_strings = make_strings(10_000, seeded(1))  # chapter 10's data
 val_strings = make_strings(1_000, seeded(2))
-CONTEXT = BracketConfig().context_length
+CONTEXT = BracketConfig().model.context_length
 train_rows = make_rows(train_strings, CONTEXT)
 val_rows = make_rows(val_strings, CONTEXT)
 lm, _ = train_brackets(BracketConfig(epochs=1), train_rows, val_rows)

@@ -47,7 +47,7 @@
 import sys
 
 # The book's package at the book's version (a release tag, kept in step by a test).
-HELPERS = "attention-book-helpers @ git+https://github.com/attention-book/attention-book@v0.7.0"
+HELPERS = "attention-book-helpers @ git+https://github.com/attention-book/attention-book@v0.8.0"
 if "google.colab" in sys.modules:
     import subprocess
 
@@ -531,7 +531,7 @@ glue("ch11_step_writes_gqa", int(step_writes.loc["GQA-2"].iloc[0]))
 # what the same shape needs with each kind of head. **Computed, not measured.**
 
 # %%
-ch10 = BracketConfig()  # chapter 10's model, as trained there
+ch10 = BracketConfig().model  # chapter 10's model, as trained there
 MODELS = {  # layers, query heads, published key/value heads, d_head, context
     "chapter 10 (float32)": (ch10.num_layers, ch10.num_heads,
                              ch10.num_heads, ch10.d_model // ch10.num_heads,
@@ -843,7 +843,7 @@ assert window_mse[WINDOWS[1]] < 0.6 * oracle_mse
 # %%
 RETRIEVAL = RetrievalConfig()
 example_tokens, example_targets = make_retrieval_data(
-    1, 12, RETRIEVAL.vocab_size, 0, True
+    1, 12, RETRIEVAL.model.vocab_size, 0, True
 )
 print("tokens ", example_tokens[0].tolist())
 print("targets", example_targets[0].tolist())
@@ -992,19 +992,16 @@ print("every claim holds on each of the", len(by_seed["alibi"]), "seeds")
 
 # %% tags=["hide-cell"]
 torch.manual_seed(0)
-probe_config = GPTConfig(vocab_size=RETRIEVAL.vocab_size,
-                         context_length=max(RETRIEVAL.test_lengths),
-                         d_model=RETRIEVAL.d_model,
-                         positions="sinusoidal")  # fmt: skip
+probe_config = RETRIEVAL.model.replace(positions="sinusoidal")
 probe = GPT(probe_config)
 position_rms = probe.position_embedding.pe.pow(2).mean().sqrt().item()
 token_rms = probe.token_embedding.weight.pow(2).mean().sqrt().item()
 print(f"positions / tokens, initial size: {position_rms / token_rms:.0f}")
 glue("ch11_position_to_token", round(position_rms / token_rms))
-glue("ch11_sqrt_d", round(RETRIEVAL.d_model**0.5))
+glue("ch11_sqrt_d", round(RETRIEVAL.model.d_model**0.5))
 glue(
     "ch11_position_to_scaled_token",
-    round(position_rms / (token_rms * RETRIEVAL.d_model**0.5), 1),
+    round(position_rms / (token_rms * RETRIEVAL.model.d_model**0.5), 1),
 )
 assert position_rms / token_rms > 20  # ~0.71 / ~0.02
 

@@ -174,11 +174,12 @@ from helpers.tasks.brackets import (
     entropy_rate,
     generator_loss,
     gpt_probabilities,
-    is_balanced,
     make_rows,
     make_strings,
+    overfitting_run,
     packed_generator_loss,
     per_token_loss,
+    sample_statistics,
     sample_strings,
     train_brackets,
     validity_rate,
@@ -612,9 +613,6 @@ def encoder_decoder_seeds(args, seeds) -> pd.DataFrame:
 
 NUM_TRAIN, NUM_VAL, NUM_SAMPLES = 10_000, 1_000, 1_000
 ORDERS = range(2, 11)
-OVERFIT = dict(
-    batch_size=16, epochs=60, lr=3e-3, weight_decay=0.0, warmup_steps=20
-)
 
 
 def lm_seed(seed: int, quick: bool = False) -> dict:
@@ -647,24 +645,19 @@ def lm_seed(seed: int, quick: bool = False) -> dict:
         samples = sample_strings(
             model, NUM_SAMPLES, seeded(3 + seed), temperature
         )
-        row[f"valid_T{temperature}"] = validity_rate(samples)
-        new = [
-            s is not None and is_balanced(s) and s not in known for s in samples
-        ]
-        row[f"valid_new_T{temperature}"] = sum(new) / NUM_SAMPLES
+        stats = sample_statistics(samples, known)
+        row[f"valid_T{temperature}"] = stats["valid"]
+        row[f"valid_new_T{temperature}"] = stats["valid and new"]
         if temperature == 1.0:
-            row["new"] = (
-                sum(s is not None and s not in known for s in samples)
-                / NUM_SAMPLES
-            )
-            valid = [s for s in samples if s is not None and is_balanced(s)]
-            row["valid_mean_len"] = sum(map(len, valid)) / len(valid)
-            row["valid_over_32"] = sum(len(s) > 32 for s in valid) / len(valid)
-    drawn = make_strings(
-        NUM_SAMPLES, seeded(3 + seed)
-    )  # the generator's own baseline
-    row["generator_new"] = sum(s not in known for s in drawn) / NUM_SAMPLES
-    row["generator_mean_len"] = sum(map(len, drawn)) / NUM_SAMPLES
+            row["new"] = stats["new"]
+            row["valid_mean_len"] = stats["valid mean length"]
+            row["valid_over_32"] = stats["valid over 32"]
+    # the generator's own baseline
+    drawn = sample_statistics(
+        make_strings(NUM_SAMPLES, seeded(3 + seed)), known
+    )
+    row["generator_new"] = drawn["new"]
+    row["generator_mean_len"] = drawn["mean length"]
     if quick:
         return row
     probabilities = gpt_probabilities(model, val)
@@ -685,16 +678,9 @@ def lm_seed(seed: int, quick: bool = False) -> dict:
     row["ngram_closing_near"] = closing_accuracy(
         ngram.probabilities, val, (1, best - 1)
     )
-    small_train = make_strings(300, seeded(11))
-    small_val = make_strings(300, seeded(12))
-    _, history = train_brackets(
-        BracketConfig(seed=seed, **OVERFIT),
-        make_rows(small_train, config.context_length),
-        make_rows(small_val, config.context_length),
-    )
-    val_losses = history["val_loss"].dropna()
-    row["overfit_rise"] = val_losses.iloc[-1] - val_losses.min()
-    row["overfit_gap"] = val_losses.iloc[-1] - history["train_loss"].iloc[-1]
+    _, _, overfit = overfitting_run(seed)
+    row["overfit_rise"] = overfit["rise"]
+    row["overfit_gap"] = overfit["gap"]
     return row
 
 

@@ -176,9 +176,8 @@ def test_model_measures_run_on_an_untrained_model():
 def test_a_short_training_run_learns_something():
     strings = make_strings(400, _generator(6), max_pairs=6)
     rows = make_rows(strings, 32)
-    config = BracketConfig(
-        context_length=32, d_model=32, batch_size=16, epochs=6, warmup_steps=5
-    )
+    model = GPTConfig(vocab_size=len(ALPHABET), context_length=32, d_model=32)
+    config = BracketConfig(model=model, batch_size=16, epochs=6, warmup_steps=5)
     model, history = train_brackets(config, rows, rows)
     assert history["val_loss"].notna().sum() == 6
     assert per_token_loss(model, rows) < math.log(len(ALPHABET)) - 0.3
@@ -295,3 +294,50 @@ def test_packed_generator_loss_conditions_on_the_packing():
     )
     with pytest.raises(ValueError, match="starts with a string of length"):
         packed_generator_loss(["()" * 3], ["()"], 64, max_pairs=3)
+
+
+def test_sample_statistics_by_hand():
+    from helpers.tasks.brackets import sample_statistics
+
+    known = {"()", "[]"}
+    samples = ["()", "([])", "([])", "(]", None, "[" * 17 + "]" * 17]
+    stats = sample_statistics(samples, known)
+    assert stats["valid"] == 4 / 6  # (), ([]) twice, the long one
+    assert stats["distinct"] == 4 / 6  # (), ([]), (], the long one
+    assert stats["new"] == 4 / 6  # every finished one but ()
+    assert stats["valid and new"] == 3 / 6
+    assert stats["mean length"] == (2 + 4 + 4 + 2 + 34) / 5
+    assert stats["valid mean length"] == (2 + 4 + 4 + 34) / 4
+    assert stats["valid over 32"] == 1 / 4
+    with pytest.raises(ValueError, match="no strings"):
+        sample_statistics([], known)
+
+
+def test_the_overfitting_run_measures_its_end_of_epoch_rows(monkeypatch):
+    import pandas as pd
+
+    import helpers.tasks.brackets as brackets
+
+    seen = {}
+
+    def fake_train(config, train_rows, val_rows):
+        seen["config"] = config
+        history = pd.DataFrame(
+            {
+                "epoch": [1, 1, 2, 2, 3, 3],
+                "train_loss": [2.0, 1.8, 1.5, 1.2, 1.0, 0.6],
+                # the rows between epochs have no validation loss
+                "val_loss": [None, 1.9, None, 1.4, None, 1.7],
+            }
+        )
+        return "model", history
+
+    monkeypatch.setattr(brackets, "train_brackets", fake_train)
+    model, epochs, measures = brackets.overfitting_run(seed=5)
+    assert model == "model" and list(epochs["epoch"]) == [1, 2, 3]
+    assert measures["best_epoch"] == 2
+    assert measures["rise"] == pytest.approx(1.7 - 1.4)
+    assert measures["gap"] == pytest.approx(1.7 - 0.6)
+    config = seen["config"]
+    assert config.seed == 5 and config.epochs == brackets.OVERFIT["epochs"]
+    assert config.weight_decay == 0.0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from helpers.gpt import GPTConfig
 from helpers.tasks.retrieval import (
     IGNORE,
     RetrievalConfig,
@@ -83,7 +84,12 @@ def test_a_model_that_knows_the_rule_scores_one():
 
 def test_training_returns_a_model_and_an_accuracy_per_length():
     config = RetrievalConfig(
-        steps=3, batch_size=4, train_len=8, test_lengths=(8, 16), num_test=5
+        model=GPTConfig(vocab_size=64, context_length=16),
+        steps=3,
+        batch_size=4,
+        train_len=8,
+        test_lengths=(8, 16),
+        num_test=5,
     )
     model, accuracy = train_retrieval("alibi", 0, config)
     assert set(accuracy) == {8, 16} and all(
@@ -94,7 +100,12 @@ def test_training_returns_a_model_and_an_accuracy_per_length():
 
 def test_scale_brings_the_embeddings_to_one_size():
     config = RetrievalConfig(
-        steps=1, batch_size=2, train_len=8, test_lengths=(8,), num_test=2
+        model=GPTConfig(vocab_size=64, context_length=8),
+        steps=1,
+        batch_size=2,
+        train_len=8,
+        test_lengths=(8,),
+        num_test=2,
     )
     tokens = torch.arange(8)[None]
 

@@ -23,8 +23,9 @@ from __future__ import annotations
 import math
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+import pandas as pd
 import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
@@ -51,12 +52,15 @@ __all__ = [
     "make_rows",
     "NGramModel",
     "validity_rate",
+    "sample_statistics",
     "closing_accuracy",
     "per_token_loss",
     "sample_strings",
     "gpt_probabilities",
     "BracketConfig",
     "train_brackets",
+    "OVERFIT",
+    "overfitting_run",
 ]
 
 NEWLINE = "\n"
@@ -427,6 +431,35 @@ def validity_rate(strings: Sequence[str | None]) -> float:
     ) / len(strings)
 
 
+def sample_statistics(
+    strings: Sequence[str | None], known: set[str]
+) -> dict[str, float]:
+    """What a set of samples holds (None: a sample that never ended).
+
+    Shares of all the samples: ``valid`` (:func:`validity_rate`), ``distinct``
+    finished strings, ``new`` (finished, not in ``known``, the training
+    strings) and ``valid and new``; ``mean length`` of the finished ones; and,
+    of the valid ones, ``valid mean length`` and ``valid over 32``, the share
+    longer than 32 characters, which the generator never writes (it draws at
+    most 16 pairs).
+    """
+    if not strings:
+        raise ValueError("no strings to describe; sample at least one")
+    finished = [text for text in strings if text is not None]
+    valid = [text for text in finished if is_balanced(text)]
+    count = len(strings)
+    return {
+        "valid": validity_rate(strings),
+        "distinct": len(set(finished)) / count,
+        "new": sum(text not in known for text in finished) / count,
+        "valid and new": sum(text not in known for text in valid) / count,
+        "mean length": sum(map(len, finished)) / max(len(finished), 1),
+        "valid mean length": sum(map(len, valid)) / max(len(valid), 1),
+        "valid over 32": sum(len(text) > 32 for text in valid)
+        / max(len(valid), 1),
+    }
+
+
 def closing_accuracy(
     probabilities: Callable[[str], torch.Tensor],
     strings: Sequence[str],
@@ -523,13 +556,15 @@ def sample_strings(
 
 @dataclass(frozen=True)
 class BracketConfig:
-    """Every choice of one training run (model and optimization)."""
+    """One training run on the language: the model (a :class:`GPTConfig`; the
+    default is :class:`GPTConfig`'s own, width 64, 2 layers of 4 heads, learned
+    positions, over the 7 characters and rows of 64) and the optimization."""
 
-    context_length: int = 64
-    d_model: int = 64
-    num_layers: int = 2
-    num_heads: int = 4
-    positions: str = "learned"
+    model: GPTConfig = field(
+        default_factory=lambda: GPTConfig(
+            vocab_size=len(ALPHABET), context_length=64
+        )
+    )
     batch_size: int = 32
     lr: float = 6e-3
     weight_decay: float = 0.1
@@ -549,17 +584,9 @@ def train_brackets(
     epoch.
     """
     check.instance("config", config, BracketConfig)
+    check.instance("config.model", config.model, GPTConfig)
     torch.manual_seed(config.seed)
-    model = GPT(
-        GPTConfig(
-            vocab_size=len(ALPHABET),
-            context_length=config.context_length,
-            d_model=config.d_model,
-            num_layers=config.num_layers,
-            num_heads=config.num_heads,
-            positions=config.positions,
-        )
-    )
+    model = GPT(config.model)
     loader = DataLoader(
         train_rows,
         batch_size=config.batch_size,
@@ -589,3 +616,39 @@ def train_brackets(
         log_every=20,
     )
     return model.eval(), history
+
+
+OVERFIT = dict(
+    batch_size=16, epochs=60, lr=3e-3, weight_decay=0.0, warmup_steps=20
+)
+"""Chapter 10's overfitting recipe: the fields of :class:`BracketConfig` that
+change."""
+
+
+def overfitting_run(seed: int = 0) -> tuple[GPT, pd.DataFrame, dict]:
+    """Chapter 10's overfitting run: the chapter's model trained with
+    :data:`OVERFIT` on 300 strings (drawn from seed 11), validated on 300 more
+    (seed 12); ``seed`` sets the initialization and the batch order.
+
+    Returns ``(model, epochs, measures)``: ``epochs``, the history's
+    end-of-epoch rows; ``measures``, the epoch of the best validation loss
+    (``best_epoch``), how far the validation loss ends above its minimum
+    (``rise``) and above the training loss (``gap``).
+    """
+    config = BracketConfig(seed=seed, **OVERFIT)
+    context = config.model.context_length
+    train = make_rows(
+        make_strings(300, torch.Generator().manual_seed(11)), context
+    )
+    val = make_rows(
+        make_strings(300, torch.Generator().manual_seed(12)), context
+    )
+    model, history = train_brackets(config, train, val)
+    epochs = history.dropna(subset=["val_loss"])
+    last = epochs.iloc[-1]
+    measures = {
+        "best_epoch": int(epochs.loc[epochs["val_loss"].idxmin(), "epoch"]),
+        "rise": last["val_loss"] - epochs["val_loss"].min(),
+        "gap": last["val_loss"] - last["train_loss"],
+    }
+    return model, epochs, measures

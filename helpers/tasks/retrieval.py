@@ -136,27 +136,34 @@ class RetrievalConfig:
     """The model and the training budget of chapter 13's length-generalization
     runs.
 
-    The model is ``GPT(GPTConfig(vocab_size=...,
-    context_length=max(test_lengths), d_model=..., num_layers=...,
-    num_heads=..., positions=..., **extra))``: built for the longest test
-    length, so that every kind of position can at least be *run* there (a
-    learned table's rows beyond ``train_len`` are never trained). Training sees
-    ``steps`` fresh batches of length ``train_len``.
+    The model is ``GPT(model.replace(positions=...))``, each run choosing its
+    kind of positions; its ``context_length`` is the longest test length, so
+    that every kind of position can at least be *run* there (a learned table's
+    rows beyond ``train_len`` are never trained). Training sees ``steps`` fresh
+    batches of length ``train_len``.
     """
 
-    vocab_size: int = 64
+    model: GPTConfig = field(
+        default_factory=lambda: GPTConfig(vocab_size=64, context_length=128)
+    )
     train_len: int = 32
     test_lengths: tuple[int, ...] = (32, 64, 128)
-    d_model: int = 64
-    num_layers: int = 2
-    num_heads: int = 4
     steps: int = 800
     batch_size: int = 32
     lr: float = 3e-3
     warmup_fraction: float = 0.1
     num_test: int = 500
     repeated: bool = True
-    extra: dict = field(default_factory=dict)  # further fields of the GPTConfig
+
+    def __post_init__(self) -> None:
+        check.instance("model", self.model, GPTConfig)
+        longest = max(self.test_lengths)
+        if self.model.context_length != longest:
+            raise ValueError(
+                f"the model's context_length ({self.model.context_length}) "
+                f"must be the longest test length, {longest}: build it with "
+                f"GPTConfig(..., context_length={longest})"
+            )
 
 
 SCALES = (None, "tokens", "encoding")
@@ -235,22 +242,16 @@ def train_retrieval(
     check.non_negative_int("seed", seed)
     check.instance("config", config, RetrievalConfig)
     check.one_of("scale", scale, SCALES)
-    model_config = GPTConfig(
-        vocab_size=config.vocab_size,
-        context_length=max(config.test_lengths),
-        d_model=config.d_model,
-        num_layers=config.num_layers,
-        num_heads=config.num_heads,
-        positions=positions,  # checked here, before any training
-        **config.extra,
-    )
+    # positions are checked here, before any training
+    model_config = config.model.replace(positions=positions)
+    vocab_size = model_config.vocab_size
     torch.manual_seed(seed)
     model = GPT(model_config)
-    _rescale(model, positions, scale, config.d_model)
+    _rescale(model, positions, scale, model_config.d_model)
     tokens, targets = make_retrieval_data(
         config.steps * config.batch_size,
         config.train_len,
-        config.vocab_size,
+        vocab_size,
         seed,
         config.repeated,
     )
@@ -267,7 +268,7 @@ def train_retrieval(
             *make_retrieval_data(
                 config.num_test,
                 length,
-                config.vocab_size,
+                vocab_size,
                 10_000 + length,
                 config.repeated,
             ),

@@ -120,9 +120,10 @@ def get_device(prefer: str | None = None) -> torch.device:
 def use_one_thread(device: torch.device) -> None:
     """On the CPU, run PyTorch's kernels on one thread.
 
-    The book's models are so small that splitting each matrix product over
-    several threads costs more in synchronization than it saves (and far more on
-    a busy machine). Does nothing on a GPU.
+    Most of the book's models are so small that splitting each matrix product
+    over several threads costs more in synchronization than it saves (and far
+    more on a busy machine). Chapters 10 and 12 train models large enough to
+    gain and keep PyTorch's default. Does nothing on a GPU.
     """
     if torch.device(device).type == "cpu":
         torch.set_num_threads(1)

@@ -108,11 +108,12 @@ def seeded(seed: int) -> torch.Generator:
 # ## Two models
 #
 # We need two models. The first has learned something, so that greedy decoding makes clear
-# choices: chapter 10's model, on chapter 10's brackets, trained here for one epoch of its
-# eight (what a step costs does not depend on how well the model learned).
+# choices: chapter 10's model on chapter 10's brackets, trained here for one epoch on 3,000
+# strings, where chapter 10 trains eight on 10,000 (what a step costs does not depend on
+# how well the model learned).
 
 # %% tags=["nbval-ignore-output"]
-train_strings = make_strings(10_000, seeded(1))  # chapter 10's data
+train_strings = make_strings(3_000, seeded(1))  # chapter 10's language
 val_strings = make_strings(1_000, seeded(2))
 CONTEXT = BracketConfig().model.context_length
 train_rows = make_rows(train_strings, CONTEXT)
@@ -123,8 +124,9 @@ print(f"validation loss {val_loss:.2f} nats per character "
       f"(a uniform guess: {math.log(7):.2f})")  # fmt: skip
 
 # %% tags=["remove-cell", "nbval-ignore-output"]
-# measured 1.246 (one epoch, seed 0) on a 2-core CPU; chapter 10's eight epochs reach 1.11
-assert val_loss < 1.35
+# measured 1.460-1.476 (seeds 0-2) on a 2-core CPU; chapter 10's eight epochs reach 1.11;
+# the greedy tokens with and without the cache agreed on each of the three seeds
+assert val_loss < 1.6
 
 # %% [markdown]
 # ### GPT-2 small
@@ -283,11 +285,10 @@ for use_cache in (True, False):  # a warm-up run of each
 timings = []
 for length in (32, 64, 128, 256, 512):
     row = {"tokens": length}
-    repeats = 3 if length == 512 else 1  # the speed-up quoted: a median of 3
-    for use_cache in (True, False):
+    for use_cache in (True, False):  # one timed run each
         seconds = median_seconds(timing_model.generate, prompt, length,
                                  greedy=True, use_cache=use_cache,
-                                 repeats=repeats, warmup_calls=0)  # fmt: skip
+                                 repeats=1, warmup_calls=0)  # fmt: skip
         row["cache" if use_cache else "no cache"] = seconds
     timings.append(row)
 timings = pd.DataFrame(timings)

@@ -623,8 +623,8 @@ def lm_seed(seed: int, quick: bool = False) -> dict:
         make_strings(NUM_VAL, seeded(2)),
     )
     config = BracketConfig(seed=seed)
-    train_rows = make_rows(train, config.context_length)
-    val_rows = make_rows(val, config.context_length)
+    train_rows = make_rows(train, config.model.context_length)
+    val_rows = make_rows(val, config.model.context_length)
     start = time.perf_counter()
     model, _ = train_brackets(config, train_rows, val_rows)
     seconds = time.perf_counter() - start

@@ -250,9 +250,8 @@ assert (
 # At generation time there is no target to shift. The decoder starts from the start token,
 # predicts one token, appends it to its input and runs again, re-reading the whole prefix at
 # every step. Greedy decoding takes the most likely token each time; with `end_id` a sequence
-# stops at its end token. It is a function of a model, which uses nothing but the model's
-# `encode`, `decode` and `pad_id` (`model.generate(...)` calls it, or `beam_search` with
-# `beam_size` above 1):
+# stops at its end token. It is a function of a model that uses only its `encode`, `decode`
+# and `pad_id` (`model.generate(...)` calls it):
 
 # %%
 show_source(greedy_decode)
@@ -687,7 +686,7 @@ plt.show()
 #
 # Now the cross-attention. On sequences of eight different digits, for every head of every
 # decoder block, where does each query put its largest weight? `permutation_hits` counts how
-# often it falls on the digit being written:
+# often it is the digit being written:
 
 # %% tags=["nbval-ignore-output"]
 distinct = make_sorting_dataset(500, 8, seeded(3), min_len=8, distinct=True)
@@ -844,7 +843,7 @@ assert (hard.token_tf > hard.token_generated).all()
 # prefixes of highest total log-probability at every step, extends each by every token and
 # keeps the best `beam_size` of the extensions; a prefix that has written the end token is
 # finished and keeps its score. It searches for the *most probable* sequence, which greedy
-# decoding does not. Like `greedy_decode`, it is a function of the model:
+# decoding does not. It too is a function of the model:
 
 # %%
 show_source(beam_search)

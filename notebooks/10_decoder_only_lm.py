@@ -505,7 +505,7 @@ show_source(GPTBlock)
 show_source(GPT, without=("new_caches", "generate"))
 
 # %% [markdown]
-# The block is chapter 6's `EncoderBlock` (pre-norm, RMSNorm, no biases) with a causal mask,
+# `GPTBlock` is chapter 6's `EncoderBlock` (pre-norm, RMSNorm, no biases) with a causal mask,
 # and the two compute the same function:
 
 # %%

@@ -27,6 +27,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.data import DataLoader
 from tqdm import tqdm
 
 from helpers import _validate as check
@@ -39,6 +40,8 @@ __all__ = [
     "load_checkpoint",
     "cosine_warmup_factor",
     "cosine_warmup_schedule",
+    "shuffled_loader",
+    "adamw_cosine",
 ]
 
 Metric = Callable[[torch.Tensor, torch.Tensor], "torch.Tensor | float"]
@@ -406,4 +409,39 @@ def cosine_warmup_schedule(
     return torch.optim.lr_scheduler.LambdaLR(
         optimizer,
         lambda step: cosine_warmup_factor(step, warmup_steps, total_steps),
+    )
+
+
+def shuffled_loader(
+    dataset, batch_size: int, seed: int, drop_last: bool = True
+) -> DataLoader:
+    """The training loader of every task: ``batch_size`` examples at a time in
+    an order drawn from ``seed`` alone (its own generator: what else draws
+    random numbers does not change it), the last short batch dropped unless
+    ``drop_last=False``."""
+    check.positive_int("batch_size", batch_size)
+    return DataLoader(
+        dataset,
+        batch_size=batch_size,
+        shuffle=True,
+        drop_last=drop_last,
+        generator=torch.Generator().manual_seed(seed),
+    )
+
+
+def adamw_cosine(
+    model: nn.Module,
+    lr: float,
+    warmup_steps: int,
+    total_steps: int,
+    weight_decay: float = 0.01,
+) -> tuple[torch.optim.AdamW, torch.optim.lr_scheduler.LambdaLR]:
+    """AdamW on every parameter of ``model`` (``weight_decay``: AdamW's own
+    default unless given) and its :func:`cosine_warmup_schedule`: the optimizer
+    of the book's training tasks."""
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=lr, weight_decay=weight_decay
+    )
+    return optimizer, cosine_warmup_schedule(
+        optimizer, warmup_steps, total_steps
     )

@@ -586,3 +586,45 @@ def test_evaluate_refuses_bad_metrics_and_loaders():
         evaluate(model, torch.zeros(4, 3), nn.MSELoss())
     with pytest.raises(ValueError, match="other than 'loss'"):
         evaluate(model, loader, nn.MSELoss(), {"loss": mean_abs_error})
+
+
+def test_the_shuffled_loader_depends_on_its_seed_alone():
+    from torch.utils.data import TensorDataset
+
+    from helpers.training import shuffled_loader
+
+    data = TensorDataset(torch.arange(10))
+
+    def order(seed, drop_last=True):
+        torch.manual_seed(123)  # other random numbers do not matter
+        batches = shuffled_loader(data, 4, seed, drop_last=drop_last)
+        return [batch[0].tolist() for batch in batches]
+
+    first = order(0)
+    assert [len(b) for b in first] == [4, 4]  # the short batch dropped
+    assert first == order(0) and first != order(1)
+    assert [len(b) for b in order(0, drop_last=False)] == [4, 4, 2]
+    assert sorted(sum(order(0, drop_last=False), [])) == list(range(10))
+    with pytest.raises(ValueError, match="batch_size"):
+        shuffled_loader(data, 0, 0)
+
+
+def test_adamw_cosine_warms_up_then_decays():
+    from helpers.training import adamw_cosine
+
+    model = torch.nn.Linear(2, 2)
+    optimizer, scheduler = adamw_cosine(model, 1e-2, 2, 10)
+    assert isinstance(optimizer, torch.optim.AdamW)
+    assert optimizer.defaults["weight_decay"] == 0.01  # AdamW's own default
+    rates = []
+    for _ in range(10):
+        rates.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    # step 0 at half the rate, step 1 at the full rate; then the cosine decay
+    assert rates[0] == pytest.approx(5e-3) and rates[1] == pytest.approx(1e-2)
+    assert (
+        rates[2] == pytest.approx(1e-2) and rates[2] > rates[5] > rates[9] > 0
+    )
+    decayed, _ = adamw_cosine(model, 1e-2, 2, 10, weight_decay=0.1)
+    assert decayed.defaults["weight_decay"] == 0.1

@@ -32,7 +32,12 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from helpers import _validate as check
 from helpers.gpt import GPT, GPTConfig
-from helpers.training import cosine_warmup_schedule, fit, token_cross_entropy
+from helpers.training import (
+    adamw_cosine,
+    fit,
+    shuffled_loader,
+    token_cross_entropy,
+)
 
 __all__ = [
     "ALPHABET",
@@ -587,19 +592,13 @@ def train_brackets(
     check.instance("config.model", config.model, GPTConfig)
     torch.manual_seed(config.seed)
     model = GPT(config.model)
-    loader = DataLoader(
-        train_rows,
-        batch_size=config.batch_size,
-        shuffle=True,
-        drop_last=True,
-        generator=torch.Generator().manual_seed(config.seed),
-    )
-    optimizer = torch.optim.AdamW(
-        model.parameters(), lr=config.lr, weight_decay=config.weight_decay
-    )
-    total_steps = config.epochs * len(loader)
-    scheduler = cosine_warmup_schedule(
-        optimizer, config.warmup_steps, total_steps
+    loader = shuffled_loader(train_rows, config.batch_size, config.seed)
+    optimizer, scheduler = adamw_cosine(
+        model,
+        config.lr,
+        config.warmup_steps,
+        config.epochs * len(loader),
+        config.weight_decay,
     )
     val_loader = (
         None if val_rows is None else DataLoader(val_rows, batch_size=1024)

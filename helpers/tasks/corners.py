@@ -27,7 +27,7 @@ from helpers import _validate as check
 from helpers.attention import MultiHeadAttention
 from helpers.masks import causal_mask
 from helpers.positional import SinusoidalPositionalEncoding
-from helpers.training import fit
+from helpers.training import fit, shuffled_loader
 from helpers.transformer import (
     FeedForward,
     TransformerConfig,
@@ -248,11 +248,8 @@ def train_corners(
     torch.manual_seed(config.seed)
     model = CornerTransformer(config.model, config.residual)
     train_set = teacher_forcing_split(train_points)
-    loader = DataLoader(
-        train_set,
-        batch_size=config.batch_size,
-        shuffle=True,
-        generator=torch.Generator().manual_seed(config.seed),
+    loader = shuffled_loader(
+        train_set, config.batch_size, config.seed, drop_last=False
     )
     val_loader = None
     if val_points is not None:

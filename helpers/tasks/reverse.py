@@ -32,6 +32,7 @@ from helpers.training import (
     cosine_warmup_schedule,
     evaluate,
     fit,
+    shuffled_loader,
     token_cross_entropy,
 )
 from helpers.transformer import TransformerConfig, TransformerEncoder
@@ -511,13 +512,7 @@ def build_reverse_training(config: ReverseConfig, train_set: TensorDataset):
         scheduler = torch.optim.lr_scheduler.LambdaLR(
             optimizer, lambda step: min(1.0, (step + 1) / warmup)
         )
-    loader = DataLoader(
-        train_set,
-        batch_size=config.batch_size,
-        shuffle=True,
-        drop_last=True,
-        generator=torch.Generator().manual_seed(config.seed),
-    )
+    loader = shuffled_loader(train_set, config.batch_size, config.seed)
     return model, optimizer, scheduler, loader
 
 

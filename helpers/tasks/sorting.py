@@ -27,7 +27,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from helpers import _validate as check
 from helpers.masks import padding_mask
 from helpers.tasks import shipped_table
-from helpers.training import cosine_warmup_schedule, fit
+from helpers.training import adamw_cosine, fit, shuffled_loader
 from helpers.transformer import EncoderDecoderTransformer, TransformerConfig
 
 __all__ = [
@@ -376,16 +376,9 @@ def train_sorting(
     check.instance("config", config, SortingConfig)
     torch.manual_seed(config.seed)
     model = EncoderDecoderTransformer(config.model)
-    loader = DataLoader(
-        train_set,
-        batch_size=config.batch_size,
-        shuffle=True,
-        drop_last=True,
-        generator=torch.Generator().manual_seed(config.seed),
-    )
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr)
-    scheduler = cosine_warmup_schedule(
-        optimizer, config.warmup_steps, config.epochs * len(loader)
+    loader = shuffled_loader(train_set, config.batch_size, config.seed)
+    optimizer, scheduler = adamw_cosine(
+        model, config.lr, config.warmup_steps, config.epochs * len(loader)
     )
     val_loader = (
         None

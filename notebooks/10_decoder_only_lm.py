@@ -26,10 +26,10 @@
 #
 # After this chapter you will be able to:
 #
-# - build a decoder-only model (tokens, causal attention, pre-norm blocks, a tied head) and
-#   check that no position reads a later one;
-# - train it and judge its loss against the language's exact entropy and an $n$-gram
-#   baseline;
+# - turn text into tokens (characters, or byte pairs), and build a decoder-only model
+#   (causal attention, pre-norm blocks, a tied head) that no later token can influence;
+# - train it and judge its loss, and its perplexity, against the language's exact entropy
+#   and an $n$-gram baseline;
 # - sample from it greedily, with a temperature and with top-$k$, and say what each trades.
 #
 # ```{figure} ../book/_static/diagrams/map_10.svg
@@ -489,7 +489,9 @@ assert not torch.allclose(unmasked, books_layer(x), atol=1e-6)
 # %% [markdown]
 # (It also holds a cache for generation, the subject of chapter 11, and options chapter 13
 # uses.)
-# A block is chapter 6's pre-norm block with RMSNorm:
+#
+# A block is chapter 6's pre-norm block with RMSNorm, and chapter 6's feed-forward network
+# with its ReLU:
 
 # %%
 show_source(GPTBlock)
@@ -498,8 +500,8 @@ show_source(GPTBlock)
 # The model adds token and position embeddings, runs the blocks, normalizes once more and
 # maps each position to logits with a head that reuses the embedding matrix: the last lines
 # of `__init__` make `head.weight` and `token_embedding.weight` one tensor (*weight tying*
-# {cite}`press2017tying`). Two methods are left out here: `generate` belongs to the section
-# on generation below, `new_caches` to chapter 11:
+# {cite}`press2017tying`). Its two generation methods, `generate` and `new_caches`, are left
+# out here: this chapter calls `generate`, chapter 11 shows both:
 
 # %%
 show_source(GPT, without=("new_caches", "generate"))
@@ -849,7 +851,8 @@ assert -0.2 < valid_new["τ = 1"] - valid_new["generator"] < 0.06
 # %% [markdown]
 # At $\tau = 1$, {glue:text}`ch10_valid_t1` of the samples are balanced; at $\tau = 0.7$,
 # {glue:text}`ch10_valid_t07`; at $\tau = 1.5$ only {glue:text}`ch10_valid_t15`. A low
-# temperature or a top-$k$ cut buys validity with diversity. At $\tau = 1$,
+# temperature or a top-$k$ cut buys validity; diversity pays only at the extreme: greedy
+# decoding writes the same string every time. At $\tau = 1$,
 # {glue:text}`ch10_valid_new_t1` are valid and new, against
 # {glue:text}`ch10_generator_new` for the generator: the model writes new strings of the
 # language at about the rate of the process that made its data.
@@ -894,7 +897,7 @@ assert greedy_model < short_model - 5 and greedy_language < short_language - 5
 #
 # :::{admonition} Going deeper: the model's strings are longer than the generator's
 # :class: dropdown
-# The table's last column shows what the validity rate hides: at $\tau = 1$ the model's
+# Lengths show what the validity rate hides: at $\tau = 1$ the model's
 # valid samples average {glue:text}`ch10_model_length` characters against the generator's
 # {glue:text}`ch10_generator_length`, and {glue:text}`ch10_over_support` of them are longer
 # than 32, balanced strings the generator never writes (it draws at most 16 pairs). Why? A
@@ -1025,9 +1028,10 @@ assert valid["τ = 1"] - ngram_valid > 0.35
 # {glue:text}`ch10_ngram_far`, a guess among three, while the Transformer, whose attention
 # reaches the whole prefix, stays at {glue:text}`ch10_lm_far`.
 #
-# Every token generated in this chapter ran the model over the whole string so far.
-# {doc}`Chapter 11 <11_generation_cost>` keeps what earlier steps computed, measures what a
-# step then costs, and loads GPT-2's weights into the same class.
+# Each generated token needs the model's output at the last position of the whole string
+# so far. Run naively, every step recomputes the earlier positions; `generate` avoids that
+# with a cache. {doc}`Chapter 11 <11_generation_cost>` explains the cache, measures what a
+# step costs, and loads GPT-2's weights into the same class.
 
 # %% tags=["remove-cell"]
 vocabulary, width = 65, 32
@@ -1077,14 +1081,17 @@ print("GPT reads 5 tokens:", tuple(sinusoidal(five_tokens).shape))
 # %% [markdown]
 # ## Summary
 #
+# - Characters make a small vocabulary and long sequences; byte-pair merges made the
+#   held-out text {glue:text}`ch10_bpe_ratio` times shorter with
+#   {glue:text}`ch10_bpe_vocab` tokens, at the price of a larger embedding table.
 # - A decoder-only model is an embedding, pre-norm blocks with causal attention, a final
 #   norm and a tied head; one pass over $T$ tokens trains $T$ predictions, and no position
 #   reads a later one.
 # - On balanced brackets it ends {glue:text}`ch10_above_floor` nats above the language's
 #   exact entropy, and closes a bracket opened out of an $n$-gram model's sight right
 #   {glue:text}`ch10_lm_far` of the time (the $n$-gram model: {glue:text}`ch10_ngram_far`).
-# - Temperature and top-$k$ trade diversity for validity; greedy decoding is locally, not
-#   globally, most likely.
+# - A lower temperature or a top-$k$ cut raises validity; greedy decoding, the limit, always
+#   writes the same string and is locally, not globally, most likely.
 #
 # ## Exercises
 #

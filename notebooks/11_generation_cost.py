@@ -132,9 +132,11 @@ assert val_loss < 1.6
 # ### GPT-2 small
 #
 # The second model is the size of those actually served: chapter 10's class configured
-# as GPT-2 small, which must then have GPT-2's parameter count. GPT-2 has LayerNorm, biases and GELU's tanh approximation (`norm="layer", bias=True,
-# activation="gelu_tanh"`), 50,257 tokens, 1,024 positions, width 768 and 12 layers of 12
-# heads. On the `meta` device a model has shapes but no memory:
+# as GPT-2 small, which must then have GPT-2's parameter count. GPT-2 has LayerNorm,
+# biases and GELU's tanh approximation (`norm="layer", bias=True, activation="gelu_tanh"`,
+# and its initialization, `residual_init="gpt2"`, in the fold below), 50,257 tokens, 1,024
+# positions, width 768 and 12 layers of 12 heads. On the `meta` device a model has shapes
+# but no memory:
 
 # %%
 GPT2_LIKE = dict(
@@ -224,7 +226,7 @@ assert abs(position_std - 0.02) < 0.001 and abs(position_std - 0.01) > 0.005
 # %% [markdown]
 # ## Generation with a key/value cache
 #
-# Generating $N$ tokens as chapter 10 did runs the model on sequences of length $1, 2, \ldots, N$,
+# Generating $N$ tokens naively runs the model on sequences of length $1, 2, \ldots, N$,
 # and each run recomputes the keys and values of every earlier position, which have not
 # changed (the causal mask guarantees it). A *key/value cache* keeps them: each step
 # computes the new token's query, key and value only, appends the key and value to the
@@ -247,6 +249,22 @@ assert abs(position_std - 0.02) < 0.001 and abs(position_std - 0.01) > 0.005
 
 # %%
 show_source(KVCache.append)
+
+# %% [markdown]
+# `GPT.new_caches` makes one cache per layer; called with them, the model runs new tokens after
+# the cached ones. The layer that calls `append` is `CausalSelfAttention` (below,
+# folded, with chapter 13's options: grouped-query heads {cite}`ainslie2023gqa`, multi-query
+# {cite}`shazeer2019mqa`, a sliding window {cite}`beltagy2020longformer`, RoPE or ALiBi),
+# with the function that builds its mask, and `GPT.generate` runs the loop:
+
+# %% tags=["hide-output"]
+show_source(CausalSelfAttention)
+
+# %% tags=["hide-output"]
+show_source(score_bias)
+
+# %% tags=["hide-output"]
+show_source(GPT.generate)
 
 # %% [markdown]
 # The cache must change nothing but the cost:
@@ -408,8 +426,8 @@ glue("gen_step_longest", f"{cached.index[-1]:,}")
 # ### On a GPU
 #
 # Whether arithmetic or dispatch sets the speed depends on the machine. The same step, timed
-# on one CPU thread and on an NVIDIA H100 GPU, for chapter 10's model and for GPT-2 small's
-# shape (measured by a longer run of the same code, shipped with the book):
+# on one CPU thread and on an NVIDIA H100 GPU, for the timing model (chapter 10's size) and
+# for GPT-2 small's shape (measured by a longer run of the same code, shipped with the book):
 
 
 # %% tags=["hide-input"]
@@ -435,7 +453,7 @@ if cpu_bench is not None and gpu_bench is not None:
     )
     fig, axes = plt.subplots(1, 2, figsize=(7.5, 2.9))
     titles = {
-        "chapter": "chapter 10's model",
+        "chapter": "the timing model",
         "gpt2-small": "GPT-2 small's shape",
     }
     styles = {("cpu", "cache"): ("C1", "o-"), ("cpu", "no cache"): ("C0", "o-"),
@@ -511,14 +529,16 @@ if cpu_bench is not None and gpu_bench is not None:
 # %% [markdown]
 # **Figure.** Time per decoding step against the context, on log scales: one thread of
 # {glue:text}`gen_cpu_machine` (circles, solid) and {glue:text}`gen_gpu_machine`
-# (squares, dashed), with the cache (orange) and without it (blue). Left, chapter 10's
-# model; right, a model of GPT-2 small's shape.
+# (squares, dashed), with the cache (orange) and without it (blue). Left, the timing model
+# of chapter 10's size; right, a model of GPT-2 small's shape.
 #
-# For chapter 10's model the GPU is the *slower* machine: a cached step takes
+# For the small model the GPU is the *slower* machine: a cached step takes
 # {glue:text}`gen_gpu_small_ms` ms on the H100 against {glue:text}`gen_cpu_small_ms` ms
 # on one CPU thread, and the cache saves only {glue:text}`gen_gpu_small_saving` times. The
-# arithmetic takes microseconds; the time goes to launching the step's
-# {glue:text}`gen_gpu_small_ops` operators. The step is *launch-bound*. GPT-2 small's shape
+# arithmetic takes microseconds; the time goes to dispatching the step's
+# {glue:text}`gen_gpu_small_ops` operators ({glue:text}`gen_gpu_small_launches` of them
+# kernels; the GPU machine's PyTorch dispatches a few fewer than this page's
+# {glue:text}`gen_step_ops`). The step is *launch-bound*. GPT-2 small's shape
 # shows the cache's promise: {glue:text}`gen_gpt2_gpu_ms` ms per cached step at every
 # context, while recomputation takes {glue:text}`gen_gpt2_recompute_64` ms at 64 positions,
 # {glue:text}`gen_gpt2_recompute_1024` ms at 1,024 ({glue:text}`gen_gpt2_saving_1024`
@@ -528,22 +548,13 @@ if cpu_bench is not None and gpu_bench is not None:
 # reading GPT-2 small's {glue:text}`gen_gpt2_weights_mb` MB of float32 weights once per
 # token at its ~3 TB/s takes {glue:text}`gen_weights_read_ms` ms, and the step takes
 # {glue:text}`gen_launch_bound_ratio` times that, spent in launches, not arithmetic.
-#
-# The full `CausalSelfAttention`, with the cache and chapter 13's options (grouped-query
-# heads {cite}`ainslie2023gqa`, multi-query {cite}`shazeer2019mqa`, a sliding window
-# {cite}`beltagy2020longformer`, RoPE or ALiBi), and the function that builds its mask:
-
-# %% tags=["hide-output"]
-show_source(CausalSelfAttention)
-
-# %% tags=["hide-output"]
-show_source(score_bias)
 
 # %% [markdown]
 # ### What it costs: memory
 #
 # For each layer the cache holds a key and a value of $d_\text{head}$ numbers per key/value
-# head, per position, per sequence:
+# head, per position, per sequence. Here the key/value heads $H_{kv}$ are the $H$ heads;
+# chapter 13 lets several query heads share one:
 #
 # $$\text{cache bytes} = 2 \times L \times H_{kv} \times d_\text{head} \times T \times B \times \text{bytes per number}.$$
 
@@ -588,7 +599,7 @@ glue("gen_gpt2_weights_mb", round(gpt2_count * 4 / 1e6))
 glue("gen_gpt2_batch_equal", math.ceil(gpt2_count * 4 / gpt2_cache))
 
 # %% [markdown]
-# For our model and 8 sequences of 64 tokens the caches hold
+# For chapter 10's model (`lm`) and 8 sequences of 64 tokens the caches hold
 # {glue:text}`gen_small_cache_kb` KiB, what the formula gives. For GPT-2 small in float32,
 # one sequence of 1,024 tokens takes {glue:text}`gen_gpt2_cache_mb` MB, beside
 # {glue:text}`gen_gpt2_weights_mb` MB of weights: from a batch of

@@ -485,3 +485,78 @@ def test_the_one_kernel_rule_sees_a_second_call(tmp_path):
         "gpt.py:5",
         "vit.py:3",
     ]
+
+
+# --------------------------------------------------------------------------- stored shown code
+
+SHOW_CALL = re.compile(r"(helpers\.)?show_source\(.*\)", re.DOTALL)
+
+
+def stale_shown_outputs(twin) -> list[str]:
+    """The cells of ``twin``'s notebook whose stored ``show_source`` output is not what the
+    package shows now (its file, lines, version and code)."""
+    import json
+
+    tree = ast.parse(twin.read_text())
+    namespace = {"helpers": helpers, "show_source": helpers.show_source}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+            "helpers"
+        ):
+            module = importlib.import_module(node.module)
+            for alias in node.names:
+                namespace[alias.asname or alias.name] = getattr(
+                    module, alias.name
+                )
+    notebook = json.loads(twin.with_suffix(".ipynb").read_text())
+    stale = []
+    for index, cell in enumerate(notebook["cells"]):
+        source = "".join(cell["source"]).strip()
+        if cell["cell_type"] != "code" or not SHOW_CALL.fullmatch(source):
+            continue
+        stored = [
+            "".join(output["data"]["text/markdown"])
+            for output in cell.get("outputs", [])
+            if "text/markdown" in output.get("data", {})
+        ]
+        shown = eval(source, namespace).data  # noqa: S307 - the book's own cells
+        if stored != [shown]:
+            stale.append(f"{twin.stem} cell {index}: {source}")
+    return stale
+
+
+def test_stored_shown_code_is_what_the_package_shows():
+    """A change to a shown file moves its line numbers or code: the chapters that show it
+    must be re-executed (`make execute NB=...`), which this finds before nbval does."""
+    stale = [
+        cell
+        for twin in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.py"))
+        for cell in stale_shown_outputs(twin)
+    ]
+    assert not stale, "re-execute these chapters: " + "; ".join(stale)
+
+
+def test_the_stored_shown_code_check_sees_a_moved_function(tmp_path):
+    import json
+    import shutil
+
+    twin = ROOT / "notebooks" / "07_reverse_prediction.py"
+    copy = tmp_path / twin.name
+    shutil.copy(twin, copy)
+    notebook = json.loads(twin.with_suffix(".ipynb").read_text())
+    for cell in notebook["cells"]:
+        if "".join(cell["source"]).strip() == "show_source(fit)":
+            markdown = cell["outputs"][0]["data"]["text/markdown"]
+            markdown[1] = re.sub(r"lines \d+", "lines 1", markdown[1])
+    copy.with_suffix(".ipynb").write_text(json.dumps(notebook))
+    assert stale_shown_outputs(copy) == [
+        "07_reverse_prediction cell "
+        + str(
+            next(
+                i
+                for i, c in enumerate(notebook["cells"])
+                if "".join(c["source"]).strip() == "show_source(fit)"
+            )
+        )
+        + ": show_source(fit)"
+    ]

@@ -574,22 +574,25 @@ def test_a_sequence_stops_at_its_end_token_and_pads():
     assert torch.equal(greedy[:, 1:][before], free[:, 1:][before])
 
 
+# an untrained model whose next-token distributions are near-uniform: where beam
+# search and greedy decoding part ways
+BEAM_MODEL = TransformerConfig(
+    source_vocab=12,
+    target_vocab=12,
+    d_model=16,
+    num_heads=2,
+    num_layers=1,
+    ffn_width=32,
+    pad_id=0,
+)
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_beam_search_is_at_least_as_likely_as_greedy_on_average(seed):
     """Over many sources, beam search's sequences are on average more likely than greedy
     decoding's (it is not guaranteed per sequence: see the next test)."""
     torch.manual_seed(seed)
-    model = EncoderDecoderTransformer(
-        TransformerConfig(
-            source_vocab=12,
-            target_vocab=12,
-            d_model=16,
-            num_heads=2,
-            num_layers=1,
-            ffn_width=32,
-            pad_id=0,
-        )
-    ).eval()
+    model = EncoderDecoderTransformer(BEAM_MODEL).eval()
     source = _sources(batch=64, seed=seed)
     greedy = _log_prob(
         model, source, model.generate(source, 1, 6, end_id=2), end_id=2
@@ -605,17 +608,7 @@ def test_a_narrow_beam_can_lose_the_greedy_sequence():
     more likely there and less likely at the end. The chapter measures how often this happens
     on its trained models."""
     torch.manual_seed(0)
-    model = EncoderDecoderTransformer(
-        TransformerConfig(
-            source_vocab=12,
-            target_vocab=12,
-            d_model=16,
-            num_heads=2,
-            num_layers=1,
-            ffn_width=32,
-            pad_id=0,
-        )
-    ).eval()
+    model = EncoderDecoderTransformer(BEAM_MODEL).eval()
     source = _sources(batch=16, seed=0)[1:2]
     greedy = model.generate(source, 1, 6, end_id=2)
     beam = model.generate(source, 1, 6, end_id=2, beam_size=2)

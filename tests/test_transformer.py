@@ -67,39 +67,15 @@ def test_block_returns_attention_on_request():
 
 
 def test_final_norm_default_follows_norm_first():
-    assert isinstance(
-        TransformerEncoder(
-            TransformerConfig(
-                num_layers=1,
-                d_model=8,
-                num_heads=2,
-                ffn_width=16,
-                norm_first=True,
-            )
-        ).final_norm,
-        nn.LayerNorm,
+    small = TransformerConfig(
+        num_layers=1, d_model=8, num_heads=2, ffn_width=16
     )
-    assert isinstance(
-        TransformerEncoder(
-            TransformerConfig(
-                num_layers=1,
-                d_model=8,
-                num_heads=2,
-                ffn_width=16,
-                norm_first=False,
-            )
-        ).final_norm,
-        nn.Identity,
-    )
+    pre_norm = TransformerEncoder(small.replace(norm_first=True))
+    post_norm = TransformerEncoder(small.replace(norm_first=False))
+    assert isinstance(pre_norm.final_norm, nn.LayerNorm)
+    assert isinstance(post_norm.final_norm, nn.Identity)
     encoder = TransformerEncoder(
-        TransformerConfig(
-            num_layers=1,
-            d_model=8,
-            num_heads=2,
-            ffn_width=16,
-            norm_first=True,
-            final_norm=False,
-        )
+        small.replace(norm_first=True, final_norm=False)
     )
     assert isinstance(encoder.final_norm, nn.Identity)
 

@@ -135,16 +135,27 @@ def glue_records(notebook: dict) -> list[tuple[str, str]]:
     return records
 
 
+def script_environment() -> dict[str, str]:
+    """The environment a script runs in: one thread, the repository importable.
+
+    The repository comes first on PYTHONPATH, then whatever PYTHONPATH held: an
+    environment whose packages arrive that way (the GPU machine of `make test-gpu`)
+    keeps them.
+    """
+    kept = os.environ.get("PYTHONPATH")
+    path = os.pathsep.join([str(ROOT), kept] if kept else [str(ROOT)])
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path}
+
+
 def run_script(
     name: str, *args: str, timeout: int = 300
 ) -> subprocess.CompletedProcess:
     """``python scripts/<name> *args`` from the repository root, one thread, output captured."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     return subprocess.run(
         [sys.executable, str(ROOT / "scripts" / name), *args],
         capture_output=True,
         text=True,
-        env=env,
+        env=script_environment(),
         cwd=ROOT,
         timeout=timeout,
     )

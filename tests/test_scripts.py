@@ -5,13 +5,14 @@ threshold."""
 
 from __future__ import annotations
 
+import os
 import re
 
 import nbformat
 import pytest
 import tomllib
 import torch
-from conftest import ROOT, load_script, run_script
+from conftest import ROOT, load_script, run_script, script_environment
 from torch.utils.data import DataLoader, TensorDataset
 
 from helpers.tasks.reverse import BOOK_CONFIG, make_reverse_dataset
@@ -65,6 +66,16 @@ def test_nbval_cells_counts_compared_and_ignored_cells(tmp_path):
     path = tmp_path / "n.ipynb"
     nbformat.write(notebook, path)
     assert nbval_cells.counts(path) == (1, 1)
+
+
+def test_a_script_keeps_the_pythonpath_it_was_given(monkeypatch):
+    # make test-gpu carries its packages on PYTHONPATH; a script that dropped it
+    # could not import them (scripts/nbval_cells.py failed so on an H100).
+    monkeypatch.setenv("PYTHONPATH", "/carried/site")
+    path = script_environment()["PYTHONPATH"].split(os.pathsep)
+    assert path == [str(ROOT), "/carried/site"]
+    monkeypatch.delenv("PYTHONPATH")
+    assert script_environment()["PYTHONPATH"] == str(ROOT)
 
 
 def test_nbval_cells_totals_the_books_notebooks():

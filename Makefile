@@ -178,7 +178,8 @@ test-gpu:
 		echo "make test-gpu needs a CUDA GPU, and $(GPU_PYTHON) sees none (torch.cuda.is_available()"; \
 		echo "is False, or torch is missing): run it where a GPU is, with GPU_PYTHON set to a Python"; \
 		echo "whose torch has CUDA. Nothing was tested."; exit 1; }
-	$(GPU_PYTHON) -c "import torch; print('GPU:', torch.cuda.get_device_name(), '| torch', torch.__version__)"
+	$(GPU_PYTHON) -c "import platform, torch; print('GPU:', torch.cuda.get_device_name(), \
+		'| torch', torch.__version__, '| Python', platform.python_version())"
 	OMP_NUM_THREADS=4 $(GPU_PYTHON) -m pytest -q --nbval-lax --nbval-current-env \
 		--nbval-cell-timeout=1200 -p no:randomly -p no:cacheprovider -n $(GPU_JOBS) \
 		--dist loadscope notebooks/

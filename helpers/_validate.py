@@ -7,19 +7,24 @@ Where a check lives:
   :func:`instance`, a callable with :func:`function`), written once;
   ``tests/test_structure.py`` fails if another module writes one of these
   messages itself;
-* here too, the checks of the classes a chapter shows with ``show_source``
-  (``MultiHeadAttention``, ``GPT``, ``VisionTransformer`` ...), so that a shown
-  class is its computation plus one line of checks;
-* beside its code, a check that belongs to one function or class the chapters do
-  not show, or to one task (``helpers.interop``'s comparisons of foreign
-  modules, a task's own data and layer rules, as in ``helpers.tasks.shapes``):
-  it reads best next to what it protects, and nothing else needs it.
+* here too, a check that two or more places call (a token tensor, a mask, a
+  cache's window);
+* beside its code, a check with one caller: a private ``_check_<name>`` at the
+  end of the module that calls it (the GPT's input, cache and generation checks
+  in ``helpers.gpt``, ``fit``'s in ``helpers.training``, the decoder's in
+  ``helpers.transformer``), so that a shown class is still its computation plus
+  one line of checks, and the check reads next to what it protects;
+  ``tests/test_structure.py`` fails on a check here that has one caller
+  elsewhere. ``helpers.interop``'s comparisons of foreign modules and a task's
+  own data and layer rules (as in ``helpers.tasks.shapes``) sit beside their
+  code too.
 
 A check only checks: it raises, or it returns None. It never hands back a
 converted value, a default or a reshaped tensor; what a value becomes (a 3-D
 mask read as ``mask[:, None]``, the position a cache continues from, a default
 padding token) is computed in the code that uses it, where a chapter shows it
-(``tests/test_structure.py`` fails on a ``return <value>`` here).
+(``tests/test_structure.py`` fails on a ``return <value>`` here or in a
+``_check_<name>``).
 
 A value is checked once, where it enters the package (a constructor, a public
 function, the first line of a ``forward``). One rule for the exception type:
@@ -37,7 +42,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 
 import torch
 from torch import Tensor, nn
@@ -45,7 +50,7 @@ from torch import Tensor, nn
 # ---------------------------------------------------------------------- numbers
 
 
-def _kind(value) -> str:
+def describe(value) -> str:
     return f"{type(value).__name__} ({value!r})"
 
 
@@ -54,7 +59,7 @@ def positive_int(name: str, value) -> None:
     < 1."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(
-            f"{name} must be a positive int, got {_kind(value)}; pass e.g. "
+            f"{name} must be a positive int, got {describe(value)}; pass e.g. "
             f"{name}=8"
         )
     if value < 1:
@@ -67,7 +72,7 @@ def non_negative_int(name: str, value) -> None:
     """An int >= 0 (TypeError / ValueError as :func:`positive_int`)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(
-            f"{name} must be a non-negative int, got {_kind(value)}"
+            f"{name} must be a non-negative int, got {describe(value)}"
         )
     if value < 0:
         raise ValueError(f"{name} must be >= 0, got {value}")
@@ -77,7 +82,7 @@ def real(name: str, value) -> None:
     """A finite number: TypeError for strings, bools and other non-numbers."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(
-            f"{name} must be a number, got {_kind(value)}; pass an int or a "
+            f"{name} must be a number, got {describe(value)}; pass an int or a "
             "float, "
             f"not a {type(value).__name__}"
         )
@@ -118,7 +123,7 @@ def probability(
 
 def boolean(name: str, value) -> None:
     if not isinstance(value, bool):
-        raise TypeError(f"{name} must be True or False, got {_kind(value)}")
+        raise TypeError(f"{name} must be True or False, got {describe(value)}")
 
 
 def head_width(d_model, num_heads) -> None:
@@ -132,34 +137,6 @@ def head_width(d_model, num_heads) -> None:
             f"d_model={d_model} is not divisible by num_heads={num_heads}; "
             "each head gets "
             f"d_model / num_heads features, so pick num_heads among {divisors}"
-        )
-
-
-def even_width(d_model) -> None:
-    """A width for sine/cosine pairs."""
-    positive_int("d_model", d_model)
-    if d_model % 2:
-        nearest = (
-            f"{d_model + 1}"
-            if d_model == 1
-            else f"{d_model + 1} (or {d_model - 1})"
-        )
-        raise ValueError(
-            "d_model must be even: sine/cosine encodings fill the width in "
-            "(sin, cos) pairs, "
-            f"got d_model={d_model}; use d_model={nearest} or project the "
-            "input to an even "
-            "width first"
-        )
-
-
-def encoding_base(base) -> None:
-    real("base", base)
-    if base <= 1.0:
-        raise ValueError(
-            "base must be a finite number > 1 (the angular speeds are base ** "
-            "(-2j / D)), "
-            f"got base={float(base)}; the original Transformer uses 10000.0"
         )
 
 
@@ -314,55 +291,6 @@ def generator(value) -> None:
         raise TypeError(
             f"generator must be a torch.Generator, got {type(value).__name__}; "
             "pass torch.Generator().manual_seed(0)"
-        )
-
-
-def lengths(lengths, max_len) -> None:
-    """Sequence lengths (a 1-D integer tensor or a list of ints) and a
-    ``max_len`` >= each (None: the longest length)."""
-    if not isinstance(lengths, Tensor):
-        if isinstance(lengths, (str, bytes)) or not isinstance(
-            lengths, Sequence
-        ):
-            raise TypeError(
-                "lengths must be a 1-D integer tensor or a list of ints, got "
-                f"{lengths!r}"
-            )
-        if not all(
-            isinstance(n, int) and not isinstance(n, bool) for n in lengths
-        ):
-            raise TypeError(f"lengths must contain ints, got {list(lengths)!r}")
-        lengths = torch.tensor(list(lengths), dtype=torch.long)
-    if (
-        lengths.dtype.is_floating_point
-        or lengths.dtype == torch.bool
-        or lengths.is_complex()
-    ):
-        raise TypeError(
-            f"lengths must be an integer tensor, got dtype {lengths.dtype}; "
-            "use lengths.long()"
-        )
-    if lengths.ndim != 1 or lengths.numel() == 0:
-        raise ValueError(
-            "lengths must be a non-empty 1-D tensor (one length per "
-            "sequence), got shape "
-            f"{tuple(lengths.shape)}"
-        )
-    if (lengths < 0).any():
-        raise ValueError(
-            f"lengths must be non-negative, got {lengths.tolist()}"
-        )
-    longest = int(lengths.max())
-    if max_len is not None and (
-        isinstance(max_len, bool) or not isinstance(max_len, int)
-    ):
-        raise TypeError(f"max_len must be an int or None, got {max_len!r}")
-    width = longest if max_len is None else max_len
-    if width < 1 or width < longest:
-        raise ValueError(
-            f"max_len={width} must be positive and at least the longest "
-            f"length {longest}; "
-            "leave it as None to use the longest length"
         )
 
 
@@ -662,64 +590,6 @@ def model_output(output) -> None:
         )
 
 
-def fit_arguments(
-    *,
-    model,
-    train_loader,
-    val_loader,
-    loss_fn,
-    optimizer,
-    epochs,
-    scheduler,
-    metrics,
-    clip_grad_norm,
-    log_every,
-    seed,
-) -> None:
-    """The arguments of :func:`helpers.training.fit`, by keyword."""
-    module(model)
-    loader("train_loader", train_loader)
-    if val_loader is not None:
-        loader("val_loader", val_loader)
-    loss_function(loss_fn)
-    optimizer_of(optimizer, for_model=model)
-    positive_int("epochs", epochs)
-    positive_int("log_every", log_every)
-    if clip_grad_norm is not None:
-        positive_number(
-            "clip_grad_norm", clip_grad_norm, "1.0 is a common choice"
-        )
-    if scheduler is not None and not callable(getattr(scheduler, "step", None)):
-        raise TypeError(
-            f"scheduler must have a step() method (a torch LR scheduler), "
-            f"got {type(scheduler).__name__}"
-        )
-    if seed is not None:
-        non_negative_int("seed", seed)
-    metric_functions(metrics)
-
-
-def first_batch(batch) -> None:
-    """The first batch of an epoch, which must exist: a loader that yields
-    nothing is an error."""
-    if batch is None:
-        raise ValueError(
-            "train_loader yielded no batches; check its dataset and batch_size"
-        )
-
-
-def finite_loss(loss: Tensor, epoch: int, step: int) -> None:
-    """A training loss that is a finite number (not NaN, not infinite), or a
-    clear error."""
-    if not torch.isfinite(loss):
-        raise FloatingPointError(
-            f"the training loss is {loss.item()} at epoch {epoch}, step "
-            f"{step}; "
-            "lower the learning rate, clip gradients (clip_grad_norm=1.0) "
-            "or check the data for NaNs"
-        )
-
-
 def schedule(warmup_steps, total_steps) -> None:
     non_negative_int("warmup_steps", warmup_steps)
     positive_int("total_steps", total_steps)
@@ -748,150 +618,6 @@ def last_dim(module: nn.Module, x, width: int) -> None:
 
 
 # ------------------------------------------------------------- the decoder side
-
-
-def _mask_fits(mask: Tensor, queries: int, keys: int) -> bool:
-    rows, columns = mask.shape[-2:]
-    return rows in (1, queries) and columns in (1, keys)
-
-
-def _decoder_mask(
-    name: str, mask, fits: tuple, swapped: tuple, who: str
-) -> None:
-    """A boolean mask whose last two dimensions fit ``fits = (Tq, Tk)`` (size 1
-    broadcasts).
-
-    ``swapped`` is the ``(Tq, Tk)`` the mask would fit if target and memory were
-    swapped.
-    """
-    if mask is None:
-        return
-    _named_bool_mask(name, mask)
-    if mask.ndim < 2:
-        raise ValueError(
-            f"{who}'s {name} must have at least 2 dimensions (..., Tq, Tk), "
-            "got shape "
-            f"{tuple(mask.shape)}"
-        )
-    if _mask_fits(mask, *fits):
-        return
-    queries, keys = fits
-    hint = ""
-    if fits != swapped and _mask_fits(mask, *swapped):
-        hint = (
-            " It fits the sequences the other way round: did you swap target "
-            "and memory? "
-            "The decoder takes forward(target, memory, ...): target is the "
-            "sequence it writes, "
-            "memory the encoder's output."
-        )
-    expected = (
-        f"(Tt, Tt) = ({queries}, {queries}); build it with "
-        f"causal_mask({queries})"
-        if name == "target_mask"
-        else f"(..., Tt, Ts) = (..., {queries}, {keys}), or a padding mask (B, 1, 1, {keys})"
-    )
-    raise ValueError(
-        f"{who}'s {name} has shape {tuple(mask.shape)}, whose last two "
-        "dimensions do not fit "
-        f"the target's {queries} queries and {keys} keys: expected "
-        f"{expected}.{hint}"
-    )
-
-
-def _named_bool_mask(name: str, value) -> None:
-    try:
-        bool_mask(value)
-    except TypeError as error:
-        raise TypeError(
-            str(error).replace("mask must", f"{name} must", 1)
-        ) from None
-
-
-def decoder_inputs(
-    block: nn.Module, target, memory, target_mask, memory_mask
-) -> None:
-    """A decoder's ``target (B, Tt, D)``, ``memory (B, Ts, D)`` and its two
-    boolean masks."""
-    who = type(block).__name__
-    sequence("target", target, block.d_model, who)
-    if (
-        isinstance(memory, Tensor)
-        and memory.ndim == 3
-        and memory.shape[-1] != block.d_model
-    ):
-        raise ValueError(
-            f"{who} was built for d_model={block.d_model} but memory (the "
-            "encoder's output) "
-            f"has width {memory.shape[-1]} (shape {tuple(memory.shape)}); the "
-            "encoder and the "
-            f"decoder must share d_model, or project memory to {block.d_model} "
-            "features first"
-        )
-    sequence("memory", memory, block.d_model, who)
-    same_dtype(target=target, memory=memory)
-    module_dtype("target", target, block)
-    if target.shape[0] != memory.shape[0]:
-        raise ValueError(
-            "target and memory must hold the same batch of B sequences, got "
-            "target "
-            f"{tuple(target.shape)} and memory {tuple(memory.shape)}"
-        )
-    target_len, source_len = target.shape[1], memory.shape[1]
-    _decoder_mask(
-        "target_mask", target_mask, (target_len,) * 2, (source_len,) * 2, who
-    )
-    _decoder_mask(
-        "memory_mask",
-        memory_mask,
-        (target_len, source_len),
-        (source_len, target_len),
-        who,
-    )
-
-
-def seq2seq_vocabularies(
-    source_vocab, target_vocab, pad_id, tie_embeddings
-) -> None:
-    """The vocabulary sizes (ints, or None where a config builds only stacks),
-    padding token and tying choice of a ``TransformerConfig``."""
-    for name, value in (
-        ("source_vocab", source_vocab),
-        ("target_vocab", target_vocab),
-    ):
-        if value is not None:
-            positive_int(name, value)
-    if tie_embeddings and source_vocab != target_vocab:
-        raise ValueError(
-            "tie_embeddings=True shares one embedding matrix, so it needs one "
-            "vocabulary; got "
-            f"source_vocab={source_vocab} and target_vocab={target_vocab}. "
-            "Build a shared "
-            "vocabulary (as Vaswani et al. do with byte-pair encoding) or set "
-            "tie_embeddings=False"
-        )
-    if pad_id is not None:
-        non_negative_int("pad_id", pad_id)
-        vocabularies = [
-            v for v in (source_vocab, target_vocab) if v is not None
-        ]
-        if vocabularies and pad_id >= min(vocabularies):
-            raise ValueError(
-                f"pad_id={pad_id} must be a token of both vocabularies (< "
-                f"{min(vocabularies)}), or None for no padding"
-            )
-
-
-def seq2seq_model(config) -> None:
-    """A config an encoder-decoder on tokens can be built from: both
-    vocabulary sizes given."""
-    for name in ("source_vocab", "target_vocab"):
-        if getattr(config, name) is None:
-            raise TypeError(
-                f"EncoderDecoderTransformer reads and writes tokens: its config "
-                f"needs {name}, got None; build it with e.g. "
-                "TransformerConfig(source_vocab=13, target_vocab=13, ...)"
-            )
 
 
 def seq2seq_generation(
@@ -935,90 +661,6 @@ def seq2seq_generation(
 
 
 # ----------------------------------------------------------- decoder-only model
-
-
-def kv_heads(num_heads: int, num_kv_heads) -> None:
-    """The number of key/value heads: None (as many as ``num_heads``) or a
-    divisor of ``num_heads``."""
-    if num_kv_heads is None:
-        return
-    positive_int("num_kv_heads", num_kv_heads)
-    if num_heads % num_kv_heads:
-        divisors = [h for h in range(1, num_heads + 1) if num_heads % h == 0]
-        raise ValueError(
-            f"num_heads={num_heads} is not divisible by "
-            f"num_kv_heads={num_kv_heads}: each "
-            "key/value head serves a group of num_heads / num_kv_heads query "
-            "heads, so pick "
-            f"num_kv_heads among {divisors} (1 is multi-query attention, "
-            f"{num_heads} plain "
-            "multi-head attention)"
-        )
-
-
-def cache_entries(cache, keys, values) -> None:
-    """New keys and values ``(B, H_kv, T, d_head)`` that fit those already in
-    ``cache``, and that autograd records only if the cache can grow out of
-    place."""
-    for name, x in (("keys", keys), ("values", values)):
-        tensor(name, x, floating=True)
-        if x.ndim != 4:
-            raise ValueError(
-                f"a KVCache holds {name} of shape (B, H_kv, T, d_head), got "
-                f"{tuple(x.shape)}"
-            )
-    if keys.shape != values.shape:
-        raise ValueError(
-            "keys and values must have the same shape, got "
-            f"{tuple(keys.shape)} and "
-            f"{tuple(values.shape)}"
-        )
-    # (B, H_kv, T_held, d_head) or None, without slicing the buffers
-    held = cache.entry_shape
-    if held is not None and tuple(held[:2] + held[3:]) != tuple(
-        keys.shape[:2] + keys.shape[3:]
-    ):
-        raise ValueError(
-            f"the cache holds keys of shape {tuple(held)} (B, H_kv, T, "
-            "d_head), the new "
-            f"ones are {tuple(keys.shape)}: batch, heads and width must match; "
-            "use a "
-            "fresh cache (model.new_caches(batch_size)) for another batch"
-        )
-    recorded = torch.is_grad_enabled() and (
-        keys.requires_grad or values.requires_grad
-    )
-    if cache.differentiable is False and recorded:
-        raise ValueError(
-            "this KVCache(differentiable=False) writes in place, but autograd "
-            "records these keys and values (they require grad): backward needs "
-            "the ones each step read, which the next append would overwrite. "
-            "Decode under torch.no_grad(), or build the cache with "
-            "differentiable=True (or None, the default)"
-        )
-
-
-def self_attention_input(layer: nn.Module, x, cache, cache_type: type) -> None:
-    """A causal self-attention layer's ``x (B, T, D)`` and its optional
-    ``cache_type`` cache."""
-    sequence("x", x, layer.d_model, type(layer).__name__)
-    module_dtype("x", x, layer)
-    if cache is not None and not isinstance(cache, cache_type):
-        raise TypeError(
-            f"cache must be a {cache_type.__module__}.{cache_type.__name__} or "
-            "None, got "
-            f"{type(cache).__name__}; make one per layer with "
-            "model.new_caches(batch_size)"
-        )
-    if cache is not None:
-        cache_window(cache, layer.window, type(layer).__name__)
-    # read without slicing the buffers
-    held = None if cache is None else cache.entry_shape
-    if held is not None and held[0] != x.shape[0]:
-        raise ValueError(
-            f"the cache holds {held[0]} sequences but x has {x.shape[0]}; "
-            "use one cache per batch (model.new_caches(batch_size))"
-        )
 
 
 def cache_window(cache, window: int | None, layer: str) -> None:
@@ -1079,134 +721,6 @@ def activation(kind, choices: tuple) -> None:
     one_of("activation", kind, choices, hint)
 
 
-RESIDUAL_INITS = (None, "gpt2")
-
-
-def residual_init(value) -> None:
-    """How a GPT initializes the projections that write into the residual
-    stream."""
-    if value not in RESIDUAL_INITS:
-        raise ValueError(
-            "residual_init must be None (every weight from N(0, 0.02^2)) or "
-            "'gpt2' (the "
-            "residual projections at std 0.02 / sqrt(2 * num_layers)), got "
-            f"{value!r}"
-        )
-
-
-def model_positions(positions, choices: tuple) -> None:
-    """How a decoder-only model knows positions: one of ``choices``."""
-    hint = (
-        "'learned' and 'sinusoidal' are added to the token embeddings, 'rope' "
-        "and 'alibi' act "
-        "inside attention, 'none' leaves only the causal mask"
-    )
-    one_of("positions", positions, choices, hint)
-
-
-def norm(kind, choices: tuple) -> None:
-    """A normalization layer's name: one of ``choices``."""
-    hint = "'rms' (RMSNorm, the book's default) or 'layer' (LayerNorm, GPT-2's)"
-    one_of("norm", kind, choices, hint)
-
-
-def gpt_input(model, tokens_in, caches) -> None:
-    """Token ids ``(B, T)`` for a GPT, and its caches (one per layer, all of
-    the same length), which with the new tokens fit the model's context."""
-    tokens(tokens_in, model.vocab_size)
-    cached = 0
-    if caches is not None:
-        if not isinstance(caches, (list, tuple)) or len(caches) != len(
-            model.blocks
-        ):
-            raise ValueError(
-                "caches must be a list of one KVCache per layer "
-                f"({len(model.blocks)}), got "
-                f"{type(caches).__name__}; make them with "
-                "model.new_caches(batch_size)"
-            )
-        if len({id(cache) for cache in caches}) != len(caches):
-            raise ValueError(
-                "caches holds the same KVCache object more than once (as "
-                "[KVCache()] * num_layers makes): every layer would write its "
-                "keys into one "
-                "cache; make one per layer with model.new_caches(batch_size) "
-                "or "
-                "[KVCache() for _ in range(num_layers)]"
-            )
-        for index, (cache, block) in enumerate(
-            zip(caches, model.blocks, strict=True)
-        ):
-            if hasattr(cache, "window"):  # (a wrong type: the layer names it)
-                cache_window(cache, block.self_attn.window, f"layer {index}")
-        lengths = {cache.length for cache in caches}
-        if len(lengths) != 1:
-            raise ValueError(
-                f"the caches hold different lengths {sorted(lengths)}; they "
-                "must advance "
-                "together: start again from model.new_caches(batch_size)"
-            )
-        cached = lengths.pop()
-    length = cached + tokens_in.shape[1]
-    if length > model.context_length:
-        held = f" ({cached} cached + {length - cached} new)" if cached else ""
-        raise ValueError(
-            f"the sequence has {length} tokens{held}, more than the model's "
-            f"context_length={model.context_length}; cut it to its last "
-            f"{model.context_length} tokens, or build the model with "
-            f"context_length >= {length}"
-        )
-
-
-def generation(model, prompt, max_new_tokens, greedy, use_cache) -> None:
-    """A prompt ``(B, T0)`` of the model's tokens and a positive number of new
-    tokens."""
-    tokens(prompt, model.vocab_size)
-    if prompt.shape[1] == 0:
-        raise ValueError(
-            "the prompt is empty; start from at least one token (e.g. a BOS "
-            "token)"
-        )
-    positive_int("max_new_tokens", max_new_tokens)
-    boolean("greedy", greedy)
-    boolean("use_cache", use_cache)
-
-
-def end_and_pad(vocab_size: int, end_id, pad_id) -> None:
-    """``end_id`` and ``pad_id`` of generation: token ids or None, ``pad_id``
-    only with ``end_id``."""
-    for name, value in (("end_id", end_id), ("pad_id", pad_id)):
-        if value is not None and (
-            isinstance(value, bool) or not isinstance(value, numbers.Integral)
-        ):
-            raise TypeError(
-                f"{name} must be an int token id or None, got {_kind(value)}"
-            )
-        if value is not None and not 0 <= value < vocab_size:
-            raise ValueError(
-                f"{name}={value} is not a token of the model's vocabulary; "
-                f"use an id in 0 .. {vocab_size - 1}"
-            )
-    if pad_id is not None and end_id is None:
-        raise ValueError(
-            f"pad_id={pad_id} without end_id: padding fills the positions "
-            "after a sequence's "
-            "end token; pass end_id too"
-        )
-
-
-def sampling(logits, temperature, top_k) -> None:
-    """Logits ``(..., V)``, a temperature > 0 and an optional ``top_k`` >= 1."""
-    tensor("logits", logits, floating=True, min_ndim=1)
-    positive_number(
-        "temperature",
-        temperature,
-        "use greedy decoding (argmax) for the limit temperature -> 0",
-    )
-    if top_k is not None:
-        positive_int("top_k", top_k)
-
-
 # ---------------------------------------------------------- images (chapter 14)
 
 
@@ -1231,7 +745,7 @@ def images(x, channels: int | None, image_size: int | None, who: str) -> None:
     if not isinstance(x, Tensor):
         raise TypeError(
             f"{who} expects a torch.Tensor of shape (B, C, H, W), got "
-            f"{_kind(x)}"
+            f"{describe(x)}"
         )
     if not x.is_floating_point():
         raise TypeError(

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from dataclasses import dataclass
 
 import torch
@@ -120,14 +121,14 @@ class GPTConfig:
             if getattr(self, name) is not None:
                 check.positive_int(name, getattr(self, name))
         check.head_width(self.d_model, self.num_heads)
-        check.kv_heads(self.num_heads, self.num_kv_heads)
-        check.model_positions(self.positions, POSITIONS)
+        _check_kv_heads(self.num_heads, self.num_kv_heads)
+        _check_model_positions(self.positions, POSITIONS)
         check.probability("dropout", self.dropout, check.DROPOUT_HINT)
         check.boolean("bias", self.bias)
         check.boolean("tie_weights", self.tie_weights)
-        check.norm(self.norm, NORMS)
+        _check_norm(self.norm, NORMS)
         check.activation(self.activation, ACTIVATIONS)
-        check.residual_init(self.residual_init)
+        _check_residual_init(self.residual_init)
 
     def replace(self, **changes) -> GPTConfig:
         """A copy with some fields changed, e.g.
@@ -257,7 +258,7 @@ class KVCache:
         T_new`` of them. They are views of the cache's buffers, valid until the
         next ``append``.
         """
-        check.cache_entries(self, keys, values)
+        _check_cache_entries(self, keys, values)
         recorded = torch.is_grad_enabled() and (
             keys.requires_grad or values.requires_grad
         )
@@ -399,7 +400,7 @@ class CausalSelfAttention(nn.Module):
         cache: KVCache | None = None,
         return_attention: bool = False,
     ):
-        check.self_attention_input(self, x, cache, KVCache)
+        _check_self_attention_input(self, x, cache, KVCache)
         long = self.window is not None and x.shape[1] > 2 * self.window
         if not long or return_attention:
             return self._attend(x, cache, return_attention)
@@ -601,7 +602,7 @@ class GPT(nn.Module):
         reads their values back (``generate`` checks its prompt once).
         """
         if validate:
-            check.gpt_input(self, tokens, caches)
+            _check_gpt_input(self, tokens, caches)
         # the position of the first token: the caches hold the ones before it
         offset = 0 if caches is None else caches[0].length
         x = self.token_embedding(tokens)  # (B, T, D)
@@ -687,8 +688,8 @@ class GPT(nn.Module):
         runs at most that many steps more than it must, steps whose tokens are
         padding either way: the output is the same.
         """
-        check.generation(self, prompt, max_new_tokens, greedy, use_cache)
-        check.end_and_pad(self.vocab_size, end_id, pad_id)
+        _check_generation(self, prompt, max_new_tokens, greedy, use_cache)
+        _check_end_and_pad(self.vocab_size, end_id, pad_id)
         if pad_id is None:  # the end token also pads what follows it
             pad_id = end_id
         was_training = self.training
@@ -764,5 +765,225 @@ def next_token_probabilities(
     (towards uniform); ``top_k`` keeps the k most likely tokens and renormalizes
     (:func:`top_k_filter`).
     """
-    check.sampling(logits, temperature, top_k)
+    _check_sampling(logits, temperature, top_k)
     return top_k_filter(logits / temperature, top_k).softmax(dim=-1)
+
+
+# ------------------------------------------------------------ this module's checks
+# Each has one caller, above; the generic checks are in helpers._validate.
+
+
+def _check_kv_heads(num_heads: int, num_kv_heads) -> None:
+    """The number of key/value heads: None (as many as ``num_heads``) or a
+    divisor of ``num_heads``."""
+    if num_kv_heads is None:
+        return
+    check.positive_int("num_kv_heads", num_kv_heads)
+    if num_heads % num_kv_heads:
+        divisors = [h for h in range(1, num_heads + 1) if num_heads % h == 0]
+        raise ValueError(
+            f"num_heads={num_heads} is not divisible by "
+            f"num_kv_heads={num_kv_heads}: each "
+            "key/value head serves a group of num_heads / num_kv_heads query "
+            "heads, so pick "
+            f"num_kv_heads among {divisors} (1 is multi-query attention, "
+            f"{num_heads} plain "
+            "multi-head attention)"
+        )
+
+
+def _check_cache_entries(cache, keys, values) -> None:
+    """New keys and values ``(B, H_kv, T, d_head)`` that fit those already in
+    ``cache``, and that autograd records only if the cache can grow out of
+    place."""
+    for name, x in (("keys", keys), ("values", values)):
+        check.tensor(name, x, floating=True)
+        if x.ndim != 4:
+            raise ValueError(
+                f"a KVCache holds {name} of shape (B, H_kv, T, d_head), got "
+                f"{tuple(x.shape)}"
+            )
+    if keys.shape != values.shape:
+        raise ValueError(
+            "keys and values must have the same shape, got "
+            f"{tuple(keys.shape)} and "
+            f"{tuple(values.shape)}"
+        )
+    # (B, H_kv, T_held, d_head) or None, without slicing the buffers
+    held = cache.entry_shape
+    if held is not None and tuple(held[:2] + held[3:]) != tuple(
+        keys.shape[:2] + keys.shape[3:]
+    ):
+        raise ValueError(
+            f"the cache holds keys of shape {tuple(held)} (B, H_kv, T, "
+            "d_head), the new "
+            f"ones are {tuple(keys.shape)}: batch, heads and width must match; "
+            "use a "
+            "fresh cache (model.new_caches(batch_size)) for another batch"
+        )
+    recorded = torch.is_grad_enabled() and (
+        keys.requires_grad or values.requires_grad
+    )
+    if cache.differentiable is False and recorded:
+        raise ValueError(
+            "this KVCache(differentiable=False) writes in place, but autograd "
+            "records these keys and values (they require grad): backward needs "
+            "the ones each step read, which the next append would overwrite. "
+            "Decode under torch.no_grad(), or build the cache with "
+            "differentiable=True (or None, the default)"
+        )
+
+
+def _check_self_attention_input(
+    layer: nn.Module, x, cache, cache_type: type
+) -> None:
+    """A causal self-attention layer's ``x (B, T, D)`` and its optional
+    ``cache_type`` cache."""
+    check.sequence("x", x, layer.d_model, type(layer).__name__)
+    check.module_dtype("x", x, layer)
+    if cache is not None and not isinstance(cache, cache_type):
+        raise TypeError(
+            f"cache must be a {cache_type.__module__}.{cache_type.__name__} or "
+            "None, got "
+            f"{type(cache).__name__}; make one per layer with "
+            "model.new_caches(batch_size)"
+        )
+    if cache is not None:
+        check.cache_window(cache, layer.window, type(layer).__name__)
+    # read without slicing the buffers
+    held = None if cache is None else cache.entry_shape
+    if held is not None and held[0] != x.shape[0]:
+        raise ValueError(
+            f"the cache holds {held[0]} sequences but x has {x.shape[0]}; "
+            "use one cache per batch (model.new_caches(batch_size))"
+        )
+
+
+RESIDUAL_INITS = (None, "gpt2")
+
+
+def _check_residual_init(value) -> None:
+    """How a GPT initializes the projections that write into the residual
+    stream."""
+    if value not in RESIDUAL_INITS:
+        raise ValueError(
+            "residual_init must be None (every weight from N(0, 0.02^2)) or "
+            "'gpt2' (the "
+            "residual projections at std 0.02 / sqrt(2 * num_layers)), got "
+            f"{value!r}"
+        )
+
+
+def _check_model_positions(positions, choices: tuple) -> None:
+    """How a decoder-only model knows positions: one of ``choices``."""
+    hint = (
+        "'learned' and 'sinusoidal' are added to the token embeddings, 'rope' "
+        "and 'alibi' act "
+        "inside attention, 'none' leaves only the causal mask"
+    )
+    check.one_of("positions", positions, choices, hint)
+
+
+def _check_norm(kind, choices: tuple) -> None:
+    """A normalization layer's name: one of ``choices``."""
+    hint = "'rms' (RMSNorm, the book's default) or 'layer' (LayerNorm, GPT-2's)"
+    check.one_of("norm", kind, choices, hint)
+
+
+def _check_gpt_input(model, tokens_in, caches) -> None:
+    """Token ids ``(B, T)`` for a GPT, and its caches (one per layer, all of
+    the same length), which with the new tokens fit the model's context."""
+    check.tokens(tokens_in, model.vocab_size)
+    cached = 0
+    if caches is not None:
+        if not isinstance(caches, (list, tuple)) or len(caches) != len(
+            model.blocks
+        ):
+            raise ValueError(
+                "caches must be a list of one KVCache per layer "
+                f"({len(model.blocks)}), got "
+                f"{type(caches).__name__}; make them with "
+                "model.new_caches(batch_size)"
+            )
+        if len({id(cache) for cache in caches}) != len(caches):
+            raise ValueError(
+                "caches holds the same KVCache object more than once (as "
+                "[KVCache()] * num_layers makes): every layer would write its "
+                "keys into one "
+                "cache; make one per layer with model.new_caches(batch_size) "
+                "or "
+                "[KVCache() for _ in range(num_layers)]"
+            )
+        for index, (cache, block) in enumerate(
+            zip(caches, model.blocks, strict=True)
+        ):
+            if hasattr(cache, "window"):  # (a wrong type: the layer names it)
+                check.cache_window(
+                    cache, block.self_attn.window, f"layer {index}"
+                )
+        lengths = {cache.length for cache in caches}
+        if len(lengths) != 1:
+            raise ValueError(
+                f"the caches hold different lengths {sorted(lengths)}; they "
+                "must advance "
+                "together: start again from model.new_caches(batch_size)"
+            )
+        cached = lengths.pop()
+    length = cached + tokens_in.shape[1]
+    if length > model.context_length:
+        held = f" ({cached} cached + {length - cached} new)" if cached else ""
+        raise ValueError(
+            f"the sequence has {length} tokens{held}, more than the model's "
+            f"context_length={model.context_length}; cut it to its last "
+            f"{model.context_length} tokens, or build the model with "
+            f"context_length >= {length}"
+        )
+
+
+def _check_generation(model, prompt, max_new_tokens, greedy, use_cache) -> None:
+    """A prompt ``(B, T0)`` of the model's tokens and a positive number of new
+    tokens."""
+    check.tokens(prompt, model.vocab_size)
+    if prompt.shape[1] == 0:
+        raise ValueError(
+            "the prompt is empty; start from at least one token (e.g. a BOS "
+            "token)"
+        )
+    check.positive_int("max_new_tokens", max_new_tokens)
+    check.boolean("greedy", greedy)
+    check.boolean("use_cache", use_cache)
+
+
+def _check_end_and_pad(vocab_size: int, end_id, pad_id) -> None:
+    """``end_id`` and ``pad_id`` of generation: token ids or None, ``pad_id``
+    only with ``end_id``."""
+    for name, value in (("end_id", end_id), ("pad_id", pad_id)):
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, numbers.Integral)
+        ):
+            raise TypeError(
+                f"{name} must be an int token id or None, got {check.describe(value)}"
+            )
+        if value is not None and not 0 <= value < vocab_size:
+            raise ValueError(
+                f"{name}={value} is not a token of the model's vocabulary; "
+                f"use an id in 0 .. {vocab_size - 1}"
+            )
+    if pad_id is not None and end_id is None:
+        raise ValueError(
+            f"pad_id={pad_id} without end_id: padding fills the positions "
+            "after a sequence's "
+            "end token; pass end_id too"
+        )
+
+
+def _check_sampling(logits, temperature, top_k) -> None:
+    """Logits ``(..., V)``, a temperature > 0 and an optional ``top_k`` >= 1."""
+    check.tensor("logits", logits, floating=True, min_ndim=1)
+    check.positive_number(
+        "temperature",
+        temperature,
+        "use greedy decoding (argmax) for the limit temperature -> 0",
+    )
+    if top_k is not None:
+        check.positive_int("top_k", top_k)

@@ -85,7 +85,7 @@ def padding_mask(
     ``mask[:, 0]`` is the (B, 1, Tk) form for 3-D scores. ``max_len`` defaults
     to the longest length.
     """
-    check.lengths(lengths, max_len)
+    _check_lengths(lengths, max_len)
     if not isinstance(lengths, Tensor):  # a list of ints
         lengths = torch.tensor(list(lengths), dtype=torch.long)
     max_len = int(lengths.max()) if max_len is None else max_len
@@ -173,3 +173,56 @@ def sliding_window_mask(
     check.boolean("causal", causal)
     positions = torch.arange(T, device=device)
     return position_mask(positions, positions, causal=causal, window=window)
+
+
+# ------------------------------------------------------------ this module's checks
+# Each has one caller, above; the generic checks are in helpers._validate.
+
+
+def _check_lengths(lengths, max_len) -> None:
+    """Sequence lengths (a 1-D integer tensor or a list of ints) and a
+    ``max_len`` >= each (None: the longest length)."""
+    if not isinstance(lengths, Tensor):
+        if isinstance(lengths, (str, bytes)) or not isinstance(
+            lengths, Sequence
+        ):
+            raise TypeError(
+                "lengths must be a 1-D integer tensor or a list of ints, got "
+                f"{lengths!r}"
+            )
+        if not all(
+            isinstance(n, int) and not isinstance(n, bool) for n in lengths
+        ):
+            raise TypeError(f"lengths must contain ints, got {list(lengths)!r}")
+        lengths = torch.tensor(list(lengths), dtype=torch.long)
+    if (
+        lengths.dtype.is_floating_point
+        or lengths.dtype == torch.bool
+        or lengths.is_complex()
+    ):
+        raise TypeError(
+            f"lengths must be an integer tensor, got dtype {lengths.dtype}; "
+            "use lengths.long()"
+        )
+    if lengths.ndim != 1 or lengths.numel() == 0:
+        raise ValueError(
+            "lengths must be a non-empty 1-D tensor (one length per "
+            "sequence), got shape "
+            f"{tuple(lengths.shape)}"
+        )
+    if (lengths < 0).any():
+        raise ValueError(
+            f"lengths must be non-negative, got {lengths.tolist()}"
+        )
+    longest = int(lengths.max())
+    if max_len is not None and (
+        isinstance(max_len, bool) or not isinstance(max_len, int)
+    ):
+        raise TypeError(f"max_len must be an int or None, got {max_len!r}")
+    width = longest if max_len is None else max_len
+    if width < 1 or width < longest:
+        raise ValueError(
+            f"max_len={width} must be positive and at least the longest "
+            f"length {longest}; "
+            "leave it as None to use the longest length"
+        )

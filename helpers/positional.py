@@ -51,8 +51,8 @@ def angular_speeds(d_model: int, base: float = 10000.0) -> torch.Tensor:
     Returns a float64 tensor of shape (D/2,), from 1 radian per position down to
     ``base ** (-(D - 2) / D)``. ``d_model`` must be even.
     """
-    check.even_width(d_model)
-    check.encoding_base(base)
+    _check_even_width(d_model)
+    _check_encoding_base(base)
     exponents = torch.arange(0, d_model, 2, dtype=torch.float64) / d_model
     return base ** (-exponents)
 
@@ -257,3 +257,35 @@ def apply_rotary(
         (x_even * cos - x_odd * sin, x_even * sin + x_odd * cos), dim=-1
     )
     return rotated.flatten(-2)
+
+
+# ------------------------------------------------------------ this module's checks
+# Each has one caller, above; the generic checks are in helpers._validate.
+
+
+def _check_even_width(d_model) -> None:
+    """A width for sine/cosine pairs."""
+    check.positive_int("d_model", d_model)
+    if d_model % 2:
+        nearest = (
+            f"{d_model + 1}"
+            if d_model == 1
+            else f"{d_model + 1} (or {d_model - 1})"
+        )
+        raise ValueError(
+            "d_model must be even: sine/cosine encodings fill the width in "
+            "(sin, cos) pairs, "
+            f"got d_model={d_model}; use d_model={nearest} or project the "
+            "input to an even "
+            "width first"
+        )
+
+
+def _check_encoding_base(base) -> None:
+    check.real("base", base)
+    if base <= 1.0:
+        raise ValueError(
+            "base must be a finite number > 1 (the angular speeds are base ** "
+            "(-2j / D)), "
+            f"got base={float(base)}; the original Transformer uses 10000.0"
+        )

@@ -185,7 +185,7 @@ def fit(
     last row of each epoch, NaN elsewhere), ``elapsed_s`` (wall-clock seconds,
     volatile).
     """
-    check.fit_arguments(
+    _check_fit_arguments(
         model=model,
         train_loader=train_loader,
         val_loader=val_loader,
@@ -210,14 +210,14 @@ def fit(
         for epoch in range(1, epochs + 1):
             batches = iter(train_loader)
             batch = next(batches, None)
-            check.first_batch(batch)
+            _check_first_batch(batch)
             while batch is not None:
                 inputs, target = _split_batch(batch, device)
                 lr = optimizer.param_groups[0]["lr"]
                 output = model(*inputs)
                 check.model_output(output)
                 loss = loss_fn(output, target)
-                check.finite_loss(loss, epoch, log.step + 1)
+                _check_finite_loss(loss, epoch, log.step + 1)
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 if clip_grad_norm is not None:
@@ -445,3 +445,65 @@ def adamw_cosine(
     return optimizer, cosine_warmup_schedule(
         optimizer, warmup_steps, total_steps
     )
+
+
+# ------------------------------------------------------------ this module's checks
+# Each has one caller, above; the generic checks are in helpers._validate.
+
+
+def _check_fit_arguments(
+    *,
+    model,
+    train_loader,
+    val_loader,
+    loss_fn,
+    optimizer,
+    epochs,
+    scheduler,
+    metrics,
+    clip_grad_norm,
+    log_every,
+    seed,
+) -> None:
+    """The arguments of :func:`helpers.training.fit`, by keyword."""
+    check.module(model)
+    check.loader("train_loader", train_loader)
+    if val_loader is not None:
+        check.loader("val_loader", val_loader)
+    check.loss_function(loss_fn)
+    check.optimizer_of(optimizer, for_model=model)
+    check.positive_int("epochs", epochs)
+    check.positive_int("log_every", log_every)
+    if clip_grad_norm is not None:
+        check.positive_number(
+            "clip_grad_norm", clip_grad_norm, "1.0 is a common choice"
+        )
+    if scheduler is not None and not callable(getattr(scheduler, "step", None)):
+        raise TypeError(
+            f"scheduler must have a step() method (a torch LR scheduler), "
+            f"got {type(scheduler).__name__}"
+        )
+    if seed is not None:
+        check.non_negative_int("seed", seed)
+    check.metric_functions(metrics)
+
+
+def _check_first_batch(batch) -> None:
+    """The first batch of an epoch, which must exist: a loader that yields
+    nothing is an error."""
+    if batch is None:
+        raise ValueError(
+            "train_loader yielded no batches; check its dataset and batch_size"
+        )
+
+
+def _check_finite_loss(loss: torch.Tensor, epoch: int, step: int) -> None:
+    """A training loss that is a finite number (not NaN, not infinite), or a
+    clear error."""
+    if not torch.isfinite(loss):
+        raise FloatingPointError(
+            f"the training loss is {loss.item()} at epoch {epoch}, step "
+            f"{step}; "
+            "lower the learning rate, clip gradients (clip_grad_norm=1.0) "
+            "or check the data for NaNs"
+        )

@@ -281,7 +281,7 @@ class TransformerConfig:
             check.boolean("final_norm", self.final_norm)
         check.one_of("norm", self.norm, NORMS)
         check.positive_number("eps", self.eps, "1e-5 is usual")
-        check.seq2seq_vocabularies(
+        _check_seq2seq_vocabularies(
             self.source_vocab, self.target_vocab, self.pad_id,
             self.tie_embeddings,
         )  # fmt: skip
@@ -439,7 +439,7 @@ class DecoderBlock(nn.Module):
         memory_mask=None,
         return_attention=False,
     ):
-        check.decoder_inputs(self, target, memory, target_mask, memory_mask)
+        _check_decoder_inputs(self, target, memory, target_mask, memory_mask)
         x, want = target, return_attention
         if self.norm_first:
             h = self.norm1(x)
@@ -506,7 +506,7 @@ class EncoderDecoderTransformer(nn.Module):
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
         check.instance("config", config, TransformerConfig)
-        check.seq2seq_model(config)
+        _check_seq2seq_model(config)
         self.config = config
         self.source_vocab, self.target_vocab, self.pad_id = (
             config.source_vocab,
@@ -717,3 +717,151 @@ def _init_embeddings(*embeddings: nn.Embedding) -> None:
     the positional encoding's. A tied embedding, passed twice, is drawn once."""
     for embedding in dict.fromkeys(embeddings):
         nn.init.normal_(embedding.weight, std=embedding.embedding_dim**-0.5)
+
+
+# ------------------------------------------------------------ this module's checks
+# Each has one caller, above; the generic checks are in helpers._validate.
+
+
+def _check_decoder_inputs(
+    block: nn.Module, target, memory, target_mask, memory_mask
+) -> None:
+    """A decoder's ``target (B, Tt, D)``, ``memory (B, Ts, D)`` and its two
+    boolean masks."""
+    who = type(block).__name__
+    check.sequence("target", target, block.d_model, who)
+    if (
+        isinstance(memory, torch.Tensor)
+        and memory.ndim == 3
+        and memory.shape[-1] != block.d_model
+    ):
+        raise ValueError(
+            f"{who} was built for d_model={block.d_model} but memory (the "
+            "encoder's output) "
+            f"has width {memory.shape[-1]} (shape {tuple(memory.shape)}); the "
+            "encoder and the "
+            f"decoder must share d_model, or project memory to {block.d_model} "
+            "features first"
+        )
+    check.sequence("memory", memory, block.d_model, who)
+    check.same_dtype(target=target, memory=memory)
+    check.module_dtype("target", target, block)
+    if target.shape[0] != memory.shape[0]:
+        raise ValueError(
+            "target and memory must hold the same batch of B sequences, got "
+            "target "
+            f"{tuple(target.shape)} and memory {tuple(memory.shape)}"
+        )
+    target_len, source_len = target.shape[1], memory.shape[1]
+    _check_decoder_mask(
+        "target_mask", target_mask, (target_len,) * 2, (source_len,) * 2, who
+    )
+    _check_decoder_mask(
+        "memory_mask",
+        memory_mask,
+        (target_len, source_len),
+        (source_len, target_len),
+        who,
+    )
+
+
+def _check_decoder_mask(
+    name: str, mask, fits: tuple, swapped: tuple, who: str
+) -> None:
+    """A boolean mask whose last two dimensions fit ``fits = (Tq, Tk)`` (size 1
+    broadcasts).
+
+    ``swapped`` is the ``(Tq, Tk)`` the mask would fit if target and memory were
+    swapped.
+    """
+    if mask is None:
+        return
+    _check_named_bool_mask(name, mask)
+    if mask.ndim < 2:
+        raise ValueError(
+            f"{who}'s {name} must have at least 2 dimensions (..., Tq, Tk), "
+            "got shape "
+            f"{tuple(mask.shape)}"
+        )
+    if _mask_fits(mask, *fits):
+        return
+    queries, keys = fits
+    hint = ""
+    if fits != swapped and _mask_fits(mask, *swapped):
+        hint = (
+            " It fits the sequences the other way round: did you swap target "
+            "and memory? "
+            "The decoder takes forward(target, memory, ...): target is the "
+            "sequence it writes, "
+            "memory the encoder's output."
+        )
+    expected = (
+        f"(Tt, Tt) = ({queries}, {queries}); build it with "
+        f"causal_mask({queries})"
+        if name == "target_mask"
+        else f"(..., Tt, Ts) = (..., {queries}, {keys}), or a padding mask (B, 1, 1, {keys})"
+    )
+    raise ValueError(
+        f"{who}'s {name} has shape {tuple(mask.shape)}, whose last two "
+        "dimensions do not fit "
+        f"the target's {queries} queries and {keys} keys: expected "
+        f"{expected}.{hint}"
+    )
+
+
+def _mask_fits(mask: torch.Tensor, queries: int, keys: int) -> bool:
+    rows, columns = mask.shape[-2:]
+    return rows in (1, queries) and columns in (1, keys)
+
+
+def _check_seq2seq_vocabularies(
+    source_vocab, target_vocab, pad_id, tie_embeddings
+) -> None:
+    """The vocabulary sizes (ints, or None where a config builds only stacks),
+    padding token and tying choice of a ``TransformerConfig``."""
+    for name, value in (
+        ("source_vocab", source_vocab),
+        ("target_vocab", target_vocab),
+    ):
+        if value is not None:
+            check.positive_int(name, value)
+    if tie_embeddings and source_vocab != target_vocab:
+        raise ValueError(
+            "tie_embeddings=True shares one embedding matrix, so it needs one "
+            "vocabulary; got "
+            f"source_vocab={source_vocab} and target_vocab={target_vocab}. "
+            "Build a shared "
+            "vocabulary (as Vaswani et al. do with byte-pair encoding) or set "
+            "tie_embeddings=False"
+        )
+    if pad_id is not None:
+        check.non_negative_int("pad_id", pad_id)
+        vocabularies = [
+            v for v in (source_vocab, target_vocab) if v is not None
+        ]
+        if vocabularies and pad_id >= min(vocabularies):
+            raise ValueError(
+                f"pad_id={pad_id} must be a token of both vocabularies (< "
+                f"{min(vocabularies)}), or None for no padding"
+            )
+
+
+def _check_seq2seq_model(config) -> None:
+    """A config an encoder-decoder on tokens can be built from: both
+    vocabulary sizes given."""
+    for name in ("source_vocab", "target_vocab"):
+        if getattr(config, name) is None:
+            raise TypeError(
+                f"EncoderDecoderTransformer reads and writes tokens: its config "
+                f"needs {name}, got None; build it with e.g. "
+                "TransformerConfig(source_vocab=13, target_vocab=13, ...)"
+            )
+
+
+def _check_named_bool_mask(name: str, value) -> None:
+    try:
+        check.bool_mask(value)
+    except TypeError as error:
+        raise TypeError(
+            str(error).replace("mask must", f"{name} must", 1)
+        ) from None

@@ -369,19 +369,21 @@ def test_the_generic_check_rule_sees_a_copy(tmp_path):
 
 # Private helpers of helpers._validate that may return a value, each with its reason.
 VALUE_RETURNING_HELPERS = {
-    "_kind": "formats a wrong value for a message",
-    "_mask_fits": "a predicate that _decoder_mask asks twice",
+    "describe": "formats a wrong value for a message",
 }
 
 
-def value_returns(source: str) -> list[str]:
+def value_returns(source: str, only_checks: bool = False) -> list[str]:
     """``name:line`` of every ``return <value>`` in the functions of ``source`` (a bare
-    ``return`` is fine), the helpers of VALUE_RETURNING_HELPERS excepted."""
+    ``return`` is fine), the helpers of VALUE_RETURNING_HELPERS excepted; with
+    ``only_checks``, in the functions named ``_check_*`` alone (a module's own checks)."""
     found = []
     for function in ast.walk(ast.parse(source)):
         if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
         if function.name in VALUE_RETURNING_HELPERS:
+            continue
+        if only_checks and not function.name.startswith("_check_"):
             continue
         for node in ast.walk(function):
             if isinstance(node, ast.Return) and node.value is not None:
@@ -391,6 +393,9 @@ def value_returns(source: str) -> list[str]:
 
 def test_no_check_returns_a_value():
     found = value_returns((PACKAGE / "_validate.py").read_text())
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.name != "_validate.py":
+            found += value_returns(path.read_text(), only_checks=True)
     assert not found, (
         f"checks of helpers._validate that return a value: {found}. A check raises or returns "
         "None; compute the value where it is used (the caller keeps its own variable)"
@@ -406,10 +411,89 @@ def test_the_no_return_rule_sees_a_check_that_returns_its_value():
         "def tokens(value):\n"
         "    if value is None:\n"
         "        return\n"
-        "def _kind(value):\n"
+        "def describe(value):\n"
         "    return type(value).__name__\n"
     )
     assert value_returns(source) == ["positive_int:4"]
+    module = (
+        "def _check_width(width):\n"
+        "    return width // 2\n"
+        "def half(width):\n"
+        "    return width // 2\n"
+    )
+    assert value_returns(module, only_checks=True) == ["_check_width:2"]
+
+
+def check_callers(
+    validate: str, modules: dict[str, str]
+) -> dict[str, list[str]]:
+    """For each function of ``validate`` (the source of helpers._validate), where it is
+    called: ``_validate`` for a call inside it, else the module's name (a call written
+    ``check.<name>`` or ``_validate.<name>``), once per call."""
+    functions = [
+        node.name
+        for node in ast.parse(validate).body
+        if isinstance(node, ast.FunctionDef)
+    ]
+    callers = {name: [] for name in functions}
+    for where, source in {"_validate": validate, **modules}.items():
+        for node in ast.walk(ast.parse(source)):
+            if not isinstance(node, ast.Call):
+                continue
+            called = node.func
+            if where == "_validate" and isinstance(called, ast.Name):
+                name = called.id
+            elif isinstance(called, ast.Attribute) and isinstance(
+                called.value, ast.Name
+            ):
+                name = (
+                    called.attr
+                    if called.value.id in ("check", "_validate")
+                    else None
+                )
+            else:
+                name = None
+            if name in callers:
+                callers[name].append(where)
+    return callers
+
+
+def lonely_checks(validate: str, modules: dict[str, str]) -> list[str]:
+    """Checks of helpers._validate with one caller, outside it: they belong beside it."""
+    return [
+        f"{name} (called only from {where[0]})"
+        for name, where in check_callers(validate, modules).items()
+        if len(where) == 1 and where[0] != "_validate"
+    ]
+
+
+def test_a_check_with_one_caller_sits_beside_its_code():
+    modules = {
+        str(path.relative_to(PACKAGE)): path.read_text()
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path.name != "_validate.py"
+    }
+    found = lonely_checks((PACKAGE / "_validate.py").read_text(), modules)
+    assert not found, (
+        f"checks of helpers._validate with a single caller: {found}. Move each to the end "
+        "of its caller's module as _check_<name> (helpers._validate's docstring)"
+    )
+
+
+def test_the_one_caller_rule_sees_a_lonely_check():
+    validate = (
+        "def positive_int(name, value):\n    pass\n"
+        "def even_width(width):\n    positive_int('width', width)\n"
+        "def tokens(value):\n    pass\n"
+    )
+    modules = {
+        "a.py": "check.even_width(8)\ncheck.tokens(x)\n",
+        "b.py": "check.tokens(y)\n",
+    }
+    # positive_int is called once, from inside: beside its caller already.
+    assert lonely_checks(validate, modules) == [
+        "even_width (called only from a.py)"
+    ]
 
 
 # --------------------------------------------------------------------------- one attention kernel

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from helpers import _validate as check
+from helpers.positional import angular_speeds
 
 # --------------------------------------------------------------------------- numbers
 
@@ -125,20 +126,20 @@ def test_head_width(d_model, num_heads, error, message):
 
 
 def test_even_width_and_encoding_base():
-    check.even_width(8)
-    check.encoding_base(10000.0)
+    # helpers.positional's own checks, through the function that has them
+    assert angular_speeds(8, 10000.0).shape == (4,)
     with pytest.raises(
         ValueError, match="d_model must be even.*use d_model=8 \\(or 6\\)"
     ):
-        check.even_width(7)
+        angular_speeds(7)
     with pytest.raises(
         TypeError, match="d_model must be a positive int, got float"
     ):
-        check.even_width(8.0)
+        angular_speeds(8.0)
     with pytest.raises(ValueError, match="base must be a finite number > 1"):
-        check.encoding_base(1)
+        angular_speeds(8, 1)
     with pytest.raises(TypeError, match="base must be a number, got str"):
-        check.encoding_base("10000")
+        angular_speeds(8, "10000")
 
 
 # --------------------------------------------------------------------------- tensors

@@ -88,15 +88,9 @@ def check_kernel_regression(
         )
         got = fn(queries, keys, values, width)
         if not isinstance(got, torch.Tensor) or got.shape != expected.shape:
-            shape = (
-                tuple(got.shape)
-                if isinstance(got, torch.Tensor)
-                else type(got).__name__
-            )
             raise AssertionError(
                 f"expected a tensor of shape {tuple(expected.shape)} (one "
-                "prediction per "
-                f"query), got {shape}"
+                f"prediction per query), got {_describe(got)}"
             )
         if not torch.allclose(got, expected, atol=1e-5):
             distances = (queries[:, None] - keys[None, :]).abs()
@@ -514,13 +508,9 @@ def check_rms_norm(fn) -> str:
             expected = reference(x)
         got = fn(x, weight, eps)
         if not isinstance(got, torch.Tensor) or got.shape != expected.shape:
-            received = (
-                tuple(got.shape)
-                if isinstance(got, torch.Tensor)
-                else type(got).__name__
-            )
             raise AssertionError(
-                f"expected a tensor of shape {tuple(x.shape)}, got {received}"
+                f"expected a tensor of shape {tuple(x.shape)}, "
+                f"got {_describe(got)}"
             )
         if torch.allclose(got, expected, atol=1e-5):
             continue

@@ -151,13 +151,8 @@ def main() -> None:
     table = pd.DataFrame(rows)
     table.to_csv(args.out, index=False)
     keys = [
-        "experiment",
-        "model",
-        "pool",
-        "positions",
-        "patch_size",
-        "num_train",
-    ]
+        key for key in KEYS if key != "seed"
+    ]  # a row per setting, over seeds
     summary = table.groupby(keys)["test_accuracy"].agg(["min", "median", "max"])
     print(summary.round(3).to_string())
 

@@ -59,6 +59,42 @@ def close(actual, expected, atol: float = ATOL, rtol: float = 1e-4) -> None:
     torch.testing.assert_close(actual, expected, atol=atol, rtol=rtol)
 
 
+def seeded(seed: int = 0):
+    """A ``torch.Generator`` seeded with ``seed``: random inputs apart from the global seed."""
+    import torch
+
+    return torch.Generator().manual_seed(seed)
+
+
+# --------------------------------------------------------------------------- small models
+
+
+def small_config(**fields):
+    """The unit tests' small ``TransformerConfig``: 2 layers of width 8, 2 heads, a feed-forward
+    of 16; ``fields`` override or add fields (``norm_first``, ``num_layers=3``, ...)."""
+    from helpers.transformer import TransformerConfig
+
+    small = {"num_layers": 2, "d_model": 8, "num_heads": 2, "ffn_width": 16}
+    return TransformerConfig(**{**small, **fields})
+
+
+def randomize_norms(module, generator) -> None:
+    """Give every LayerNorm a non-trivial gain and bias, so tests see if they are copied."""
+    import torch
+    from torch import nn
+
+    with torch.no_grad():
+        for norm in module.modules():
+            if isinstance(norm, nn.LayerNorm):
+                norm.weight.copy_(
+                    1
+                    + 0.3 * torch.randn(norm.weight.shape, generator=generator)
+                )
+                norm.bias.copy_(
+                    0.3 * torch.randn(norm.bias.shape, generator=generator)
+                )
+
+
 # --------------------------------------------------------------------------- _toc.yml
 
 

@@ -9,6 +9,21 @@ from helpers.attention import padding_mask
 
 
 @st.composite
+def qkv_case(draw, max_len: int, max_v_width: int):
+    """Random q, k, v with 0-2 batch dimensions and lengths up to ``max_len``, and the
+    generator that drew them (for more random tensors of the same case)."""
+    seed = draw(st.integers(0, 2**16))
+    batch = tuple(draw(st.lists(st.integers(1, 3), max_size=2)))
+    q_len, k_len = draw(st.integers(1, max_len)), draw(st.integers(1, max_len))
+    width, v_width = draw(st.integers(1, 8)), draw(st.integers(1, max_v_width))
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(*batch, q_len, width, generator=gen)
+    k = torch.randn(*batch, k_len, width, generator=gen)
+    v = torch.randn(*batch, k_len, v_width, generator=gen)
+    return q, k, v, gen
+
+
+@st.composite
 def mha_case(draw):
     """A multi-head attention problem: seed, d_model, num_heads, bias, query, key, value, mask.
 

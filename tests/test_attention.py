@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from conftest import close
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from strategies import mha_case
+from strategies import mha_case, qkv_case
 from torch import nn
 
 from helpers.attention import (
@@ -41,14 +41,8 @@ FEW = settings(max_examples=25, deadline=None)
 @st.composite
 def sdpa_case(draw):
     """Random q, k, v (with 0-2 batch dimensions) and a random boolean mask or None."""
-    seed = draw(st.integers(0, 2**16))
-    batch = tuple(draw(st.lists(st.integers(1, 3), max_size=2)))
-    q_len, k_len = draw(st.integers(1, 6)), draw(st.integers(1, 6))
-    width, v_width = draw(st.integers(1, 8)), draw(st.integers(1, 5))
-    gen = torch.Generator().manual_seed(seed)
-    q = torch.randn(*batch, q_len, width, generator=gen)
-    k = torch.randn(*batch, k_len, width, generator=gen)
-    v = torch.randn(*batch, k_len, v_width, generator=gen)
+    q, k, v, gen = draw(qkv_case(max_len=6, max_v_width=5))
+    batch, q_len, k_len = q.shape[:-2], q.shape[-2], k.shape[-2]
     mask_kind = draw(st.sampled_from(["none", "full", "2d"]))
     mask = None
     if mask_kind == "full":
@@ -582,12 +576,19 @@ def test_eval_mode_is_deterministic_with_dropout():
         assert torch.equal(outputs[0], outputs[1])
 
 
-def test_mha_fully_masked_rows_are_zero_on_both_paths():
+def _one_fully_masked_row(bias):
+    """A seeded MultiHeadAttention(8, 2), a query, a key and a mask (2, 3, 4) that blocks
+    every key of query 1 in batch element 0."""
     torch.manual_seed(0)
-    mha = MultiHeadAttention(8, 2, bias=False)
+    mha = MultiHeadAttention(8, 2, bias=bias)
     query, key = torch.randn(2, 3, 8), torch.randn(2, 4, 8)
     mask = torch.ones(2, 3, 4, dtype=torch.bool)
     mask[0, 1] = False
+    return mha, query, key, mask
+
+
+def test_mha_fully_masked_rows_are_zero_on_both_paths():
+    mha, query, key, mask = _one_fully_masked_row(bias=False)
     fast = mha(query, key, key, mask)
     slow, weights = mha(query, key, key, mask, return_attention=True)
     assert (weights[0, :, 1] == 0).all()
@@ -598,11 +599,7 @@ def test_mha_fully_masked_rows_are_zero_on_both_paths():
 
 def test_mha_with_bias_gives_a_fully_masked_row_the_output_bias():
     """The zero weights survive the output projection; the zero output does not."""
-    torch.manual_seed(0)
-    mha = MultiHeadAttention(8, 2, bias=True)
-    query, key = torch.randn(2, 3, 8), torch.randn(2, 4, 8)
-    mask = torch.ones(2, 3, 4, dtype=torch.bool)
-    mask[0, 1] = False
+    mha, query, key, mask = _one_fully_masked_row(bias=True)
     with torch.no_grad():
         for return_attention in (False, True):
             result = mha(
@@ -632,29 +629,48 @@ def test_mha_constructor_errors(d_model, num_heads, dropout, error, match):
 
 
 @pytest.mark.parametrize(
-    ("d_model", "num_heads", "error", "match"),
+    ("module", "sizes", "error", "match"),
     [
-        (10, 4, ValueError, "not divisible"),
-        (8.0, 2, TypeError, "d_model must be a positive int"),
-        (8, 0, ValueError, "num_heads must be a positive int"),
+        (PerHeadMultiHeadAttention, (10, 4), ValueError, "not divisible"),
+        (
+            PerHeadMultiHeadAttention,
+            (8.0, 2),
+            TypeError,
+            "d_model must be a positive int",
+        ),
+        (
+            PerHeadMultiHeadAttention,
+            (8, 0),
+            ValueError,
+            "num_heads must be a positive int",
+        ),
+        (
+            SingleHeadAttention,
+            (8.0, 4),
+            TypeError,
+            "d_model must be a positive int",
+        ),
+        (
+            SingleHeadAttention,
+            (8, "4"),
+            TypeError,
+            "d_head must be a positive int",
+        ),
+        (
+            SingleHeadAttention,
+            (8, 0),
+            ValueError,
+            "d_head must be a positive int",
+        ),
     ],
 )
-def test_per_head_constructor_errors(d_model, num_heads, error, match):
+def test_per_head_and_single_head_constructor_errors(
+    module, sizes, error, match
+):
+    """``PerHeadMultiHeadAttention(d_model, num_heads)`` and
+    ``SingleHeadAttention(d_model, d_head)`` refuse bad sizes."""
     with pytest.raises(error, match=match):
-        PerHeadMultiHeadAttention(d_model, num_heads)
-
-
-@pytest.mark.parametrize(
-    ("d_model", "d_head", "error", "match"),
-    [
-        (8.0, 4, TypeError, "d_model must be a positive int"),
-        (8, "4", TypeError, "d_head must be a positive int"),
-        (8, 0, ValueError, "d_head must be a positive int"),
-    ],
-)
-def test_single_head_constructor_errors(d_model, d_head, error, match):
-    with pytest.raises(error, match=match):
-        SingleHeadAttention(d_model, d_head)
+        module(*sizes)
 
 
 @pytest.mark.parametrize(

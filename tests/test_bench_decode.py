@@ -22,6 +22,18 @@ def run_script(*args):
     return run_script_named("bench_decode.py", *args)
 
 
+def assert_a_cached_step_does_not_grow(cached: pd.DataFrame) -> None:
+    """The cached rows of one model: as many operators and elements written at every
+    context, and no value read back in the loop."""
+    for column in (
+        "ops_per_step",
+        "non_view_ops_per_step",
+        "elements_written_per_step",
+    ):
+        assert cached[column].nunique() == 1, column
+    assert (cached["syncs_per_step"] == 0).all()
+
+
 def test_a_tiny_run_writes_the_csv_and_the_cached_step_does_not_grow(tmp_path):
     out = tmp_path / "decode.csv"
     tiny = ["--contexts", "8", "40", "120", "--steps", "4", "--repeats", "1"]
@@ -36,17 +48,7 @@ def test_a_tiny_run_writes_the_csv_and_the_cached_step_does_not_grow(tmp_path):
     )
     cached = table[table["mode"] == "cache"]
     assert list(cached["context"]) == [8, 40, 120]
-    for column in (
-        "ops_per_step",
-        "non_view_ops_per_step",
-        "elements_written_per_step",
-    ):
-        assert cached[column].nunique() == 1, (
-            column
-        )  # the same at every cache length
-    assert (
-        cached["syncs_per_step"] == 0
-    ).all()  # no value read back in the loop
+    assert_a_cached_step_does_not_grow(cached)
     recomputed = table[table["mode"] == "no cache"]
     assert list(recomputed["context"]) == [8, 40]  # --max-recompute 40
     assert recomputed["elements_written_per_step"].is_monotonic_increasing
@@ -74,15 +76,7 @@ def check_shipped(table: pd.DataFrame, device: str) -> None:
     )
     assert (table["seconds_per_step"] > 0).all()
     for _, cached in table[table["mode"] == "cache"].groupby("model"):
-        for column in (
-            "ops_per_step",
-            "non_view_ops_per_step",
-            "elements_written_per_step",
-        ):
-            assert cached[column].nunique() == 1, (
-                column
-            )  # the same at every context
-        assert (cached["syncs_per_step"] == 0).all()
+        assert_a_cached_step_does_not_grow(cached)
 
 
 def test_the_shipped_measurements_hold_what_a_cached_step_promises():

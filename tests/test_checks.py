@@ -48,7 +48,7 @@ def test_check_kernel_regression_accepts_a_right_answer():
         ),
         (
             lambda q, k, v, w: v,
-            r"expected a tensor of shape \(7,\).*got \(11,\)",
+            r"expected a tensor of shape \(7,\).*got shape \(11,\)",
         ),
         (lambda q, k, v, w: _laplace(q, k, v, w).tolist(), "got list"),
     ],

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import close
+from conftest import close, randomize_norms, small_config
 from torch import nn
 
 from helpers.analysis import count_parameters
@@ -18,19 +18,6 @@ from helpers.transformer import (
     TransformerDecoder,
     TransformerEncoder,
 )
-
-
-def _randomize_norms(module: nn.Module, generator: torch.Generator) -> None:
-    with torch.no_grad():
-        for norm in module.modules():
-            if isinstance(norm, nn.LayerNorm):
-                norm.weight.copy_(
-                    1
-                    + 0.3 * torch.randn(norm.weight.shape, generator=generator)
-                )
-                norm.bias.copy_(
-                    0.3 * torch.randn(norm.bias.shape, generator=generator)
-                )
 
 
 def _torch_layer(
@@ -47,6 +34,18 @@ def _torch_layer(
     )
 
 
+def _torch_masks(target_len, memory_padding, target_padding=None):
+    """PyTorch's mask arguments for the book's causal mask over ``target_len`` positions and
+    padding masks ``(B, 1, 1, T)``: True means *blocked* to PyTorch, so each is complemented."""
+    masks = {
+        "tgt_mask": ~causal_mask(target_len),
+        "memory_key_padding_mask": ~memory_padding[:, 0, 0],
+    }
+    if target_padding is not None:
+        masks["tgt_key_padding_mask"] = ~target_padding[:, 0, 0]
+    return masks
+
+
 # --------------------------------------------------------------------------- equivalence
 
 
@@ -58,7 +57,7 @@ def test_block_matches_torch_decoder_layer(norm_first, bias, padded):
     torch.manual_seed(1)
     layer = _torch_layer(norm_first=norm_first, bias=bias).eval()
     if bias:
-        _randomize_norms(layer, generator)
+        randomize_norms(layer, generator)
     block = DecoderBlock(8, 2, 16, norm_first=norm_first, bias=bias).eval()
     assert load_decoder_block(block, layer) is block
     target, memory = (
@@ -69,12 +68,7 @@ def test_block_matches_torch_decoder_layer(norm_first, bias, padded):
         torch.tensor([7, 4, 2]) if padded else torch.tensor([7, 7, 7])
     )
     memory_mask = padding_mask(source_lengths, 7)
-    expected = layer(
-        target,
-        memory,
-        tgt_mask=~causal_mask(5),
-        memory_key_padding_mask=~memory_mask[:, 0, 0],
-    )
+    expected = layer(target, memory, **_torch_masks(5, memory_mask))
     close(block(target, memory, causal_mask(5), memory_mask), expected)
     output, (self_weights, cross_weights) = block(
         target, memory, causal_mask(5), memory_mask, return_attention=True
@@ -108,28 +102,11 @@ def test_stacks_match_torch_transformer(norm_first, padded):
         batch_first=True,
         norm_first=norm_first,
     ).eval()
-    _randomize_norms(reference, generator)
+    randomize_norms(reference, generator)
     # nn.Transformer always ends both stacks with a LayerNorm, whatever norm_first says
-    encoder = TransformerEncoder(
-        TransformerConfig(
-            num_layers=2,
-            d_model=8,
-            num_heads=2,
-            ffn_width=16,
-            norm_first=norm_first,
-            final_norm=True,
-        )
-    ).eval()
-    decoder = TransformerDecoder(
-        TransformerConfig(
-            num_layers=3,
-            d_model=8,
-            num_heads=2,
-            ffn_width=16,
-            norm_first=norm_first,
-            final_norm=True,
-        )
-    ).eval()
+    config = small_config(norm_first=norm_first, final_norm=True)
+    encoder = TransformerEncoder(config).eval()
+    decoder = TransformerDecoder(config.replace(num_layers=3)).eval()
     for block, layer in zip(
         encoder.blocks, reference.encoder.layers, strict=True
     ):
@@ -150,9 +127,8 @@ def test_stacks_match_torch_transformer(norm_first, padded):
     expected = reference(
         source,
         target,
-        tgt_mask=~causal_mask(4),
         src_key_padding_mask=~source_mask[:, 0, 0],
-        memory_key_padding_mask=~source_mask[:, 0, 0],
+        **_torch_masks(4, source_mask),
     )
     memory = encoder(source, source_mask)
     close(decoder(target, memory, causal_mask(4), source_mask), expected)
@@ -165,21 +141,11 @@ def test_target_padding_matches_torch_transformer(norm_first):
     generator = torch.Generator().manual_seed(5)
     torch.manual_seed(6)
     reference = nn.TransformerDecoder(
-        nn.TransformerDecoderLayer(
-            8, 2, 16, dropout=0.1, batch_first=True, norm_first=norm_first
-        ),
-        num_layers=2,
+        _torch_layer(norm_first=norm_first), num_layers=2
     ).eval()
-    _randomize_norms(reference, generator)
+    randomize_norms(reference, generator)
     decoder = TransformerDecoder(
-        TransformerConfig(
-            num_layers=2,
-            d_model=8,
-            num_heads=2,
-            ffn_width=16,
-            norm_first=norm_first,
-            final_norm=False,
-        )
+        small_config(norm_first=norm_first, final_norm=False)
     ).eval()
     for block, layer in zip(decoder.blocks, reference.layers, strict=True):
         load_decoder_block(block, layer)
@@ -188,11 +154,7 @@ def test_target_padding_matches_torch_transformer(norm_first):
     target_pad = padding_mask([5, 3, 1], 5)  # (B, 1, 1, Tt)
     memory_pad = padding_mask([6, 2, 4], 6)
     expected = reference(
-        target,
-        memory,
-        tgt_mask=~causal_mask(5),
-        tgt_key_padding_mask=~target_pad[:, 0, 0],
-        memory_key_padding_mask=~memory_pad[:, 0, 0],
+        target, memory, **_torch_masks(5, memory_pad, target_pad)
     )
     got = decoder(target, memory, causal_mask(5) & target_pad, memory_pad)
     close(got, expected)
@@ -225,15 +187,7 @@ def test_load_decoder_block_refuses_mismatches():
 @pytest.mark.parametrize("norm_first", [True, False])
 def test_no_target_position_receives_gradient_from_a_later_one(norm_first):
     torch.manual_seed(0)
-    decoder = TransformerDecoder(
-        TransformerConfig(
-            num_layers=2,
-            d_model=8,
-            num_heads=2,
-            ffn_width=16,
-            norm_first=norm_first,
-        )
-    )
+    decoder = TransformerDecoder(small_config(norm_first=norm_first))
     target = torch.randn(2, 6, 8, requires_grad=True)
     memory = torch.randn(2, 5, 8)
     output = decoder(target, memory, causal_mask(6))
@@ -275,20 +229,33 @@ def test_memory_padding_is_ignored():
 # --------------------------------------------------------------------------- the full model
 
 
-def _tiny_model(**kwargs):
+def _one_layer_config(source_vocab, target_vocab, **fields):
+    """An encoder-decoder config of one layer of width 8 and 2 heads."""
+    return TransformerConfig(
+        source_vocab=source_vocab,
+        target_vocab=target_vocab,
+        d_model=8,
+        num_heads=2,
+        num_layers=1,
+        **fields,
+    )
+
+
+TINY_MODEL = TransformerConfig(
+    source_vocab=12,
+    target_vocab=12,
+    d_model=16,
+    num_heads=2,
+    num_layers=2,
+    ffn_width=32,
+    pad_id=0,
+)
+
+
+def _tiny_model(**changes):
+    """``TINY_MODEL`` with ``changes``, seeded 0, in eval mode."""
     torch.manual_seed(0)
-    return EncoderDecoderTransformer(
-        TransformerConfig(
-            source_vocab=12,
-            target_vocab=12,
-            d_model=16,
-            num_heads=2,
-            num_layers=2,
-            ffn_width=32,
-            pad_id=0,
-            **kwargs,
-        )
-    ).eval()
+    return EncoderDecoderTransformer(TINY_MODEL.replace(**changes)).eval()
 
 
 @pytest.mark.parametrize("norm_first", [True, False])
@@ -412,35 +379,15 @@ def test_other_misuse_is_refused():
     with pytest.raises(TypeError, match="dtype"):
         block(torch.randn(2, 4, 8), torch.randn(2, 6, 8, dtype=torch.float64))
     with pytest.raises(ValueError, match="norm_first|positive"):
-        TransformerDecoder(
-            TransformerConfig(
-                num_layers=0, d_model=8, num_heads=2, ffn_width=16
-            )
-        )
+        TransformerDecoder(small_config(num_layers=0))
     with pytest.raises(
         ValueError, match="tie_embeddings=True .* one vocabulary"
     ):
         EncoderDecoderTransformer(
-            TransformerConfig(
-                source_vocab=10,
-                target_vocab=12,
-                d_model=8,
-                num_heads=2,
-                num_layers=1,
-                tie_embeddings=True,
-            )
+            _one_layer_config(10, 12, tie_embeddings=True)
         )
     with pytest.raises(ValueError, match="pad_id=12"):
-        EncoderDecoderTransformer(
-            TransformerConfig(
-                source_vocab=12,
-                target_vocab=12,
-                d_model=8,
-                num_heads=2,
-                num_layers=1,
-                pad_id=12,
-            )
-        )
+        EncoderDecoderTransformer(_one_layer_config(12, 12, pad_id=12))
     with pytest.raises(TypeError, match="int64"):
         _tiny_model()(torch.rand(2, 3), torch.zeros(2, 3, dtype=torch.long))
 
@@ -450,36 +397,18 @@ def test_other_misuse_is_refused():
 
 def test_output_projection_has_the_target_vocabulary():
     # source 003 builds its Decoder without the class_len it needs (a TypeError)
-    model = EncoderDecoderTransformer(
-        TransformerConfig(
-            source_vocab=20,
-            target_vocab=7,
-            d_model=8,
-            num_heads=2,
-            num_layers=1,
-        )
-    )
+    model = EncoderDecoderTransformer(_one_layer_config(20, 7))
     logits = model(torch.randint(20, (2, 5)), torch.randint(7, (2, 3)))
     assert logits.shape == (2, 3, 7)
     with pytest.raises(TypeError, match="target_vocab"):
         EncoderDecoderTransformer(
-            TransformerConfig(
-                source_vocab=20, d_model=8, num_heads=2, num_layers=1
-            )
+            _one_layer_config(source_vocab=20, target_vocab=None)
         )
 
 
 def test_positional_table_is_a_buffer_that_moves_with_the_model():
     # source 003 builds its table on the CPU at every forward pass: a GPU run fails
-    model = EncoderDecoderTransformer(
-        TransformerConfig(
-            source_vocab=12,
-            target_vocab=12,
-            d_model=8,
-            num_heads=2,
-            num_layers=1,
-        )
-    )
+    model = EncoderDecoderTransformer(_one_layer_config(12, 12))
     assert "positional.pe" in model.state_dict()
     assert all(
         parameter is not model.positional.pe for parameter in model.parameters()
@@ -576,15 +505,7 @@ def test_a_sequence_stops_at_its_end_token_and_pads():
 
 # an untrained model whose next-token distributions are near-uniform: where beam
 # search and greedy decoding part ways
-BEAM_MODEL = TransformerConfig(
-    source_vocab=12,
-    target_vocab=12,
-    d_model=16,
-    num_heads=2,
-    num_layers=1,
-    ffn_width=32,
-    pad_id=0,
-)
+BEAM_MODEL = TINY_MODEL.replace(num_layers=1)
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -627,15 +548,7 @@ def test_a_wide_beam_finds_the_most_likely_sequence(end_id):
     prefix, so it must return the best sequence; a narrow beam need not."""
     torch.manual_seed(3)
     model = EncoderDecoderTransformer(
-        TransformerConfig(
-            source_vocab=4,
-            target_vocab=4,
-            d_model=8,
-            num_heads=2,
-            num_layers=1,
-            ffn_width=16,
-            pad_id=0,
-        )
+        small_config(source_vocab=4, target_vocab=4, num_layers=1, pad_id=0)
     ).eval()
     source = torch.tensor([[1, 2, 3], [3, 3, 1], [2, 1, 1], [1, 3, 2]])
     grid = torch.cartesian_prod(*[torch.arange(4)] * 3)  # (64, 3): every output
@@ -726,16 +639,6 @@ def test_generate_refuses_more_steps_than_max_len_before_any_work(
 
 
 def test_an_end_token_needs_a_model_with_padding():
-    torch.manual_seed(0)
-    model = EncoderDecoderTransformer(
-        TransformerConfig(
-            source_vocab=12,
-            target_vocab=12,
-            d_model=16,
-            num_heads=2,
-            num_layers=1,
-            ffn_width=32,
-        )
-    ).eval()
+    model = _tiny_model(num_layers=1, pad_id=None)
     with pytest.raises(ValueError, match="the model has pad_id=None"):
         model.generate(_sources(), 1, 3, end_id=2)

@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from strategies import qkv_case
 from torch.utils.flop_counter import FlopCounterMode
 
 from helpers.analysis import peak_cpu_bytes
@@ -43,14 +44,7 @@ def _reference_mask(
 
 @st.composite
 def tiled_case(draw):
-    seed = draw(st.integers(0, 2**16))
-    batch = tuple(draw(st.lists(st.integers(1, 3), max_size=2)))
-    q_len, k_len = draw(st.integers(1, 40)), draw(st.integers(1, 40))
-    width, v_width = draw(st.integers(1, 8)), draw(st.integers(1, 6))
-    gen = torch.Generator().manual_seed(seed)
-    q = torch.randn(*batch, q_len, width, generator=gen)
-    k = torch.randn(*batch, k_len, width, generator=gen)
-    v = torch.randn(*batch, k_len, v_width, generator=gen)
+    q, k, v, _ = draw(qkv_case(max_len=40, max_v_width=6))
     causal = draw(st.booleans())
     block_size = draw(st.sampled_from([1, 2, 3, 5, 8, 16, 64]))
     return q, k, v, causal, block_size
@@ -137,17 +131,24 @@ def test_causal_tiles_above_the_diagonal_are_skipped():
     assert causal.get_total_flops() * 64 == full.get_total_flops() * 36
 
 
-def test_online_softmax_update_streams_a_softmax():
-    gen = torch.Generator().manual_seed(4)
+def softmax_problem(seed, rows, keys, width):
+    """Scores (rows, keys) and values (keys, width), drawn from ``seed``, and the empty
+    running state (max, sum, accumulator) that online softmax starts from."""
+    gen = torch.Generator().manual_seed(seed)
     scores, values = (
-        torch.randn(3, 20, generator=gen),
-        torch.randn(20, 2, generator=gen),
+        torch.randn(rows, keys, generator=gen),
+        torch.randn(keys, width, generator=gen),
     )
-    state = (
-        torch.full((3, 1), float("-inf")),
-        torch.zeros(3, 1),
-        torch.zeros(3, 2),
+    empty = (
+        torch.full((rows, 1), float("-inf")),
+        torch.zeros(rows, 1),
+        torch.zeros(rows, width),
     )
+    return scores, values, empty
+
+
+def test_online_softmax_update_streams_a_softmax():
+    scores, values, state = softmax_problem(4, rows=3, keys=20, width=2)
     for start in range(0, 20, 6):
         state = online_softmax_update(
             *state, scores[:, start : start + 6], values[start : start + 6]
@@ -339,16 +340,7 @@ def test_check_softmax_merge_accepts_a_right_merge_and_names_wrong_ones():
 
 
 def test_merging_states_is_what_tiled_attention_does_across_key_blocks():
-    gen = torch.Generator().manual_seed(5)
-    scores, values = (
-        torch.randn(2, 12, generator=gen),
-        torch.randn(12, 3, generator=gen),
-    )
-    empty = (
-        torch.full((2, 1), float("-inf")),
-        torch.zeros(2, 1),
-        torch.zeros(2, 3),
-    )
+    scores, values, empty = softmax_problem(5, rows=2, keys=12, width=3)
     first = online_softmax_update(*empty, scores[:, :5], values[:5])
     second = online_softmax_update(*empty, scores[:, 5:], values[5:])
     running_max, running_sum, accumulator = _merge(first, second)

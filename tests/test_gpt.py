@@ -30,22 +30,26 @@ VOCAB = 11
 ATOL = 1e-5
 
 
-def _model(
-    positions="learned", num_kv_heads=None, window=None, seed=0, **kwargs
-) -> GPT:
-    torch.manual_seed(seed)
-    config = GPTConfig(
-        vocab_size=VOCAB,
-        context_length=24,
-        d_model=16,
-        num_layers=2,
-        num_heads=4,
-        num_kv_heads=num_kv_heads,
-        positions=positions,
-        window=window,
-        **kwargs,
+def _config(vocab_size=VOCAB, context_length=8, **fields) -> GPTConfig:
+    """A GPTConfig of ``VOCAB`` tokens and context 8 unless told; ``fields`` as GPTConfig's."""
+    return GPTConfig(
+        vocab_size=vocab_size, context_length=context_length, **fields
     )
-    model = GPT(config)
+
+
+def _model(positions="learned", seed=0, **fields) -> GPT:
+    """A seeded GPT of context 24, width 16, 2 layers and 4 heads, in eval mode."""
+    torch.manual_seed(seed)
+    model = GPT(
+        _config(
+            context_length=24,
+            d_model=16,
+            num_layers=2,
+            num_heads=4,
+            positions=positions,
+            **fields,
+        )
+    )
     with (
         torch.no_grad()
     ):  # larger weights than GPT-2's init, so that mistakes show
@@ -55,20 +59,11 @@ def _model(
 
 
 def _gpt(vocab_size=VOCAB, context_length=8, **fields) -> GPT:
-    return GPT(
-        GPTConfig(
-            vocab_size=vocab_size, context_length=context_length, **fields
-        )
-    )
+    return GPT(_config(vocab_size, context_length, **fields))
 
 
 def _attention(d_model, num_heads, **fields) -> CausalSelfAttention:
-    config = GPTConfig(
-        vocab_size=VOCAB,
-        context_length=64,
-        d_model=d_model,
-        num_heads=num_heads,
-    )
+    config = _config(context_length=64, d_model=d_model, num_heads=num_heads)
     return CausalSelfAttention(config.replace(**fields))
 
 
@@ -237,13 +232,7 @@ def test_block_equals_a_causal_encoder_block(norm, bias):
     with torch.no_grad():
         for parameter in encoder_block.parameters():
             parameter.add_(0.3 * torch.randn_like(parameter))
-    config = GPTConfig(
-        vocab_size=VOCAB,
-        context_length=8,
-        d_model=16,
-        num_heads=4,
-        ffn_width=40,
-    )
+    config = _config(d_model=16, num_heads=4, ffn_width=40)
     block = GPTBlock(config.replace(bias=bias, norm=norm)).eval()
     block.load_state_dict(
         encoder_block.state_dict()

@@ -81,8 +81,8 @@ def test_logits_equal_the_reference(seed, attn):
     assert error < 1e-4
 
 
-def test_untransposed_conv1d_weights_give_other_logits():
-    """The failing case of the parity test: GPT-2's (in, out) matrices copied as they are."""
+def logit_change(spoil) -> float:
+    """How far ``spoil(model, ref)`` moves a loaded model's logits (largest absolute change)."""
     ref = reference()
     model = loaded(ref)
     tokens = torch.randint(
@@ -90,27 +90,32 @@ def test_untransposed_conv1d_weights_give_other_logits():
     )
     with torch.no_grad():
         right = model(tokens)
+        spoil(model, ref)
+        return (model(tokens) - right).abs().max().item()
+
+
+def test_untransposed_conv1d_weights_give_other_logits():
+    """The failing case of the parity test: GPT-2's (in, out) matrices copied as they are."""
+
+    def copy_untransposed(model, ref):
         for index, block in enumerate(
             model.blocks
         ):  # square (D, D): fits either way
             block.self_attn.out_proj.weight.copy_(
                 ref.state_dict()[f"transformer.h.{index}.attn.c_proj.weight"]
             )
-        assert (model(tokens) - right).abs().max().item() > 1e-2
+
+    assert logit_change(copy_untransposed) > 1e-2
 
 
 def test_exact_gelu_instead_of_the_tanh_approximation_gives_other_logits():
     """The failing case for the activation: the parity tolerance sees GELU's approximation."""
-    ref = reference()
-    model = loaded(ref)
-    tokens = torch.randint(
-        0, 64, (2, 16), generator=torch.Generator().manual_seed(0)
-    )
-    with torch.no_grad():
-        right = model(tokens)
+
+    def exact_gelu(model, ref):
         for block in model.blocks:
             block.ffn.activation = nn.GELU()  # exact, not approximate="tanh"
-        assert (model(tokens) - right).abs().max().item() > 1e-4
+
+    assert logit_change(exact_gelu) > 1e-4
 
 
 @pytest.mark.parametrize("use_cache", [True, False])

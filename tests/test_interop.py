@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import close
+from conftest import close, randomize_norms
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import mha_case
@@ -45,20 +45,6 @@ def torch_layer(
         norm_first=norm_first,
         bias=bias,
     )
-
-
-def randomize_norms(module: nn.Module, generator: torch.Generator) -> None:
-    """Give every LayerNorm a non-trivial gain and bias, so tests see if they are copied."""
-    with torch.no_grad():
-        for norm in module.modules():
-            if isinstance(norm, nn.LayerNorm):
-                norm.weight.copy_(
-                    1
-                    + 0.3 * torch.randn(norm.weight.shape, generator=generator)
-                )
-                norm.bias.copy_(
-                    0.3 * torch.randn(norm.bias.shape, generator=generator)
-                )
 
 
 # --------------------------------------------------------------------------- multi-head attention

@@ -129,6 +129,11 @@ def test_leave_one_out_keeps_a_useful_width_and_self_attention_collapses():
     assert self_losses[-1] < self_losses[0]
 
 
+def _zeros(values=3):
+    """Queries, keys and values for a misuse test: 2 queries, 3 keys, ``values`` values."""
+    return torch.zeros(2), torch.zeros(3), torch.zeros(values)
+
+
 @pytest.mark.parametrize(
     ("call", "error", "message"),
     [
@@ -148,19 +153,12 @@ def test_leave_one_out_keeps_a_useful_width_and_self_attention_collapses():
             "torch.Tensor",
         ),
         (
-            lambda: nadaraya_watson(
-                torch.zeros(2), torch.zeros(3), torch.zeros(4)
-            ),
+            lambda: nadaraya_watson(*_zeros(values=4)),
             ValueError,
             "pair up",
         ),
         (
-            lambda: nadaraya_watson(
-                torch.zeros(2),
-                torch.zeros(3),
-                torch.zeros(3),
-                mask=torch.ones(2, 3),
-            ),
+            lambda: nadaraya_watson(*_zeros(), mask=torch.ones(2, 3)),
             TypeError,
             r"mask must be boolean.*mask\.bool\(\)",
         ),
@@ -175,19 +173,12 @@ def test_leave_one_out_keeps_a_useful_width_and_self_attention_collapses():
             "torch.Tensor",
         ),
         (
-            lambda: nearest_neighbour(
-                torch.zeros(2), torch.zeros(3), torch.zeros(4)
-            ),
+            lambda: nearest_neighbour(*_zeros(values=4)),
             ValueError,
             "pair up",
         ),
         (
-            lambda: nadaraya_watson(
-                torch.zeros(2),
-                torch.zeros(3),
-                torch.zeros(3),
-                mask=torch.ones(3, 2).bool(),
-            ),
+            lambda: nadaraya_watson(*_zeros(), mask=torch.ones(3, 2).bool()),
             ValueError,
             "shape",
         ),

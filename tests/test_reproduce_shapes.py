@@ -46,18 +46,23 @@ def run_script(*args):
     return run_script_named("reproduce_shapes.py", *args)
 
 
-def test_a_tiny_run_writes_every_epoch_and_collect_rebuilds_it(tmp_path):
-    out = tmp_path / "tiny.csv"
-    tiny = [
+def tiny_run(epochs: int, num_train: int) -> list[str]:
+    """The arguments of a run of one seed, on one worker, small enough for a unit test."""
+    return [
         "--epochs",
-        "2",
+        str(epochs),
         "--seeds",
         "1",
         "--num-train",
-        "64",
+        str(num_train),
         "--workers",
         "1",
     ]
+
+
+def test_a_tiny_run_writes_every_epoch_and_collect_rebuilds_it(tmp_path):
+    out = tmp_path / "tiny.csv"
+    tiny = tiny_run(epochs=2, num_train=64)
     models = ["--models", "CNN", "CNN + attention"]
     done = run_script(*tiny, *models, "--protocol", "book", "--out", str(out))
     assert done.returncode == 0, done.stderr
@@ -87,16 +92,7 @@ def test_the_source_protocol_validates_on_a_fifth_and_runs_the_batch_axis_lstm(
     tmp_path,
 ):
     out = tmp_path / "source.csv"
-    tiny = [
-        "--epochs",
-        "1",
-        "--seeds",
-        "1",
-        "--num-train",
-        "300",
-        "--workers",
-        "1",
-    ]
+    tiny = tiny_run(epochs=1, num_train=300)
     done = run_script(
         *tiny, "--models", "batch-axis LSTM", "CNN", "--out", str(out)
     )
@@ -261,16 +257,7 @@ def test_the_shipped_overfit_results_are_the_sources_check_on_three_seeds():
 def test_the_same_command_again_skips_the_runs_it_finished(tmp_path):
     """The CPU protocol runs in parts: finished runs are kept, not trained again."""
     out = tmp_path / "parts.csv"
-    tiny = [
-        "--epochs",
-        "1",
-        "--seeds",
-        "1",
-        "--num-train",
-        "64",
-        "--workers",
-        "1",
-    ]
+    tiny = tiny_run(epochs=1, num_train=64)
     first = run_script(
         *tiny, "--models", "CNN", "--protocol", "book", "--out", str(out)
     )
@@ -284,8 +271,8 @@ def test_the_same_command_again_skips_the_runs_it_finished(tmp_path):
     assert (tmp_path / "parts.partial" / "CNN-seed0.csv").read_text() == saved
     assert set(pd.read_csv(out)["model"]) == {"CNN", "CNN + attention"}
     # another command (here, more epochs) trains the run again rather than mixing files
-    longer = run_script(*tiny[:1], "2", *tiny[2:], "--models", "CNN", "--protocol", "book",
-                        "--out", str(out))  # fmt: skip
+    longer = run_script(*tiny_run(epochs=2, num_train=64), "--models", "CNN",
+                        "--protocol", "book", "--out", str(out))  # fmt: skip
     assert (
         "complete" not in longer.stdout
         and "CNN                  seed 0 epoch   2" in longer.stdout

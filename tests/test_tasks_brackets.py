@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from conftest import seeded
 
 from helpers.gpt import GPT, GPTConfig
 from helpers.tasks.brackets import (
@@ -33,10 +34,6 @@ from helpers.tasks.brackets import (
 )
 
 
-def _generator(seed: int = 0) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
-
-
 def _depth(text: str) -> int:
     depth = deepest = 0
     for char in text:
@@ -46,10 +43,8 @@ def _depth(text: str) -> int:
 
 
 def test_generated_strings_are_balanced_seeded_and_bounded():
-    strings = make_strings(500, _generator(1), max_pairs=12, max_depth=5)
-    assert strings == make_strings(
-        500, _generator(1), max_pairs=12, max_depth=5
-    )
+    strings = make_strings(500, seeded(1), max_pairs=12, max_depth=5)
+    assert strings == make_strings(500, seeded(1), max_pairs=12, max_depth=5)
     assert all(is_balanced(s) for s in strings)
     assert all(2 <= len(s) <= 24 for s in strings)
     assert max(map(_depth, strings)) == 5
@@ -117,8 +112,8 @@ def test_ngram_model_counts_and_normalizes():
     assert model.loss(["()"]) < 0.5
     samples = (
         NGramModel(3)
-        .fit(make_strings(200, _generator(2)))
-        .sample(50, _generator(3), 40)
+        .fit(make_strings(200, seeded(2)))
+        .sample(50, seeded(3), 40)
     )
     assert len(samples) == 50 and 0 < validity_rate(samples) < 1
 
@@ -159,22 +154,22 @@ def test_model_measures_run_on_an_untrained_model():
         )
     )
     model.eval()
-    strings = make_strings(20, _generator(4), max_pairs=8)
+    strings = make_strings(20, seeded(4), max_pairs=8)
     loss = per_token_loss(model, make_rows(strings, 20))
     assert abs(loss - math.log(len(ALPHABET))) < 0.1
     table = gpt_probabilities(model, strings[:3])
     assert all(
         math.isclose(p.sum().item(), 1.0, rel_tol=1e-9) for p in table.values()
     )
-    samples = sample_strings(model, 10, _generator(5))
+    samples = sample_strings(model, 10, seeded(5))
     assert len(samples) == 10 and all(
         s is None or "\n" not in s for s in samples
     )
-    assert len(set(sample_strings(model, 5, _generator(5), greedy=True))) == 1
+    assert len(set(sample_strings(model, 5, seeded(5), greedy=True))) == 1
 
 
 def test_a_short_training_run_learns_something():
-    strings = make_strings(400, _generator(6), max_pairs=6)
+    strings = make_strings(400, seeded(6), max_pairs=6)
     rows = make_rows(strings, 32)
     model = GPTConfig(vocab_size=len(ALPHABET), context_length=32, d_model=32)
     config = BracketConfig(model=model, batch_size=16, epochs=6, warmup_steps=5)
@@ -237,7 +232,7 @@ def test_string_probabilities_sum_to_one_and_match_frequencies():
     assert (
         string_log_probability("()" * 4, max_pairs=3) == -math.inf
     )  # too many pairs
-    drawn = make_strings(20_000, _generator(8), max_pairs=3, max_depth=2)
+    drawn = make_strings(20_000, seeded(8), max_pairs=3, max_depth=2)
     frequency = drawn.count("(())") / len(drawn)
     expected = math.exp(
         string_log_probability("(())", max_pairs=3, max_depth=2)
@@ -248,16 +243,16 @@ def test_string_probabilities_sum_to_one_and_match_frequencies():
 def test_entropy_rate_matches_a_monte_carlo_estimate():
     # the generator's loss on its own strings estimates the rate; its standard error over
     # 20,000 strings is about 0.002 nats
-    drawn = make_strings(20_000, _generator(9))
+    drawn = make_strings(20_000, seeded(9))
     assert abs(generator_loss(drawn) - entropy_rate()) < 0.01
-    small = make_strings(20_000, _generator(10), max_pairs=5, max_depth=3)
+    small = make_strings(20_000, seeded(10), max_pairs=5, max_depth=3)
     assert abs(generator_loss(small, 5, 3) - entropy_rate(5, 3)) < 0.01
     # a uniform guess over the 7 tokens is far above the floor
     assert entropy_rate() < math.log(len(ALPHABET)) - 0.5
 
 
 def test_generator_loss_is_the_per_token_loss_of_the_true_probabilities():
-    strings = make_strings(50, _generator(11), max_pairs=4)
+    strings = make_strings(50, seeded(11), max_pairs=4)
     counted = (make_rows(strings, 10).tensors[1] != IGNORE).sum().item()
     total = -sum(string_log_probability(s, 4) for s in strings)
     assert math.isclose(generator_loss(strings, 4), total / counted)
@@ -278,14 +273,14 @@ def test_packed_generator_loss_conditions_on_the_packing():
     got = packed_generator_loss(strings, strings, 6, max_pairs=2)
     assert math.isclose(got, expected)
     # one pair only: nothing to learn from the packing
-    ones = make_strings(200, _generator(12), max_pairs=1)
+    ones = make_strings(200, seeded(12), max_pairs=1)
     assert math.isclose(
         packed_generator_loss(ones, ones, 16, 1), generator_loss(ones, 1)
     )
     # the chapter's setting: the packing is worth about 0.01 nats per token
     train, val = (
-        make_strings(5_000, _generator(13)),
-        make_strings(1_000, _generator(14)),
+        make_strings(5_000, seeded(13)),
+        make_strings(1_000, seeded(14)),
     )
     assert (
         0.005

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import seeded
 from torch import nn
 
 from helpers.tasks.corners import (
@@ -22,12 +23,8 @@ from helpers.tasks.corners import (
 )
 
 
-def _generator(seed: int = 0) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
-
-
 def test_noise_free_sequences_walk_around_the_square():
-    points, clockwise = make_corner_sequences(200, _generator(), noise=0.0)
+    points, clockwise = make_corner_sequences(200, seeded(), noise=0.0)
     corner_index = (
         (points[:, :, None] == CORNERS).all(-1).float().argmax(-1)
     )  # (N, 4)
@@ -40,7 +37,7 @@ def test_noise_free_sequences_walk_around_the_square():
 
 
 def test_clockwise_means_clockwise_on_the_plane():
-    points, clockwise = make_corner_sequences(50, _generator(), noise=0.0)
+    points, clockwise = make_corner_sequences(50, seeded(), noise=0.0)
     a, b = points[:, 1] - points[:, 0], points[:, 2] - points[:, 1]
     cross = (
         a[:, 0] * b[:, 1] - a[:, 1] * b[:, 0]
@@ -49,16 +46,16 @@ def test_clockwise_means_clockwise_on_the_plane():
 
 
 def test_splits_are_seeded_and_held_out():
-    first, _ = make_corner_sequences(64, _generator(13))
-    again, _ = make_corner_sequences(64, _generator(13))
-    other, _ = make_corner_sequences(64, _generator(19))
+    first, _ = make_corner_sequences(64, seeded(13))
+    again, _ = make_corner_sequences(64, seeded(13))
+    other, _ = make_corner_sequences(64, seeded(19))
     assert torch.equal(first, again)
     # source 001 evaluated on its training points; a held-out set shares no sequence
     assert not (first[:, None] == other[None]).all(-1).all(-1).any()
 
 
 def test_teacher_forcing_split_shifts_the_target_by_one():
-    points, _ = make_corner_sequences(8, _generator())
+    points, _ = make_corner_sequences(8, seeded())
     source, decoder_input, target = teacher_forcing_split(points).tensors
     assert torch.equal(source, points[:, :2]) and torch.equal(
         target, points[:, 2:]
@@ -70,7 +67,7 @@ def test_teacher_forcing_split_shifts_the_target_by_one():
 def test_generation_equals_teacher_forcing_on_its_own_outputs():
     torch.manual_seed(0)
     model = CornerTransformer().eval()
-    points, _ = make_corner_sequences(5, _generator())
+    points, _ = make_corner_sequences(5, seeded())
     source = points[:, :2]
     generated = model.generate(source, 2)
     decoder_input = torch.cat([source[:, -1:], generated[:, :1]], dim=1)
@@ -160,7 +157,7 @@ def test_the_planted_weights_tell_the_focus_from_near_misses():
 
 def test_cross_attention_focus_of_a_real_model_is_a_weight():
     torch.manual_seed(0)
-    points, _ = make_corner_sequences(16, _generator(3))
+    points, _ = make_corner_sequences(16, seeded(3))
     focus = cross_attention_focus(
         CornerTransformer(CORNER_MODEL.replace(num_layers=2)), points
     )
@@ -168,7 +165,7 @@ def test_cross_attention_focus_of_a_real_model_is_a_weight():
 
 
 def test_a_short_run_learns_and_free_running_is_reported():
-    train, _ = make_corner_sequences(64, _generator(1))
+    train, _ = make_corner_sequences(64, seeded(1))
     model, history = train_corners(
         CornerConfig(epochs=15, seed=0), train, train
     )
@@ -178,10 +175,10 @@ def test_a_short_run_learns_and_free_running_is_reported():
 
 
 def test_the_reflection_rule_reaches_the_noise_floor():
-    clean, _ = make_corner_sequences(100, _generator(2), noise=0.0)
+    clean, _ = make_corner_sequences(100, seeded(2), noise=0.0)
     source, _, target = teacher_forcing_split(clean).tensors
     assert torch.equal(reflection_rule(source), target)
-    noisy, _ = make_corner_sequences(4000, _generator(3), noise=0.1)
+    noisy, _ = make_corner_sequences(4000, seeded(3), noise=0.1)
     source, _, target = teacher_forcing_split(noisy).tensors
     mse = nn.functional.mse_loss(reflection_rule(source), target).item()
     assert mse == pytest.approx(0.01, rel=0.1)
@@ -198,11 +195,11 @@ class _RuleModel:
 
 
 def test_follows_the_rule_tells_the_rule_from_a_guess():
-    points, _ = make_corner_sequences(400, _generator(4))
-    assert follows_the_rule(_RuleModel(), points, _generator(5)) == 1.0
+    points, _ = make_corner_sequences(400, seeded(4))
+    assert follows_the_rule(_RuleModel(), points, seeded(5)) == 1.0
     torch.manual_seed(0)
     untrained = CornerTransformer().eval()
-    assert follows_the_rule(untrained, points, _generator(5)) < 0.6
+    assert follows_the_rule(untrained, points, seeded(5)) < 0.6
 
 
 class _SecondPointModel:
@@ -213,15 +210,15 @@ class _SecondPointModel:
 
 
 def test_the_two_undirected_cases_tell_point_1_readers_from_the_rest():
-    points, _ = make_corner_sequences(400, _generator(4))
-    rule = follows_the_rule_by_case(_RuleModel(), points, _generator(5))
+    points, _ = make_corner_sequences(400, seeded(4))
+    rule = follows_the_rule_by_case(_RuleModel(), points, seeded(5))
     assert rule == {"adjacent": 1.0, "same": 1.0, "opposite": 1.0}
     # reading point 2 alone, it is right in one of the two cases at most: here, always
     # in "opposite" (the rule's corner is point 2's own), never in "same"
-    blind = follows_the_rule_by_case(_SecondPointModel(), points, _generator(5))
+    blind = follows_the_rule_by_case(_SecondPointModel(), points, seeded(5))
     assert blind == {"adjacent": 0.0, "same": 0.0, "opposite": 1.0}
     # the same draws as follows_the_rule: a quarter of them are "opposite"
-    overall = follows_the_rule(_SecondPointModel(), points, _generator(5))
+    overall = follows_the_rule(_SecondPointModel(), points, seeded(5))
     assert 0.15 < overall < 0.35
 
 
@@ -229,13 +226,13 @@ def test_the_two_undirected_cases_tell_point_1_readers_from_the_rest():
     ("call", "error", "message"),
     [
         (
-            lambda: make_corner_sequences(0, _generator()),
+            lambda: make_corner_sequences(0, seeded()),
             ValueError,
             "num_sequences",
         ),
         (lambda: make_corner_sequences(4, 0), TypeError, "generator"),
         (
-            lambda: make_corner_sequences(4, _generator(), noise=-1.0),
+            lambda: make_corner_sequences(4, seeded(), noise=-1.0),
             ValueError,
             "noise",
         ),

@@ -82,12 +82,20 @@ def test_a_model_that_knows_the_rule_scores_one():
     assert retrieval_accuracy(Oracle(), tokens, targets) == 1.0
 
 
+def tiny_config(context_length, **fields):
+    """A retrieval run small enough for a unit test: 64 tokens, trained on length 8."""
+    return RetrievalConfig(
+        model=GPTConfig(vocab_size=64, context_length=context_length),
+        train_len=8,
+        **fields,
+    )
+
+
 def test_training_returns_a_model_and_an_accuracy_per_length():
-    config = RetrievalConfig(
-        model=GPTConfig(vocab_size=64, context_length=16),
+    config = tiny_config(
+        context_length=16,
         steps=3,
         batch_size=4,
-        train_len=8,
         test_lengths=(8, 16),
         num_test=5,
     )
@@ -99,13 +107,8 @@ def test_training_returns_a_model_and_an_accuracy_per_length():
 
 
 def test_scale_brings_the_embeddings_to_one_size():
-    config = RetrievalConfig(
-        model=GPTConfig(vocab_size=64, context_length=8),
-        steps=1,
-        batch_size=2,
-        train_len=8,
-        test_lengths=(8,),
-        num_test=2,
+    config = tiny_config(
+        context_length=8, steps=1, batch_size=2, test_lengths=(8,), num_test=2
     )
     tokens = torch.arange(8)[None]
 

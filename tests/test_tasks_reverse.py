@@ -409,14 +409,21 @@ def test_steps_to_accuracy():
     assert steps_to_accuracy(history.iloc[:2]) is None
 
 
+def assert_every_run_on_the_same_seeds(table, runs, min_seeds):
+    """A shipped results file of scripts/margins.py: every run of ``runs`` in order, each on
+    the same number of seeds (``min_seeds`` or more), all written on one machine."""
+    assert list(table["run"].unique()) == list(runs)
+    seeds = table.groupby("run")["seed"].nunique()
+    assert (seeds >= min_seeds).all() and seeds.nunique() == 1
+    assert table["command"].str.startswith(MARGINS_COMMANDS).all()
+    assert table["machine"].nunique() == 1
+
+
 def test_the_shipped_ablation_results_cover_every_ablation_on_three_seeds_or_more():
     """Chapter 7 asserts its ablations on this file: every run, >= 3 seeds, labelled."""
     table = ablation_results()
-    assert list(table["run"].unique()) == list(ABLATIONS)
-    seeds = table.groupby("run")["seed"].nunique()
-    assert (seeds >= 3).all() and seeds.nunique() == 1
-    assert table["command"].str.startswith(MARGINS_COMMANDS).all()
-    assert table["machine"].nunique() == 1 and table["machine"].iloc[0]
+    assert_every_run_on_the_same_seeds(table, ABLATIONS, min_seeds=3)
+    assert table["machine"].iloc[0]
     measured = ["train accuracy", "test accuracy", "test sequence accuracy"]
     measured += [
         "bag oracle",
@@ -434,11 +441,7 @@ def test_the_shipped_ablation_results_cover_every_ablation_on_three_seeds_or_mor
 def test_the_shipped_schedule_results_cover_every_run_on_five_seeds():
     """Chapter 7 asserts its schedule experiment on this file: every run, the same seeds."""
     table = schedule_results()
-    assert list(table["run"].unique()) == list(SCHEDULE_EXPERIMENT)
-    seeds = table.groupby("run")["seed"].nunique()
-    assert (seeds >= 5).all() and seeds.nunique() == 1
-    assert table["command"].str.startswith(MARGINS_COMMANDS).all()
-    assert table["machine"].nunique() == 1
+    assert_every_run_on_the_same_seeds(table, SCHEDULE_EXPERIMENT, min_seeds=5)
     assert table["final"].between(0, 1).all()
     reached = table["steps to 99%"].dropna()
     assert (reached % 10 == 0).all() and (reached <= 250).all()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import seeded
 
 from helpers import checks
 from helpers.tasks.sorting import (
@@ -25,13 +26,9 @@ from helpers.tasks.sorting import (
 from helpers.transformer import EncoderDecoderTransformer, TransformerConfig
 
 
-def _generator(seed: int = 0) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
-
-
 def test_targets_are_the_sorted_digits_then_eos():
     source, decoder_input, target = make_sorting_dataset(
-        300, 6, _generator()
+        300, 6, seeded()
     ).tensors
     assert source.shape == (300, 6) and target.shape == decoder_input.shape == (
         300,
@@ -53,23 +50,21 @@ def test_targets_are_the_sorted_digits_then_eos():
 
 def test_distinct_digits_and_fixed_lengths():
     source, _, _ = make_sorting_dataset(
-        50, 8, _generator(), min_len=8, distinct=True
+        50, 8, seeded(), min_len=8, distinct=True
     ).tensors
     assert all(len(set(row)) == 8 for row in source.tolist())
 
 
 def test_splits_are_seeded():
-    first = make_sorting_dataset(20, 5, _generator(1)).tensors[0]
-    assert torch.equal(
-        first, make_sorting_dataset(20, 5, _generator(1)).tensors[0]
-    )
+    first = make_sorting_dataset(20, 5, seeded(1)).tensors[0]
+    assert torch.equal(first, make_sorting_dataset(20, 5, seeded(1)).tensors[0])
     assert not torch.equal(
-        first, make_sorting_dataset(20, 5, _generator(2)).tensors[0]
+        first, make_sorting_dataset(20, 5, seeded(2)).tensors[0]
     )
 
 
 def test_loss_and_accuracy_ignore_padding():
-    _, _, target = make_sorting_dataset(10, 5, _generator()).tensors
+    _, _, target = make_sorting_dataset(10, 5, seeded()).tensors
     perfect = 10.0 * torch.nn.functional.one_hot(target, VOCAB_SIZE).float()
     perfect[target == PAD] = 0.0  # anything at padded positions
     perfect[..., BOS][target == PAD] = 5.0
@@ -78,24 +73,6 @@ def test_loss_and_accuracy_ignore_padding():
     wrong = perfect.clone()
     wrong[0, 0] = wrong[0, 0].roll(1)
     assert sequence_accuracy(wrong, target) == pytest.approx(0.9)
-
-
-def test_generated_accuracy_of_an_untrained_model_is_low():
-    torch.manual_seed(0)
-    model = EncoderDecoderTransformer(
-        TransformerConfig(
-            source_vocab=VOCAB_SIZE,
-            target_vocab=VOCAB_SIZE,
-            d_model=16,
-            num_heads=2,
-            num_layers=1,
-            pad_id=PAD,
-        )
-    ).eval()
-    assert (
-        generated_accuracy(model, make_sorting_dataset(50, 5, _generator()))
-        < 0.2
-    )
 
 
 def _untrained(seed=0):
@@ -112,9 +89,16 @@ def _untrained(seed=0):
     ).eval()
 
 
+def test_generated_accuracy_of_an_untrained_model_is_low():
+    model = _untrained()
+    assert (
+        generated_accuracy(model, make_sorting_dataset(50, 5, seeded())) < 0.2
+    )
+
+
 def test_label_smoothing_is_the_mixture_of_two_cross_entropies():
-    _, _, target = make_sorting_dataset(10, 5, _generator()).tensors
-    logits = torch.randn(*target.shape, VOCAB_SIZE, generator=_generator(1))
+    _, _, target = make_sorting_dataset(10, 5, seeded()).tensors
+    logits = torch.randn(*target.shape, VOCAB_SIZE, generator=seeded(1))
     real = target != PAD
     log_probs = logits[real].log_softmax(-1)
     hard = -log_probs.gather(-1, target[real][:, None]).mean()
@@ -131,7 +115,7 @@ def test_exposure_bias_of_an_untrained_model():
     """Greedy decoding makes the sequence accuracies equal; an untrained model is as lost
     after its first mistake with the true prefix as with its own (the chapter's failing case
     for its exposure-bias threshold of 0.3)."""
-    data = make_sorting_dataset(200, 6, _generator())
+    data = make_sorting_dataset(200, 6, seeded())
     result = exposure_bias(_untrained(), data)
     assert result["sequence_tf"] == result["sequence_generated"]
     assert result["num_after"] > 0
@@ -139,7 +123,7 @@ def test_exposure_bias_of_an_untrained_model():
 
 
 def test_next_to_write_is_the_target_after_the_true_prefix():
-    source, _, target = make_sorting_dataset(300, 6, _generator(3)).tensors
+    source, _, target = make_sorting_dataset(300, 6, seeded(3)).tensors
     real = target != PAD
     assert torch.equal(next_to_write(source, target)[real], target[real])
 
@@ -209,7 +193,7 @@ def test_exposure_bias_aligns_after_a_skip_and_stops_at_the_model_end():
 
 
 def test_calibration_of_hand_built_predictions():
-    _, _, target = make_sorting_dataset(50, 5, _generator()).tensors
+    _, _, target = make_sorting_dataset(50, 5, seeded()).tensors
     # probability 0.9 on the right token for every real token: confidence 0.9, accuracy 1
     logits = torch.full((*target.shape, VOCAB_SIZE), -10.0)
     logits.scatter_(-1, target[..., None], 0.0)
@@ -228,7 +212,7 @@ def test_calibration_of_hand_built_predictions():
 
 
 def test_sequence_log_probs_stop_at_the_end_token():
-    data = make_sorting_dataset(20, 5, _generator())
+    data = make_sorting_dataset(20, 5, seeded())
     source, decoder_input, target = data.tensors
     model = _untrained()
     written = torch.cat([decoder_input[:, :1], target], dim=1)
@@ -242,7 +226,7 @@ def test_sequence_log_probs_stop_at_the_end_token():
 
 
 def test_beam_accuracy_of_an_untrained_model_is_low_too():
-    data = make_sorting_dataset(50, 5, _generator())
+    data = make_sorting_dataset(50, 5, seeded())
     assert generated_accuracy(_untrained(), data, beam_size=3) < 0.2
 
 
@@ -259,7 +243,7 @@ def test_make_sorting_dataset_rejects_bad_arguments(kwargs, error):
     arguments = {
         "num_sequences": 5,
         "max_len": 5,
-        "generator": _generator(),
+        "generator": seeded(),
     } | kwargs
     with pytest.raises(error):
         make_sorting_dataset(**arguments)
@@ -342,9 +326,7 @@ def test_permutation_hits_refuses_repeated_digits_or_padding():
 
 
 def test_permutation_hits_of_an_untrained_model_is_a_table_of_shares():
-    distinct = make_sorting_dataset(
-        40, 6, _generator(3), min_len=6, distinct=True
-    )
+    distinct = make_sorting_dataset(40, 6, seeded(3), min_len=6, distinct=True)
     hits = permutation_hits(_untrained(), distinct)
     assert hits.shape == (1, 2)  # decoder blocks x heads
     assert ((hits >= 0) & (hits <= 1)).all()

@@ -33,6 +33,18 @@ def linear_problem(num_samples: int = 64, batch_size: int = 16, seed: int = 0):
     return nn.Linear(3, 1), loader
 
 
+def train(model, loader, optimizer, **options):
+    """``fit`` on the mean squared error, without a progress bar, as most tests here train."""
+    return fit(
+        model,
+        loader,
+        loss_fn=nn.MSELoss(),
+        optimizer=optimizer,
+        progress=False,
+        **options,
+    )
+
+
 def mean_abs_error(output, target):
     return (output - target).abs().mean()
 
@@ -41,14 +53,7 @@ def test_loss_decreases_on_a_tiny_problem():
     model, loader = linear_problem()
     before = evaluate(model, loader, nn.MSELoss())["loss"]
     optimizer = torch.optim.Adam(model.parameters(), lr=0.05)
-    history = fit(
-        model,
-        loader,
-        loss_fn=nn.MSELoss(),
-        optimizer=optimizer,
-        epochs=30,
-        progress=False,
-    )
+    history = train(model, loader, optimizer, epochs=30)
     after = evaluate(model, loader, nn.MSELoss())["loss"]
     assert after < 0.01 * before
     assert history["train_loss"].iloc[-1] < history["train_loss"].iloc[0]
@@ -59,15 +64,13 @@ def test_history_columns_and_rows():
         num_samples=70, batch_size=16
     )  # 5 batches, the last of 6
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    history = fit(
+    history = train(
         model,
         loader,
-        loss_fn=nn.MSELoss(),
-        optimizer=optimizer,
+        optimizer,
         epochs=2,
         val_loader=loader,
         metrics={"mae": mean_abs_error},
-        progress=False,
         log_every=2,
     )
     assert list(history.columns) == [
@@ -96,14 +99,7 @@ def test_history_columns_and_rows():
 def test_history_without_val_loader_has_no_val_columns():
     model, loader = linear_problem()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    history = fit(
-        model,
-        loader,
-        loss_fn=nn.MSELoss(),
-        optimizer=optimizer,
-        epochs=1,
-        progress=False,
-    )
+    history = train(model, loader, optimizer, epochs=1)
     assert list(history.columns) == [
         "epoch",
         "step",
@@ -120,15 +116,7 @@ def test_train_loss_is_the_mean_over_the_logged_steps():
     # With lr=0 the model never changes, so each logged value is a plain mean of batch losses.
     model, loader = linear_problem(num_samples=64, batch_size=16)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
-    history = fit(
-        model,
-        loader,
-        loss_fn=nn.MSELoss(),
-        optimizer=optimizer,
-        epochs=1,
-        progress=False,
-        log_every=2,
-    )
+    history = train(model, loader, optimizer, epochs=1, log_every=2)
     with torch.no_grad():
         batch_losses = [
             nn.functional.mse_loss(model(x), y).item() for x, y in loader
@@ -143,15 +131,7 @@ def test_fit_is_reproducible_with_a_seed():
         model = nn.Sequential(nn.Linear(3, 8), nn.Dropout(0.5), nn.Linear(8, 1))
         _, loader = linear_problem()
         optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
-        return fit(
-            model,
-            loader,
-            loss_fn=nn.MSELoss(),
-            optimizer=optimizer,
-            epochs=3,
-            progress=False,
-            seed=7,
-        )
+        return train(model, loader, optimizer, epochs=3, seed=7)
 
     first, second = run(), run()
     pd.testing.assert_series_equal(first["train_loss"], second["train_loss"])
@@ -165,15 +145,8 @@ def test_scheduler_is_stepped_once_per_optimizer_step():
     scheduler = cosine_warmup_schedule(
         optimizer, warmup_steps=4, total_steps=16
     )
-    history = fit(
-        model,
-        loader,
-        loss_fn=nn.MSELoss(),
-        optimizer=optimizer,
-        epochs=2,
-        scheduler=scheduler,
-        progress=False,
-        log_every=1,
+    history = train(
+        model, loader, optimizer, epochs=2, scheduler=scheduler, log_every=1
     )
     expected = [0.1 * cosine_warmup_factor(step, 4, 16) for step in range(16)]
     np.testing.assert_allclose(history["lr"], expected, rtol=1e-12)
@@ -187,15 +160,7 @@ def test_gradient_clipping_bounds_the_update():
         [p.detach().flatten().clone() for p in model.parameters()]
     )
     optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
-    fit(
-        model,
-        loader,
-        loss_fn=nn.MSELoss(),
-        optimizer=optimizer,
-        epochs=1,
-        clip_grad_norm=0.01,
-        progress=False,
-    )
+    train(model, loader, optimizer, epochs=1, clip_grad_norm=0.01)
     after = torch.cat([p.detach().flatten() for p in model.parameters()])
     assert (after - before).norm() == pytest.approx(0.01, rel=1e-4)
 
@@ -214,14 +179,7 @@ def test_models_with_several_inputs_are_called_with_all_of_them():
     loader = DataLoader(TensorDataset(left, right, target), batch_size=8)
     model = AddThenLinear()
     optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
-    fit(
-        model,
-        loader,
-        loss_fn=nn.MSELoss(),
-        optimizer=optimizer,
-        epochs=40,
-        progress=False,
-    )
+    train(model, loader, optimizer, epochs=40)
     assert evaluate(model, loader, nn.MSELoss())["loss"] < 1e-3
 
 
@@ -246,14 +204,7 @@ def test_evaluate_weights_batches_by_their_size_and_restores_the_mode():
 def test_checkpoint_round_trip(tmp_path):
     model, loader = linear_problem()
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
-    fit(
-        model,
-        loader,
-        loss_fn=nn.MSELoss(),
-        optimizer=optimizer,
-        epochs=2,
-        progress=False,
-    )
+    train(model, loader, optimizer, epochs=2)
     path = tmp_path / "model.pt"
     save_checkpoint(path, model, optimizer, epoch=2, note="after two epochs")
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import small_config
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
@@ -39,12 +40,8 @@ def test_encoder_shapes_and_attention_maps(
 ):
     d_model = 8
     encoder = TransformerEncoder(
-        TransformerConfig(
-            num_layers=num_layers,
-            d_model=d_model,
-            num_heads=num_heads,
-            ffn_width=16,
-            norm_first=norm_first,
+        small_config(
+            num_layers=num_layers, num_heads=num_heads, norm_first=norm_first
         )
     )
     x = torch.randn(batch, seq_len, d_model)
@@ -67,9 +64,7 @@ def test_block_returns_attention_on_request():
 
 
 def test_final_norm_default_follows_norm_first():
-    small = TransformerConfig(
-        num_layers=1, d_model=8, num_heads=2, ffn_width=16
-    )
+    small = small_config(num_layers=1)
     pre_norm = TransformerEncoder(small.replace(norm_first=True))
     post_norm = TransformerEncoder(small.replace(norm_first=False))
     assert isinstance(pre_norm.final_norm, nn.LayerNorm)
@@ -87,13 +82,7 @@ def test_final_norm_default_follows_norm_first():
 def test_causal_mask_blocks_the_future_through_the_stack(norm_first):
     torch.manual_seed(0)
     encoder = TransformerEncoder(
-        TransformerConfig(
-            num_layers=3,
-            d_model=8,
-            num_heads=2,
-            ffn_width=16,
-            norm_first=norm_first,
-        )
+        small_config(num_layers=3, norm_first=norm_first)
     ).eval()
     seq_len = 6
     x = torch.randn(1, seq_len, 8, requires_grad=True)
@@ -116,9 +105,7 @@ def test_causal_mask_blocks_the_future_through_the_stack(norm_first):
 
 def test_padding_does_not_change_real_tokens():
     torch.manual_seed(0)
-    encoder = TransformerEncoder(
-        TransformerConfig(num_layers=2, d_model=8, num_heads=2, ffn_width=16)
-    ).eval()
+    encoder = TransformerEncoder(small_config()).eval()
     x = torch.randn(2, 7, 8)
     mask = padding_mask([4, 7], max_len=7)
     changed = x.clone()
@@ -139,15 +126,7 @@ def test_padding_does_not_change_real_tokens():
 def test_encoder_is_permutation_equivariant(seq_len, seed, norm_first):
     generator = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
-    encoder = TransformerEncoder(
-        TransformerConfig(
-            num_layers=2,
-            d_model=8,
-            num_heads=2,
-            ffn_width=16,
-            norm_first=norm_first,
-        )
-    ).eval()
+    encoder = TransformerEncoder(small_config(norm_first=norm_first)).eval()
     x = torch.randn(2, seq_len, 8, generator=generator)
     permutation = torch.randperm(seq_len, generator=generator)
     torch.testing.assert_close(
@@ -289,11 +268,7 @@ def test_block_rejects_bad_arguments(kwargs, error, message):
 )
 def test_encoder_rejects_bad_num_layers(num_layers, error):
     with pytest.raises(error, match="num_layers"):
-        TransformerEncoder(
-            TransformerConfig(
-                num_layers=num_layers, d_model=8, num_heads=2, ffn_width=16
-            )
-        )
+        TransformerEncoder(small_config(num_layers=num_layers))
 
 
 def test_block_rejects_bad_inputs():
@@ -330,11 +305,7 @@ def test_rms_norm_eps_default_is_consistent():
 
 def test_shared_validators_keep_their_messages():
     with pytest.raises(TypeError, match="num_layers must be a positive int"):
-        TransformerEncoder(
-            TransformerConfig(
-                num_layers=2.0, d_model=8, num_heads=2, ffn_width=16
-            )
-        )
+        TransformerEncoder(small_config(num_layers=2.0))
     with pytest.raises(ValueError, match=r"dropout must be in \[0, 1\)"):
         EncoderBlock(8, 2, 16, dropout=1.0)
     with pytest.raises(ValueError, match=r"dropout must be in \[0, 1\)"):
@@ -347,11 +318,7 @@ def test_shared_validators_keep_their_messages():
 @pytest.mark.parametrize(
     "build",
     [
-        lambda: TransformerEncoder(
-            TransformerConfig(
-                num_layers=2, d_model=8, num_heads=2, ffn_width=16
-            )
-        ),
+        lambda: TransformerEncoder(small_config()),
         lambda: EncoderBlock(8, 2, 16),
         lambda: EncoderBlock(8, 2, 16, norm_first=False, norm="rms"),
     ],

@@ -6,7 +6,9 @@ import pytest
 import torch
 
 from helpers.gpt import GPTConfig
+from helpers.tasks import shipped_file, shipped_table
 from helpers.tasks.shakespeare import (
+    TEXT_FILE,
     CharTokenizer,
     KneserNeyModel,
     RandomWindows,
@@ -171,3 +173,16 @@ def test_attention_maps_are_causal_distributions():
     assert torch.all(maps.triu(1) == 0)  # no query reads a later key
     with pytest.raises(ValueError, match="1 to 8 tokens"):
         attention_maps(model, torch.arange(9))
+
+
+def test_a_missing_shipped_file_says_how_to_get_it():
+    with pytest.raises(
+        FileNotFoundError, match="no_such.csv is not in .*: run `x`"
+    ):
+        shipped_file("no_such.csv", "run `x`")
+    with pytest.raises(FileNotFoundError, match="run `make it`, or reinstall"):
+        shipped_table("no_such.csv", "make it")
+    assert (
+        shipped_file(TEXT_FILE, "unused").read_text(encoding="utf-8")
+        == load_text()
+    )

@@ -17,12 +17,20 @@ def shipped_table(name: str, how_to_make: str) -> pd.DataFrame:
     training every run. A missing file says how to make it: ``how_to_make`` is
     the command that writes it.
     """
-    path = resources.files("helpers.tasks") / name
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"{name} is not in helpers/tasks: run `{how_to_make}`, or "
-            "reinstall the package "
-            "from the book's repository"
-        )
+    path = shipped_file(
+        name,
+        f"run `{how_to_make}`, or reinstall the package from the book's "
+        "repository",
+    )
     with resources.as_file(path) as file:
         return pd.read_csv(file)
+
+
+def shipped_file(name: str, how_to_get: str):
+    """The package-data file ``name`` of ``helpers/tasks`` (a path that
+    ``importlib.resources`` can read); a missing one is an error that says
+    ``how_to_get`` it."""
+    path = resources.files("helpers.tasks") / name
+    if not path.is_file():
+        raise FileNotFoundError(f"{name} is not in helpers/tasks: {how_to_get}")
+    return path

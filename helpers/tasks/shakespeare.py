@@ -17,7 +17,6 @@ import re
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from importlib import resources
 
 import pandas as pd
 import torch
@@ -26,7 +25,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from helpers import _validate as check
 from helpers.gpt import GPT, GPTConfig
-from helpers.tasks import shipped_table
+from helpers.tasks import shipped_file, shipped_table
 from helpers.training import (
     cosine_warmup_schedule,
     evaluate,
@@ -57,13 +56,11 @@ RUNS_FILE = "shakespeare_runs.csv"
 def load_text() -> str:
     """The eight plays as one string (1,055,123 characters), read from the
     package."""
-    path = resources.files("helpers.tasks") / TEXT_FILE
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"{TEXT_FILE} is not in helpers/tasks: reinstall the book's "
-            "helpers "
-            "package from its repository (the text ships with it)"
-        )
+    path = shipped_file(
+        TEXT_FILE,
+        "reinstall the book's helpers package from its repository (the text "
+        "ships with it)",
+    )
     return path.read_text(encoding="utf-8")
 
 

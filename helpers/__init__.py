@@ -66,7 +66,7 @@ __all__ = [
     "glue",
     "expect_error",
 ]
-__version__ = "0.8.0"
+__version__ = "0.8.1"
 
 
 def seed_everything(seed: int = 0) -> torch.Generator:

@@ -45,7 +45,7 @@
 import sys
 
 # The book's package at the book's version (a release tag, kept in step by a test).
-HELPERS = "attention-book-helpers @ git+https://github.com/attention-book/attention-book@v0.8.0"
+HELPERS = "attention-book-helpers @ git+https://github.com/attention-book/attention-book@v0.8.1"
 if "google.colab" in sys.modules:
     import subprocess
 

@@ -21,7 +21,7 @@ import re
 TABLE = pathlib.Path(__file__).resolve().parent.parent / "book" / "test_gpu.csv"
 COLUMNS = [
     "date", "commit", "machine", "torch", "python", "run", "passed", "failed",
-    "skipped", "errors", "seconds", "jobs", "failures", "command",
+    "skipped", "errors", "seconds", "jobs", "failures", "command", "note",
 ]  # fmt: skip
 HEADER = re.compile(
     r"^GPU: (?P<machine>.+?) \| torch (?P<torch>\S+)(?: \| Python (?P<python>\S+))?$"
@@ -89,7 +89,7 @@ def write_rows(
         if not (old["commit"] == commit and old["run"] in runs)
     ]
     with table.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, COLUMNS)
+        writer = csv.DictWriter(handle, COLUMNS, restval="")
         writer.writeheader()
         writer.writerows(
             kept + [{**row, "commit": commit, "date": date} for row in rows]
@@ -112,11 +112,17 @@ def main() -> None:
     parser.add_argument(
         "--command", default="make test-gpu", help="the command as run"
     )
+    parser.add_argument(
+        "--note",
+        default="",
+        help="why a check failed, as the Performance page should say it",
+    )
     args = parser.parse_args()
     rows = parse(args.log.read_text())
     for row in rows:
         row["python"] = row["python"] or args.python or ""
         row["command"] = args.command
+        row["note"] = args.note if row["failures"] else ""
     write_rows(rows, args.commit, args.date, args.out)
     for row in rows:
         print(f"{row['run']}: {row['passed']} passed, {row['failed']} failed "

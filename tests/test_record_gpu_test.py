@@ -80,6 +80,9 @@ def test_the_verdict_names_what_failed_or_says_nothing_did(tmp_path):
         "647",
         "1,272",
     )
+    noted = [{**row, "note": "why" if row["failures"] else ""} for row in rows]
+    record_gpu_test.write_rows(noted, "abc1234", "2026-11-27", table)
+    assert gpu_test.substitutions(table)["gpu_verdict"].endswith("`): why")
     passing = [{**row, "failed": "0", "failures": ""} for row in rows]
     record_gpu_test.write_rows(passing, "abc1234", "2026-11-27", table)
     assert gpu_test.substitutions(table)["gpu_verdict"] == "every check passed"

@@ -6,8 +6,9 @@ commit into MyST substitutions, so that the Performance page quotes the run rath
 it: ``{{ gpu_machine }}``, ``{{ gpu_torch }}``, ``{{ gpu_python }}``, ``{{ gpu_date }}``,
 ``{{ gpu_commit }}``, ``{{ gpu_jobs }}``, ``{{ gpu_notebook_cells }}`` (cells that passed),
 ``{{ gpu_notebook_seconds }}``, ``{{ gpu_unit_passed }}``, ``{{ gpu_unit_seconds }}`` and
-``{{ gpu_verdict }}`` (what failed, by name, or that nothing did). Like ``book_time``, it
-imports nothing from Sphinx, so the unit tests read the same figures.
+``{{ gpu_verdict }}`` (what failed, by name, with the recorded note on why, or that nothing
+did). Like ``book_time``, it imports nothing from Sphinx, so the unit tests read the same
+figures.
 """
 
 import csv
@@ -26,22 +27,32 @@ def latest_run(path: pathlib.Path = TABLE) -> dict[str, dict[str, str]]:
     with path.open(newline="") as handle:
         rows = list(csv.DictReader(handle))
     if not rows:
-        raise ValueError(f"{path} has no rows: record a `make test-gpu` log into it")
+        raise ValueError(
+            f"{path} has no rows: record a `make test-gpu` log into it"
+        )
     commit = rows[-1]["commit"]
     runs = {row["run"]: row for row in rows if row["commit"] == commit}
     if set(runs) != {"notebooks", "unit"}:
-        raise ValueError(f"{path}: commit {commit} lacks a run ({sorted(runs)}); record both")
+        raise ValueError(
+            f"{path}: commit {commit} lacks a run ({sorted(runs)}); record both"
+        )
     return runs
 
 
 def verdict(runs: dict[str, dict[str, str]]) -> str:
     """'every check passed', or what failed, by name."""
-    failures = " ".join(runs[run]["failures"] for run in ("notebooks", "unit")).split()
+    failures = " ".join(
+        runs[run]["failures"] for run in ("notebooks", "unit")
+    ).split()
     errors = sum(int(runs[run]["errors"]) for run in runs)
     if not failures and not errors:
         return "every check passed"
     named = ", ".join(f"`{name}`" for name in failures)
-    return f"{len(failures)} failed ({named})" + (f" and {errors} errors" if errors else "")
+    said = f"{len(failures)} failed ({named})" + (
+        f" and {errors} errors" if errors else ""
+    )
+    notes = {runs[run].get("note", "") for run in runs} - {""}
+    return said + "".join(f": {note}" for note in sorted(notes))
 
 
 def substitutions(path: pathlib.Path = TABLE) -> dict[str, str]:
@@ -63,7 +74,10 @@ def substitutions(path: pathlib.Path = TABLE) -> dict[str, str]:
 
 
 def add_substitutions(app, config) -> None:
-    config.myst_substitutions = {**(config.myst_substitutions or {}), **substitutions()}
+    config.myst_substitutions = {
+        **(config.myst_substitutions or {}),
+        **substitutions(),
+    }
 
 
 def setup(app):

@@ -75,14 +75,16 @@ def test_the_verdict_names_what_failed_or_says_nothing_did(tmp_path):
     rows = record_gpu_test.parse(LOG)
     record_gpu_test.write_rows(rows, "abc1234", "2026-11-27", table)
     said = gpu_test.substitutions(table)
-    assert said["gpu_verdict"] == "1 failed (`tests/test_scripts.py::test_one`)"
+    assert said["gpu_verdict"] == (
+        "1 unit test failed (named in `book/test_gpu.csv`)"
+    )
     assert (said["gpu_notebook_cells"], said["gpu_unit_passed"]) == (
         "647",
         "1,272",
     )
     noted = [{**row, "note": "why" if row["failures"] else ""} for row in rows]
     record_gpu_test.write_rows(noted, "abc1234", "2026-11-27", table)
-    assert gpu_test.substitutions(table)["gpu_verdict"].endswith("`): why")
+    assert gpu_test.substitutions(table)["gpu_verdict"].endswith("csv`): why")
     passing = [{**row, "failed": "0", "failures": ""} for row in rows]
     record_gpu_test.write_rows(passing, "abc1234", "2026-11-27", table)
     assert gpu_test.substitutions(table)["gpu_verdict"] == "every check passed"

@@ -6,8 +6,8 @@ commit into MyST substitutions, so that the Performance page quotes the run rath
 it: ``{{ gpu_machine }}``, ``{{ gpu_torch }}``, ``{{ gpu_python }}``, ``{{ gpu_date }}``,
 ``{{ gpu_commit }}``, ``{{ gpu_jobs }}``, ``{{ gpu_notebook_cells }}`` (cells that passed),
 ``{{ gpu_notebook_seconds }}``, ``{{ gpu_unit_passed }}``, ``{{ gpu_unit_seconds }}`` and
-``{{ gpu_verdict }}`` (what failed, by name, with the recorded note on why, or that nothing
-did). Like ``book_time``, it imports nothing from Sphinx, so the unit tests read the same
+``{{ gpu_verdict }}`` (how many checks failed, with the recorded note on why, or that
+nothing did). Like ``book_time``, it imports nothing from Sphinx, so the unit tests read the same
 figures.
 """
 
@@ -40,19 +40,18 @@ def latest_run(path: pathlib.Path = TABLE) -> dict[str, dict[str, str]]:
 
 
 def verdict(runs: dict[str, dict[str, str]]) -> str:
-    """'every check passed', or what failed, by name."""
-    failures = " ".join(
-        runs[run]["failures"] for run in ("notebooks", "unit")
-    ).split()
-    errors = sum(int(runs[run]["errors"]) for run in runs)
-    if not failures and not errors:
+    """'every check passed', or how many checks of which run failed, with the recorded
+    note on why (the names stay in the table: they are too long for a sentence)."""
+    failed = []
+    for run, what in (("notebooks", "notebook cell"), ("unit", "unit test")):
+        count = len(runs[run]["failures"].split()) + int(runs[run]["errors"])
+        if count:
+            failed.append(f"{count} {what}{'s' if count > 1 else ''}")
+    if not failed:
         return "every check passed"
-    named = ", ".join(f"`{name}`" for name in failures)
-    said = f"{len(failures)} failed ({named})" + (
-        f" and {errors} errors" if errors else ""
-    )
-    notes = {runs[run].get("note", "") for run in runs} - {""}
-    return said + "".join(f": {note}" for note in sorted(notes))
+    notes = sorted({runs[run].get("note", "") for run in runs} - {""})
+    said = " and ".join(failed) + " failed (named in `book/test_gpu.csv`)"
+    return said + "".join(f": {note}" for note in notes)
 
 
 def substitutions(path: pathlib.Path = TABLE) -> dict[str, str]:

@@ -54,6 +54,14 @@ def describe(value) -> str:
     return f"{type(value).__name__} ({value!r})"
 
 
+def _broadcasts_to(shape: torch.Size, target: torch.Size) -> bool:
+    """Whether a tensor of ``shape`` broadcasts to ``target`` without growing it."""
+    try:
+        return torch.broadcast_shapes(shape, target) == target
+    except RuntimeError:
+        return False
+
+
 def positive_int(name: str, value) -> None:
     """An int >= 1: TypeError unless it is an int (not a bool), ValueError if
     < 1."""
@@ -369,11 +377,7 @@ def attention_mask(value, scores_shape: torch.Size) -> None:
     leaves the last query no key.
     """
     bool_mask(value)
-    try:
-        shape = torch.broadcast_shapes(value.shape, scores_shape)
-    except RuntimeError:
-        shape = None
-    if shape != scores_shape:
+    if not _broadcasts_to(value.shape, scores_shape):
         raise ValueError(
             f"mask of shape {tuple(value.shape)} cannot broadcast to the "
             "attention scores of "
@@ -457,11 +461,7 @@ def attention_arguments(
         scores_shape = torch.Size((*batch_shape, q.shape[-2], k.shape[-2]))
         tensor("bias", bias, floating=True)
         same_dtype(q=q, bias=bias)
-        try:
-            shape = torch.broadcast_shapes(bias.shape, scores_shape)
-        except RuntimeError:
-            shape = None
-        if shape != scores_shape:
+        if not _broadcasts_to(bias.shape, scores_shape):
             raise ValueError(
                 f"bias of shape {tuple(bias.shape)} cannot broadcast to the "
                 f"attention scores of shape {tuple(scores_shape)} (..., Tq, "

@@ -370,6 +370,7 @@ def test_the_generic_check_rule_sees_a_copy(tmp_path):
 # Private helpers of helpers._validate that may return a value, each with its reason.
 VALUE_RETURNING_HELPERS = {
     "describe": "formats a wrong value for a message",
+    "_broadcasts_to": "a predicate that the mask and the bias checks both ask",
 }
 
 

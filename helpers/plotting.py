@@ -37,7 +37,7 @@ def use_book_style() -> None:
         pass
     mpl.rcParams.update(
         {
-            "figure.figsize": (7.0, 3.6),
+            "figure.figsize": (6.2, 3.4),
             "figure.dpi": 100,
             "savefig.bbox": "tight",
             "axes.grid": True,

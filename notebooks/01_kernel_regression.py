@@ -101,7 +101,7 @@ print(f"x_train {tuple(x_train.shape)}, y_train {tuple(y_train.shape)}")
 print(f"x_query {tuple(x_query.shape)}")
 
 # %% tags=["hide-input"]
-fig, ax = plt.subplots(figsize=(7, 3))
+fig, ax = plt.subplots(figsize=(6.2, 3))
 ax.plot(x_query, y_true, "k--", label="truth $f(x)$")
 ax.plot(x_train, y_train, "o", ms=3.5, alpha=0.6, label="training data")
 ax.set(xlabel="$x$", ylabel="$y$")
@@ -225,7 +225,7 @@ weight_scale = LogNorm(vmin=1e-4, vmax=1)
 fig, axes = plt.subplots(
     4,
     3,
-    figsize=(7, 8.6),
+    figsize=(6.2, 8.6),
     sharex="col",
     layout="constrained",
     gridspec_kw={"width_ratios": [1, 1.5, 1.3]},
@@ -465,7 +465,7 @@ best = errors.loc[errors["error"].idxmin()]
 errors.iloc[::6].round(3)
 
 # %% tags=["hide-cell"]
-fig, ax = plt.subplots(figsize=(7, 3.2))
+fig, ax = plt.subplots(figsize=(6.2, 3.2))
 for column, style in [("bias²", "-"), ("variance", "-"), ("error", "k--")]:
     ax.plot(errors["width"], errors[column], style, label=column, lw=2)
 ax.axvline(best["width"], color="grey", lw=1)
@@ -521,7 +521,7 @@ glue("ch1_soft_error", round(soft_error, 3))
 
 # %% tags=["hide-input"]
 fig, axes = plt.subplots(
-    1, 2, figsize=(7, 3), sharey=True, layout="constrained"
+    1, 2, figsize=(6.2, 3), sharey=True, layout="constrained"
 )
 for ax, name, estimate in [
     (axes[0], "hard: nearest neighbour", hard_predictions),
@@ -579,7 +579,7 @@ assert wrong_row_sums.max() < 0.9
 glue("ch1_wrong_row_sum_max", round(wrong_row_sums.max().item(), 2))
 
 # %% tags=["hide-input"]
-fig, ax = plt.subplots(figsize=(7, 3))
+fig, ax = plt.subplots(figsize=(6.2, 3))
 ax.plot(x_train, y_train, "o", ms=2.5, alpha=0.4, label="data")
 ax.plot(x_query, y_true, "k--", lw=1, label="truth")
 ax.plot(x_query, right_weights @ y_train, lw=2, label="rows normalized (right)")
@@ -626,7 +626,7 @@ assert self_widths[-1] < 0.1 * learned_width
 assert loo_losses[-1] < loo_losses[0]
 
 # %% tags=["hide-input"]
-fig, axes = plt.subplots(1, 2, figsize=(7, 3.2), layout="constrained")
+fig, axes = plt.subplots(1, 2, figsize=(6.2, 3.2), layout="constrained")
 axes[0].plot(loo_losses, label="leave-one-out")
 axes[0].plot(self_losses, label="may attend to itself")
 axes[0].set(xlabel="gradient step", ylabel="training MSE", title="loss")

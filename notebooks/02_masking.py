@@ -333,7 +333,7 @@ def show_mask_and_weights(masks, weights, titles):
     """One column per example: the mask on top, the weights it gives below."""
     columns = len(masks)
     fig, axes = plt.subplots(
-        2, columns, figsize=(6.6, 5.8), squeeze=False, layout="constrained"
+        2, columns, figsize=(6.2, 5.6), squeeze=False, layout="constrained"
     )
     for column, (mask_2d, weights_2d, title) in enumerate(
         zip(masks, weights, titles, strict=True)

@@ -229,7 +229,7 @@ assert (output >= v.min(dim=0).values - 1e-6).all()
 assert (output <= v.max(dim=0).values + 1e-6).all()
 
 # %% tags=["hide-input"]
-fig, (ax_weights, ax_points) = plt.subplots(1, 2, figsize=(7, 3.2))
+fig, (ax_weights, ax_points) = plt.subplots(1, 2, figsize=(6.2, 3.2))
 heatmap(weights, ax=ax_weights, title="attention weights A", vmin=0, vmax=1)
 ax_points.scatter(v[:, 0], v[:, 1], s=60, marker="s", label="values $v_j$")
 ax_points.scatter(
@@ -401,7 +401,7 @@ scaling_table.round(3)
 
 # %% tags=["hide-input"]
 fig, axes = plt.subplots(
-    2, 2, figsize=(7, 5.6), sharex=True, layout="constrained"
+    2, 2, figsize=(6.2, 5.6), sharex=True, layout="constrained"
 )
 panels = {
     "score variance": "score variance",
@@ -579,7 +579,7 @@ print(
 memory.round(2)
 
 # %% tags=["hide-input", "nbval-ignore-output"]
-fig, ax = plt.subplots(figsize=(7, 3.6), layout="constrained")
+fig, ax = plt.subplots(figsize=(6.2, 3.6), layout="constrained")
 ax.plot(
     memory.index,
     memory["weights tensor"],
@@ -687,7 +687,7 @@ standard_error = clean * math.sqrt(p_drop / (1 - p_drop) / draws)
 assert ((dropped.mean(dim=0) - clean).abs() <= 4 * standard_error + 1e-6).all()
 
 # %% tags=["hide-input"]
-fig, (ax_train, ax_eval) = plt.subplots(1, 2, figsize=(7, 2.8), sharex=True)
+fig, (ax_train, ax_eval) = plt.subplots(1, 2, figsize=(6.2, 2.8), sharex=True)
 bin_width = 0.05  # bins centred on multiples of 0.05, so that 1.0 sits mid-bin
 bins = torch.arange(
     -bin_width / 2, 1 / (1 - p_drop) + bin_width, bin_width

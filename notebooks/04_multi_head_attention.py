@@ -674,7 +674,7 @@ assert sentence_weights.shape == (1, 4, len(sentence), len(sentence))
 
 # %% tags=["hide-input"]
 fig, axes = plt.subplots(
-    2, 2, figsize=(7, 6.6), sharex=True, sharey=True, layout="constrained"
+    2, 2, figsize=(6.2, 6.6), sharex=True, sharey=True, layout="constrained"
 )
 for head, ax in enumerate(axes.flat):
     image = ax.imshow(sentence_weights[0, head], cmap="viridis", vmin=0, vmax=1)
@@ -1060,7 +1060,7 @@ sharpness = pd.DataFrame(
 sharpness.round(2)
 
 # %% tags=["hide-input"]
-fig = plt.figure(figsize=(7, 6.4), layout="constrained")
+fig = plt.figure(figsize=(6.2, 6.4), layout="constrained")
 ax_spectrum, ax_rank, ax_entropy = fig.subplot_mosaic(
     [["spectrum", "spectrum"], ["rank", "entropy"]]
 ).values()

@@ -665,7 +665,7 @@ assert all(torch.all(m.triu(1) == 0) for m in maps)  # no weight on the future
 
 # %% tags=["hide-input"]
 fig, axes = plt.subplots(
-    1, 3, figsize=(6.6, 2.6), sharey=True, layout="constrained"
+    1, 3, figsize=(6.2, 2.6), sharey=True, layout="constrained"
 )
 for index, (ax, weights) in enumerate(zip(axes, maps, strict=True)):
     helpers.plotting.heatmap(

@@ -858,7 +858,8 @@ glue("ch7_mirror_reads_seeds_min", int(mirror_seeds.min().min()))
 #
 # - the book's recipe, without its warm-up, and with a constant learning rate (no warm-up, no
 #   decay);
-# - a ten times smaller learning rate, 0.001 (the source notebook's), with the book's schedule;
+# - a learning rate {glue:text}`ch7_lr_ratio` times smaller, 0.001 (the source notebook's), with the
+#   book's schedule;
 # - larger learning rates, 0.05 and 0.1, with and without the 10-step warm-up;
 # - the same model with post-LN blocks, at the book's rate and at 0.05, with and without
 #   warm-up. Chapter 6 argued from gradients at initialization that post-LN needs a warm-up

@@ -428,8 +428,8 @@ plt.show()
 #
 # On its training points the model's error would look {glue:text}`ch9_corner_inflation` times
 # smaller than on held-out ones: keep the test set apart. (The course notebook validates on
-# its training points and labels its plots from the training split; see
-# [Sources and errata](../book/sources.md).)
+# its training points, and its attention plots take their labels from the training split;
+# see [Sources and errata](../book/sources.md).)
 
 # %% tags=["remove-cell", "nbval-ignore-output"]
 # Source 001's test tensors are its training points: the error it would show.

@@ -1034,10 +1034,13 @@ assert valid["τ = 1"] - ngram_valid > 0.35
 # step costs, and loads GPT-2's weights into the same class.
 
 # %% tags=["remove-cell"]
-vocabulary, width = 65, 32
+vocabulary, width, heads = 65, 32, 4
 embeddings = torch.randn(8, width)  # 8 tokens, embedded to n_embd = 32
-# the post's query projection, sized by the vocabulary
-query_sized_by_vocabulary = nn.Linear(vocabulary, vocabulary, bias=False)
+# the post's query projection, sized by the vocabulary: 65 in, (65 // 4) * 4 = 64 out
+query_sized_by_vocabulary = nn.Linear(
+    vocabulary, vocabulary // heads * heads, bias=False
+)
+assert query_sized_by_vocabulary.weight.shape == (64, 65)
 with expect_error(RuntimeError):
     query_sized_by_vocabulary(embeddings)
 

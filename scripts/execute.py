@@ -12,7 +12,11 @@ Prints the wall time of each notebook, so this doubles as the benchmark command 
 from __future__ import annotations
 
 import argparse
+import csv
+import datetime
+import os
 import pathlib
+import platform
 import subprocess
 import sys
 import tempfile
@@ -78,6 +82,40 @@ def execute(ipynb: pathlib.Path, timeout: int) -> float:
     return elapsed
 
 
+def machine() -> str:
+    """The CPU model, its cores and PyTorch's version, as the benchmark tables name a machine."""
+    model = platform.machine()
+    cpuinfo = pathlib.Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    import torch
+
+    return f"{model}, {os.cpu_count()} cores, torch {torch.__version__}"
+
+
+def git(*args: str) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
+def record_run(path: pathlib.Path, times: dict, started: dict) -> None:
+    """One whole run: the notebook times and, in ``<name>_run.csv``, when, where and on what."""
+    lines = ["notebook,wall time (s)"] + [
+        f"{name},{sec:.1f}" for name, sec in times.items()
+    ]
+    lines.append(f"total,{sum(times.values()):.1f}")
+    path.write_text("\n".join(lines) + "\n")
+    run = {**started, "load_after": f"{os.getloadavg()[0]:.2f}"}
+    with path.with_name(path.stem + "_run.csv").open("w", newline="") as file:
+        writer = csv.DictWriter(file, fieldnames=list(run))
+        writer.writeheader()
+        writer.writerow(run)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("notebooks", nargs="*", type=pathlib.Path)
@@ -94,6 +132,24 @@ def main() -> int:
     paths = sorted(NOTEBOOKS.glob("[0-9]*.py")) if args.all else args.notebooks
     if not paths:
         parser.error("name notebooks to execute, or pass --all")
+    if args.record and not args.all:
+        parser.error(
+            "--record writes one whole run of the book: pass --all with it"
+        )
+    # What the run measures: the commit (and whether code outside notebooks/ differed from it),
+    # the machine, and the load it started under (a busy 2-core machine is not a benchmark).
+    changed = [
+        line[3:]
+        for line in git("status", "--porcelain").splitlines()
+        if not line[3:].startswith("notebooks/")
+    ]
+    started = {
+        "date": datetime.date.today().isoformat(),
+        "commit": git("rev-parse", "--short=7", "HEAD"),
+        "uncommitted_changes": len(changed),
+        "machine": machine(),
+        "load_before": f"{os.getloadavg()[0]:.2f}",
+    }
     times = {}
     for path in paths:
         ipynb = path.resolve().with_suffix(".ipynb")
@@ -104,11 +160,7 @@ def main() -> int:
     total = sum(times.values())
     print(f"total: {total:6.1f} s")
     if args.record:
-        lines = ["notebook,wall time (s)"] + [
-            f"{name},{sec:.1f}" for name, sec in times.items()
-        ]
-        lines.append(f"total,{total:.1f}")
-        args.record.write_text("\n".join(lines) + "\n")
+        record_run(args.record, times, started)
     return 0
 
 

@@ -37,8 +37,15 @@ def current_version(root: Path = ROOT) -> str:
 
 def files_naming_the_version(root: Path = ROOT) -> list[Path]:
     """Every file whose text names the release, by rule, not by search."""
-    fixed = ["pyproject.toml", "helpers/__init__.py", "README.md", "CONTRIBUTING.md",
-             "book/intro.md", "_config.yml", "CITATION.cff"]  # fmt: skip
+    fixed = [
+        *(
+            "pyproject.toml",
+            "helpers/__init__.py",
+            "README.md",
+            "CONTRIBUTING.md",
+        ),
+        *("book/intro.md", "book/helpers.md", "_config.yml", "CITATION.cff"),
+    ]
     notebooks = sorted((root / "notebooks").glob("[0-9][0-9]_*.py"))
     notebooks += [path.with_suffix(".ipynb") for path in notebooks]
     return [root / name for name in fixed] + notebooks
@@ -64,6 +71,7 @@ def bump(new: str, root: Path = ROOT) -> list[Path]:
     patterns = [
         (re.escape(f"@v{old}"), f"@v{new}"),
         (re.escape(f"`v{old}`"), f"`v{new}`"),
+        (re.escape(f"(v{old})"), f"(v{new})"),
         (re.escape(f"release tag v{old}"), f"release tag v{new}"),
         (rf'^version = "{re.escape(old)}"', f'version = "{new}"'),
         (rf'^__version__ = "{re.escape(old)}"', f'__version__ = "{new}"'),

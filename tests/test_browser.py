@@ -656,6 +656,17 @@ WIDENERS = """
   return out.slice(0, 5);
 }
 """
+# Figures (cell outputs) whose box reaches past the text column: cut off, or scrolled inside.
+WIDER_THAN_THE_COLUMN = """
+() => {
+  const column = document.querySelector("article.bd-article");
+  if (!column) return [];
+  const right = column.getBoundingClientRect().right;
+  return [...column.querySelectorAll("div.cell_output img")]
+    .filter((img) => img.getBoundingClientRect().right > right + 1)
+    .map((img) => `${img.getAttribute("src")}: ${Math.round(img.getBoundingClientRect().width)} px`);
+}
+"""
 SCREENS = {
     390: {
         "viewport": {"width": 390, "height": 844},
@@ -689,6 +700,7 @@ def test_no_page_is_wider_than_the_screen(screen, site, page, width):
     document = tab.evaluate("document.documentElement.scrollWidth")
     wideners = tab.evaluate(WIDENERS, width) if document > width else []
     images = tab.evaluate(FACTS)["images"]
+    cut = tab.evaluate(WIDER_THAN_THE_COLUMN)
     tab.close()
     assert document <= width, (
         f"{page} lays out {document} px wide on a {width} px screen: it scrolls sideways; "
@@ -698,6 +710,7 @@ def test_no_page_is_wider_than_the_screen(screen, site, page, width):
     assert not squashed, (
         f"{page} at {width} px: figures shown squashed or stretched: {squashed}"
     )
+    assert not cut, f"{page} at {width} px: figures wider than the column: {cut}"
 
 
 def test_search_finds_chapter_text(browser, site):

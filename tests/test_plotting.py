@@ -26,7 +26,7 @@ def _close_figures_and_restore_style():
 
 def test_use_book_style_sets_the_books_look():
     use_book_style()
-    assert tuple(mpl.rcParams["figure.figsize"]) == (7.0, 3.6)
+    assert tuple(mpl.rcParams["figure.figsize"]) == (6.2, 3.4)
     assert mpl.rcParams["axes.grid"] is True
     assert (
         mpl.rcParams["axes.spines.top"] is False
@@ -35,7 +35,7 @@ def test_use_book_style_sets_the_books_look():
     assert mpl.rcParams["image.cmap"] == "viridis"
     assert mpl.rcParams["savefig.bbox"] == "tight"
     use_book_style()  # idempotent: a notebook may call it twice
-    assert tuple(mpl.rcParams["figure.figsize"]) == (7.0, 3.6)
+    assert tuple(mpl.rcParams["figure.figsize"]) == (6.2, 3.4)
 
 
 def test_to_numpy_detaches_tensors_and_passes_arrays_through():

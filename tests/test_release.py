@@ -87,13 +87,37 @@ def test_site_footer_shows_this_version():
     assert f"Version {VERSION} (release tag {TAG})" in footer, footer
 
 
-@pytest.mark.parametrize("page", ["README.md", "book/intro.md"])
+@pytest.mark.parametrize(
+    "page", ["README.md", "book/intro.md", "book/helpers.md"]
+)
 def test_local_install_lines_are_this_release(page):
     text = (ROOT / page).read_text()
     assert f"pip install '{INSTALL}'" in text, (
         f"{page}'s local install line is not this release's"
     )
-    assert "--index-url https://download.pytorch.org/whl/cpu" in text
+    if page != "book/helpers.md":  # the package page installs helpers alone
+        assert "--index-url https://download.pytorch.org/whl/cpu" in text
+
+
+READER_PAGES = [
+    "README.md",
+    "CONTRIBUTING.md",
+    *sorted(
+        p.relative_to(ROOT).as_posix() for p in (ROOT / "book").glob("*.md")
+    ),
+]
+
+
+@pytest.mark.parametrize("page", READER_PAGES)
+def test_every_version_a_reader_sees_is_this_release(page):
+    """A page that names an older tag (``@v0.6.0``, a header ``(v0.6.0)``) sends a reader to
+    a package that cannot run today's chapters; only CHANGELOG.md names past releases."""
+    named = set(
+        re.findall(r"(?<![\w.])v(\d+\.\d+\.\d+)", (ROOT / page).read_text())
+    )
+    assert named <= {VERSION}, (
+        f"{page} names versions {sorted(named - {VERSION})}, not {VERSION}"
+    )
 
 
 def test_licence_files_match_the_package_metadata():

@@ -593,8 +593,7 @@ plt.show()
 # %% [markdown]
 # **Figure.** With the columns normalized, no row of weights sums to more than
 # {glue:text}`ch1_wrong_row_sum_max`, so the buggy estimate (green) is a scaled-down, distorted
-# version of the right one (orange): not an average of the values at all. (One of the book's
-# sources makes this slip; see [Sources and errata](../book/sources.md).)
+# version of the right one (orange): not an average of the values at all.
 #
 # ## Learning the width: parametric attention pooling
 #
@@ -747,8 +746,7 @@ assert same
 #
 # :::{admonition} Solution
 # :class: dropdown
-# The scores are $-|q - k|/\sigma$; the rest is unchanged. The next cell runs this solution
-# through the checker (its code is folded).
+# The scores are $-|q - k|/\sigma$; the rest is unchanged.
 #
 # ```python
 # def laplace_regression(queries, keys, values, width):
@@ -758,13 +756,15 @@ assert same
 # :::
 
 
-# %% tags=["hide-input"]
+# %% tags=["remove-cell"]
+# The solution above, through the exercise's checker.
 def laplace_regression(queries, keys, values, width):
     scores = -(queries[:, None] - keys[None, :]).abs() / width
     return torch.softmax(scores, dim=-1) @ values
 
 
-print(check_kernel_regression(laplace_regression))
+verdict = check_kernel_regression(laplace_regression)
+assert verdict.startswith("Correct"), verdict
 
 # %% [markdown]
 # 2. **The limits of the width.** Without running code, say what $\hat f$ becomes as
@@ -775,10 +775,17 @@ print(check_kernel_regression(laplace_regression))
 # As $\sigma \to \infty$ every score tends to the same value, the weights become uniform and
 # $\hat f(q)$ is the mean of all training targets, a constant. As $\sigma \to 0$ the largest
 # score dominates the softmax and $\hat f(q)$ becomes the target of the nearest training point:
-# soft lookup turns into hard lookup. The cell below checks both.
+# soft lookup turns into hard lookup. To check both numerically:
+#
+# ```python
+# very_wide, _ = nadaraya_watson(x_query, x_train, y_train, width=1e4)
+# very_narrow, _ = nadaraya_watson(x_query, x_train, y_train, width=1e-4)
+# print((very_wide - y_train.mean()).abs().max())  # about 0
+# print((very_narrow - hard_predictions).abs().max())  # small
+# ```
 # ```
 
-# %% tags=["hide-input"]
+# %% tags=["remove-cell"]
 very_wide, _ = nadaraya_watson(x_query, x_train, y_train, width=1e4)
 very_narrow, _ = nadaraya_watson(x_query, x_train, y_train, width=1e-4)
 torch.testing.assert_close(

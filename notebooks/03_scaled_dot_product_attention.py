@@ -175,9 +175,6 @@ with expect_error(RuntimeError):
     torch.einsum("ik,jk->ij", batched_q, batched_q)
 
 # %% [markdown]
-# (One of the book's sources writes its scores without the ellipsis; see
-# [Sources and errata](../book/sources.md).)
-#
 # The book's version adds input checks, a boolean mask (chapter 2), attention dropout (the end
 # of this chapter) and a defined result for queries that may see no key at all. Its source:
 
@@ -196,12 +193,11 @@ ours, ours_weights = attention_from_scratch(q4, k4, v4)
 package, package_weights = scaled_dot_product_attention(q4, k4, v4)
 pytorch = F.scaled_dot_product_attention(q4, k4, v4)
 print(f"output {tuple(package.shape)}, weights {tuple(package_weights.shape)}")
+
+# %% tags=["remove-cell"]
 agree = torch.allclose(package, ours, atol=1e-6) and torch.allclose(
     pytorch, ours, atol=1e-6
 )
-print(f"ours, the package's and PyTorch's agree within 1e-6: {agree}")
-
-# %% tags=["remove-cell"]
 torch.testing.assert_close(package, ours)
 torch.testing.assert_close(package_weights, ours_weights)
 torch.testing.assert_close(pytorch, ours)
@@ -257,9 +253,6 @@ plt.show()
 # **Figure.** Left: each row of the weight matrix is one query's distribution over the five
 # keys. Right: the outputs (stars) all land inside the region spanned by the five values
 # (squares); a query whose weights concentrate on one key lands near that key's value.
-#
-# (A source of the book calls its attention function with names that do not exist in it, and
-# with queries and keys swapped; see [Sources and errata](../book/sources.md).)
 
 # %% tags=["remove-cell"]
 # A source audit (Sources and errata): the attention function as a source wrote it,

@@ -383,8 +383,6 @@ with torch.no_grad():
     mha.out_proj.weight.copy_(fused.w_o.weight)
 
 out_package, weights_package = mha(x, x, x, return_attention=True)
-same = torch.allclose(out_package, out_fused, atol=1e-6)
-print("MultiHeadAttention equals FusedMHA within 1e-6:", same)
 
 # %% tags=["remove-cell"]
 assert torch.allclose(out_package, out_fused, atol=1e-6)
@@ -795,9 +793,11 @@ assert torch.allclose(
 assert (cross_weights[1, :, :, 6:] == 0).all()  # padding gets no weight
 
 # %% [markdown]
-# Here the order of the arguments is not a convention but the meaning: chapter 3 showed that
-# exchanging queries and keys only relabels $W^Q$ and $W^K$ in self-attention, and is a bug in
-# cross-attention (a shape error when $T_q \ne T_k$, silently wrong output when they are equal).
+# Here the order of the arguments is not a convention but the meaning. In self-attention,
+# exchanging the query and key inputs changes nothing that matters: both come from the same
+# tokens, so it only trades the roles of $W^Q$ and $W^K$, which learn either way. In
+# cross-attention it is a bug: a shape error when $T_q \ne T_k$, silently wrong output when
+# they are equal.
 #
 # ## Permutations: attention sees a set, not a sequence
 #
@@ -996,14 +996,13 @@ assert module_counts.eq(parameter_table["4D² (+4D)"], axis=0).all().all()
 #
 # ## What the output looks like: a singular-value picture
 #
-# {ref}`The PyTorch Lightning notebook <source-000>` remarks that the output of this layer is
-# "low rank", its singular values dominated by the largest, and shows it on a freshly built
-# layer (random weights) and a long random input. The singular values
-# $\sigma_1 \ge \sigma_2 \ge \ldots$ of a $T \times D$ matrix measure this: a matrix of rank
-# one has a single nonzero $\sigma_1$. A convenient single number is the *stable rank*
+# A freshly built layer attends almost uniformly, so every query receives nearly the same
+# average of the values: is its output then close to a single vector repeated? The singular
+# values $\sigma_1 \ge \sigma_2 \ge \ldots$ of a $T \times D$ matrix measure this: a matrix of
+# rank one has a single nonzero $\sigma_1$. A convenient single number is the *stable rank*
 # $\sum_k \sigma_k^2 / \sigma_1^2$, which is at most the rank and is not fooled by tiny
-# singular values. The same set-up here: $T=1024$ random tokens of width $D=128$ and a fresh
-# layer with 8 heads.
+# singular values. Here: $T=1024$ random tokens of width $D=128$ and a fresh layer with 8
+# heads.
 
 
 # %%
@@ -1111,8 +1110,8 @@ plt.show()
 # {glue:text}`ch4_srank_out:.1f`, against {glue:text}`ch4_srank_q:.1f` for the queries and
 # {glue:text}`ch4_srank_residual:.1f` for the output plus its input. At scale 4 the entropy
 # ratio drops to {glue:text}`ch4_entropy_scale4:.2f` and the output's stable rank rises to
-# {glue:text}`ch4_srank_out_scale4:.1f`. So "multi-head attention is low rank" is a statement
-# about near-uniform attention, typical at initialization, not about the layer itself; the
+# {glue:text}`ch4_srank_out_scale4:.1f`. So a low-rank output comes with near-uniform
+# attention, typical at initialization, and is not a property of the layer itself; the
 # residual connection keeps the rank of what flows through the network either way.
 
 # %% tags=["remove-cell"]

@@ -441,13 +441,13 @@ heatmap(
     title="D = 64, 100 positions",
 )
 for ax in axes:
-    ax.images[0].set_cmap("RdBu")
+    ax.images[0].set_cmap("RdBu_r")  # red positive, as in the diagram above
 fig.tight_layout()
 plt.show()
 
 # %% [markdown]
 # **Figure.** The encoding as an image: one row per position, one column per dimension, red
-# for $-1$ and blue for $+1$. The leftmost columns change from row to row; further right the
+# for $+1$ and blue for $-1$. The leftmost columns change from row to row; further right the
 # columns change more and more slowly, and the last quarter of the $D = 64$ table (columns
 # 48 to 63) is almost constant (sine near 0, cosine near 1) over these 100 positions.
 #
@@ -543,7 +543,7 @@ heatmap(
     vmin=-1,
     vmax=1,
 )
-axes[1].images[0].set_cmap("RdBu")
+axes[1].images[0].set_cmap("RdBu_r")
 axes[1].set_title("sine columns of the D = 32 encoding")
 fig.tight_layout()
 plt.show()
@@ -659,9 +659,11 @@ pairs = pd.DataFrame(
 )
 pairs["offset"] = pairs["other"] - pairs["position"]
 pairs["distance"] = pairwise_distances(table_16).flatten().numpy().round(3)
+ticks = list(range(0, 40, 5))
 alt.Chart(pairs).mark_rect().encode(
-    x=alt.X("other:O", title="position"),
-    y=alt.Y("position:O", title="position"),
+    # every fifth position labelled: 40 labels would overlap
+    x=alt.X("other:O", title="other position", axis=alt.Axis(values=ticks)),
+    y=alt.Y("position:O", title="position", axis=alt.Axis(values=ticks)),
     color=alt.Color(
         "distance:Q",
         scale=alt.Scale(scheme="viridis"),
@@ -817,7 +819,7 @@ heatmap(
     ax,
     xlabel="column",
     ylabel="row",
-    cmap="RdBu",
+    cmap="RdBu_r",
     vmin=-1,
     vmax=1,
 )
@@ -851,10 +853,10 @@ print(
     {name: tuple(value.shape) for name, value in encoding.state_dict().items()},
 )
 encoding = encoding.to(device)
-x = torch.zeros(2, 10, 8, device=device)
 print(encoding)
 
 # %% tags=["remove-cell"]
+x = torch.zeros(2, 10, 8, device=device)
 assert encoding.pe.device.type == device.type and not encoding.pe.requires_grad
 torch.testing.assert_close(encoding(x)[0].cpu(), sinusoidal_encoding(10, 8))
 
@@ -1092,7 +1094,7 @@ for column, (name, table) in enumerate(
         axes[0, column],
         xlabel="dimension",
         ylabel="position",
-        cmap="RdBu",
+        cmap="RdBu_r",
     )
     axes[0, column].set_title(f"{name}: encoding")
     distance_matrix = pairwise_distances(table[:100])

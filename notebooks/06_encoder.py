@@ -221,8 +221,8 @@ print(
 #
 # `torch.nn.TransformerEncoderLayer` implements both variants (`norm_first=False` is the
 # default, post-LN). With its weights copied into our block (`load_encoder_block`), the two
-# must agree to floating-point precision. One trap: PyTorch's boolean `src_mask` means
-# *True = may not attend*, the opposite of this book's convention (chapter 2), so we pass it
+# must agree to floating-point precision. Its boolean `src_mask` is inverted, as
+# `nn.MultiheadAttention`'s is ({doc}`chapter 4 <04_multi_head_attention>`), so it gets
 # `~mask`.
 
 # %%
@@ -264,8 +264,8 @@ assert mask_error > 0.1
 # %% [markdown]
 # ## Where the parameters are
 #
-# For one block with biases and LayerNorm: attention has four $D \times D$ matrices (queries,
-# keys, values, output) and $4D$ biases; the FFN has $2DF$ weights and $F + D$ biases; each
+# For one block with biases and LayerNorm: attention has chapter 4's $4D^2$ weights and $4D$
+# biases; the FFN has $2DF$ weights and $F + D$ biases; each
 # LayerNorm has a gain and a bias of size $D$. The table counts them in a real block and
 # compares with the formula.
 
@@ -461,7 +461,7 @@ assert abs(pre_slope + stream_slope) < 0.15
 # {glue:text}`ch6_stream_growth` over the first 16 blocks, and over depths 2 to 32 like
 # $L^{a}$ with $a =$ {glue:text}`ch6_stream_slope` (a log-log fit). Every normalization
 # divides by that scale, so the last block's gradient should fall like $L^{-a}$: close to
-# the measured slope {glue:text}`ch6_pre_slope` (the two agree within 0.15).
+# the measured slope {glue:text}`ch6_pre_slope`.
 # The $1/\sqrt{L}$ of the argument corresponds to a stream growing like $\sqrt{L}$; in these
 # stacks it grows more slowly.
 #
@@ -719,8 +719,7 @@ assert map_error > 0.1
 #
 # Chapter 4 found that at initialization, where the attention weights are nearly uniform,
 # every query receives almost the same average of the values: the output of multi-head
-# attention is close to rank one, as measured by the *stable rank*
-# $\|A\|_F^2 / \|A\|_2^2$ (a smooth count of the significant singular values). For 1024
+# attention is close to rank one, as measured by chapter 4's *stable rank*. For 1024
 # random tokens of width 128 (folded cell below) the output's stable rank is
 # {glue:text}`ch6_rank_mha` against {glue:text}`ch6_rank_input` for its input. What happens
 # when such layers are stacked? Six attention layers (fresh random weights, no FFN, no

@@ -203,9 +203,6 @@ plt.show()
 # **Figure.** The learning-rate multiplier of this chapter's run: a short linear ramp (left of
 # the dotted line), then a smooth cosine decay to zero at the last step. The actual learning
 # rate is the configured peak times this curve.
-#
-# (A warm-up factor of $s/W$ instead of $(s + 1)/W$ is 0 at the first step, which then does
-# nothing; see [Sources and errata](../book/sources.md).)
 
 
 # %% tags=["remove-cell"]
@@ -569,14 +566,10 @@ alt.Chart(
 # **Figure.** The most anti-diagonal head, interactive: each cell is one attention weight;
 # the tooltip shows which token reads which.
 #
-# ```{admonition} Pitfall: maps computed from the wrong input
-# :class: warning
-# To draw a block's maps yourself, feed its attention what the block feeds it. A pre-LN block
-# attends with the *normalized* input (chapter 6); calling `block.self_attn(x, x, x)` on the
-# block's input `x` gives maps the model never computes. On this model block 1's heads then
-# put a different weight on the anti-diagonal (below: true maps, then the wrong input).
-# `get_attention_maps` returns the weights of each block's own forward pass.
-# ```
+# `get_attention_maps` returns the weights of each block's own forward pass: a pre-LN block
+# attends with the normalized input, and maps computed from the block's input instead
+# (chapter 6's pitfall) put a different weight on the anti-diagonal of this trained model
+# (below: true maps, then the wrong input).
 
 # %% tags=["nbval-ignore-output"]
 with torch.no_grad():

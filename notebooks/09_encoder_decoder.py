@@ -464,9 +464,13 @@ print(f"training labels right on test sequences: {agreement:.0%} of {paired}")
 
 # %% tags=["remove-cell"]
 def spread(values, digits: int = 3) -> str:
-    """'min / median / max' of a column of per-seed results."""
-    low, middle, high = values.min(), values.median(), values.max()
-    return f"{low:.{digits}f} / {middle:.{digits}f} / {high:.{digits}f}"
+    """The median of a column of per-seed results (the tables show every seed's)."""
+    return f"{values.median():.{digits}f}"
+
+
+def span(values, digits: int = 3) -> str:
+    """'a to b': the range of a column of per-seed results."""
+    return f"{values.min():.{digits}f} to {values.max():.{digits}f}"
 
 
 # %% tags=["remove-cell", "nbval-ignore-output"]
@@ -815,8 +819,8 @@ assert (loss_ratio > 1.15).all()
 assert (hard.token_tf > hard.token_generated).all()
 
 # %% [markdown]
-# After the first mistake, teacher forcing still gets {glue:text}`ch9_eb_after_tf` of the
-# tokens right; generation, reading its own wrong prefix, writes the right continuation for
+# After the first mistake (medians over the seeds; the table gives the range), teacher
+# forcing still gets {glue:text}`ch9_eb_after_tf` of the tokens right; generation, reading its own wrong prefix, writes the right continuation for
 # {glue:text}`ch9_eb_after_generated`, and the loss of the right token is
 # {glue:text}`ch9_eb_loss_ratio` times teacher forcing's. The model mostly recovers: after a
 # skipped or repeated digit it goes on sorting from where its prefix stands. What it loses
@@ -873,8 +877,8 @@ assert ((study.beam_normalized - study.greedy).abs() < 0.06).all()
 
 # %% [markdown]
 # Beam search finds more probable sequences than greedy decoding, by
-# {glue:text}`ch9_beam_beam_log_prob_gain` nats on average (min / median / max over the six
-# runs), yet on every run it sorts *fewer* right: {glue:text}`ch9_beam_beam` against
+# {glue:text}`ch9_beam_beam_log_prob_gain` nats on average (medians of the six runs), yet on
+# every run it sorts *fewer* right: {glue:text}`ch9_beam_beam` against
 # {glue:text}`ch9_beam_greedy`. Every token adds a negative log-probability, so a sequence that
 # ends early pays less, and beam search finds early end tokens greedy decoding passed over:
 # its sequences stop too soon in {glue:text}`ch9_beam_beam_short` of the cases, greedy's in
@@ -904,7 +908,7 @@ for epsilon, name in ((0.0, "hard"), (0.1, "smooth")):
     glue(f"ch9_ls_ece_{name}", spread(paired.ece[epsilon]))
     glue(f"ch9_ls_confidence_{name}", spread(paired.confidence[epsilon]))
     glue(f"ch9_ls_accuracy_{name}", spread(paired.token_tf[epsilon]))
-glue("ch9_ls_accuracy_change", spread(accuracy_change))
+glue("ch9_ls_accuracy_change", span(accuracy_change))
 glue("ch9_ls_cap", round(1 - 0.1 + 0.1 / VOCAB_SIZE, 3))
 full_hard, full_smooth = seeds["full: ece"], seeds["full ls=0.1: ece"]
 glue("ch9_ls_full_ece_hard", spread(full_hard))
@@ -928,8 +932,12 @@ for result, label in zip(results[:2], labels, strict=True):
     used = reliability[:, 2] > 0
     ax.plot(reliability[used, 0], reliability[used, 1], "o-", label=label)
 ax.plot([0, 1], [0, 1], "k:", label="calibrated")
+# a margin past 1, so that points at accuracy 1.0 are not cut in half
 ax.set(
-    xlabel="confidence (bin mean)", ylabel="accuracy", xlim=(0, 1), ylim=(0, 1)
+    xlabel="confidence (bin mean)",
+    ylabel="accuracy",
+    xlim=(0, 1.03),
+    ylim=(0, 1.03),
 )
 ax.legend(fontsize=8)
 plt.show()
@@ -939,19 +947,19 @@ plt.show()
 # confidence, each bin's accuracy against its mean confidence. A calibrated model lies on the
 # dotted diagonal; points above it are underconfident.
 #
-# Label smoothing makes this model *worse* calibrated, on every seed: the calibration error
-# goes from {glue:text}`ch9_ls_ece_hard` to {glue:text}`ch9_ls_ece_smooth`. Smoothing helps a
+# Label smoothing makes this model *worse* calibrated, on every seed: the median calibration
+# error goes from {glue:text}`ch9_ls_ece_hard` to {glue:text}`ch9_ls_ece_smooth`. Smoothing helps a
 # model that is overconfident, and this one is not: its mean confidence
 # ({glue:text}`ch9_ls_confidence_hard`) is already below its accuracy
 # ({glue:text}`ch9_ls_accuracy_hard`), and smoothing lowers it further. On accuracy the effect
-# is small and of no consistent sign ({glue:text}`ch9_ls_accuracy_change`).
+# is small and of no consistent sign (from {glue:text}`ch9_ls_accuracy_change` by seed).
 #
 # :::{admonition} Going deeper: label smoothing at the full budget
 # :class: dropdown
 # A model that matches the smoothed target puts at most $1 - \epsilon + \epsilon / V$ =
 # {glue:text}`ch9_ls_cap` on its arg-max, while the fully trained model is right on nearly
 # every token: it cannot be calibrated either. Trained for the full budget with smoothing on
-# five seeds (a longer run of the same code, shipped with the book), the calibration error
+# five seeds (a longer run of the same code, shipped with the book), the median calibration error
 # goes from {glue:text}`ch9_ls_full_ece_hard` (this chapter's run: {glue:text}`ch9_full_ece`)
 # to {glue:text}`ch9_ls_full_ece_smooth`, the mean confidence sitting at
 # {glue:text}`ch9_ls_full_confidence`, just under that cap.

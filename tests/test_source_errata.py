@@ -705,3 +705,86 @@ def test_source_004_refill_forgets_group_by_locations():
     assert (
         as_written.float().mean() < 0.5
     )  # as written, most come from the refill's other rule
+
+
+# ------------------------------------------------------------ rows added after the 0.8.1 review
+
+
+def test_source_000_output_feature_j_reads_the_jth_column_of_w_o():
+    """000: "the j-th row of W^O". In Concat(h_1..h_H) W^O, output feature j is the concatenated
+    heads times the j-th *column* of W^O; the j-th row gives another number."""
+    g = _gen(0)
+    concat = torch.randn(5, 8, generator=g, dtype=torch.float64)  # (T, H * d_h)
+    w_o = torch.randn(8, 8, generator=g, dtype=torch.float64)  # not symmetric
+    output = concat @ w_o
+    for j in range(8):
+        torch.testing.assert_close(output[:, j], concat @ w_o[:, j])
+        assert not torch.allclose(output[:, j], concat @ w_o[j, :])
+
+
+def test_source_002_split_into_four_keys_has_no_subkeys_3():
+    """002: ``key, *subkeys = jax.random.split(key, 4)``, then ``subkeys[3]``: the split gives
+    four keys, the first is taken by ``key``, so ``subkeys`` holds three (indices 0 to 2)."""
+    split = list(range(4))  # jax.random.split(key, 4): four keys, in order
+    key, *subkeys = split
+    assert len(subkeys) == 3
+    with pytest.raises(IndexError):
+        subkeys[3]
+    key, *subkeys = list(range(5))  # its third draft splits into five
+    assert subkeys[3] == 4
+
+
+def test_source_000_layer_normed_logits_are_not_probabilities():
+    """000: "output probabilities of shape (B, T, C)", from a head whose logits go through a
+    LayerNorm: at its initial gain and bias each row has mean 0, so it sums to 0, not 1, and
+    has negative entries."""
+    torch.manual_seed(0)
+    head = nn.Sequential(nn.Linear(32, 10), nn.LayerNorm(10))
+    outputs = head(torch.randn(2, 16, 32))  # (B, T, C)
+    torch.testing.assert_close(
+        outputs.sum(-1), torch.zeros(2, 16), atol=1e-5, rtol=0
+    )
+    assert (outputs < 0).any()
+    # the probabilities are a softmax away
+    torch.testing.assert_close(outputs.softmax(-1).sum(-1), torch.ones(2, 16))
+
+
+def test_source_000_alibi_adds_no_parameters_at_all():
+    """000: ALiBi "incurs a negligible parameter increase": its slopes are fixed, so a model
+    with ALiBi has exactly the parameters of the same model without positions."""
+    from helpers.gpt import GPT, GPTConfig
+
+    config = GPTConfig(
+        vocab_size=11, context_length=16, d_model=32, num_heads=4, num_layers=2
+    )
+    count = {
+        positions: sum(
+            p.numel()
+            for p in GPT(config.replace(positions=positions)).parameters()
+        )
+        for positions in ("alibi", "none", "learned")
+    }
+    assert count["alibi"] == count["none"]
+    assert (
+        count["learned"] == count["none"] + 16 * 32
+    )  # a learned table does add
+
+
+def test_source_000_attention_work_grows_with_both_lengths():
+    """000: "computation is efficient regardless of context sizes T_q and T_k since it involves
+    only matrix operations": the matrix products do T_q T_k (2d) multiply-adds, so doubling
+    both lengths quadruples the work."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    def flops(tq: int, tk: int) -> int:
+        q, k, v = torch.randn(tq, 16), torch.randn(tk, 16), torch.randn(tk, 16)
+        with FlopCounterMode(display=False) as counter:
+            (q @ k.T / 4).softmax(-1) @ v
+        return counter.get_total_flops()
+
+    assert (
+        flops(128, 128)
+        == 4 * flops(64, 64)
+        == 2 * (2 * 128 * 128 * 16)  # two products, 2 FLOPs a multiply-add
+    )
+    assert flops(64, 128) == 2 * flops(64, 64)

@@ -592,8 +592,7 @@ def bare_loop(
 
     No schedule, no clipping, on the CPU; the model is initialized from
     ``config.seed``. Returns the loss of every step and the token accuracy on
-    ``val_set`` afterwards. Chapter 7 shows and runs it ("The loop, bare");
-    ``scripts/margins.py reverse`` measures its two numbers over seeds.
+    ``val_set`` afterwards.
     """
     torch.manual_seed(config.seed)
     model = ReversePredictor(config.num_classes, config.model_config())

@@ -664,7 +664,8 @@ WIDER_THAN_THE_COLUMN = """
   const right = column.getBoundingClientRect().right;
   return [...column.querySelectorAll("div.cell_output img")]
     .filter((img) => img.getBoundingClientRect().right > right + 1)
-    .map((img) => `${img.getAttribute("src")}: ${Math.round(img.getBoundingClientRect().width)} px`);
+    .map((img) => `${img.getAttribute("src")}: ${
+      Math.round(img.getBoundingClientRect().width)} px`);
 }
 """
 SCREENS = {

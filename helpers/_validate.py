@@ -305,10 +305,15 @@ def generator(value) -> None:
 def tokens(value, vocab_size: int, max_len: int | None = None) -> None:
     """Token ids: an int64 ``(B, T)`` tensor with values in ``0 .. vocab_size -
     1``."""
-    if not isinstance(value, Tensor) or value.dtype != torch.long:
-        got = value.dtype if isinstance(value, Tensor) else type(value).__name__
+    if not isinstance(value, Tensor):
         raise TypeError(
-            f"tokens must be an int64 tensor of shape (B, T), got {got}; "
+            "tokens must be an int64 tensor of shape (B, T), got a "
+            f"{type(value).__name__}; make one with torch.tensor([ids]) (a "
+            "batch of one sequence) or torch.tensor([ids_1, ids_2, ...])"
+        )
+    if value.dtype != torch.long:
+        raise TypeError(
+            f"tokens must be an int64 tensor of shape (B, T), got {value.dtype}; "
             "convert with tokens.long()"
         )
     if value.ndim != 2:

@@ -116,6 +116,15 @@ def tiled_attention(
     allowed key are skipped, which is where the causal and the windowed
     versions save time. A query with no allowed key gets a zero output, as in
     :func:`helpers.attention.scaled_dot_product_attention`.
+
+    With fewer queries than keys (``Tq < Tk``), the queries are the *last*
+    ``Tq`` positions: query i sits at position ``i + Tk - Tq``, the mask aligned
+    to the bottom right of the (Tq, Tk) matrix, as a decoding step with a cache
+    needs (its one query reads every key) and as FlashAttention 2 does.
+    ``F.scaled_dot_product_attention(is_causal=True)`` aligns it to the top left
+    instead (its one query would read key 0 only);
+    ``torch.nn.attention.bias.causal_lower_right`` is its bottom-right mask.
+    With more queries than keys the first ``Tq - Tk`` queries see no key.
     """
     check.attention_arguments(q, k, v, None, 0.0, False, scale)
     check.boolean("causal", causal)
@@ -123,16 +132,20 @@ def tiled_attention(
     if window is not None:
         check.positive_int("window", window)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    positions = torch.arange(max(q.shape[-2], k.shape[-2]), device=q.device)
+    # keys at 0 .. Tk - 1, queries at the last Tq positions (bottom right)
+    k_positions = torch.arange(k.shape[-2], device=q.device)
+    q_positions = (
+        k.shape[-2] - q.shape[-2] + torch.arange(q.shape[-2], device=q.device)
+    )
     outputs = []
     for q_start in range(0, q.shape[-2], block_size):
         q_block = q[..., q_start : q_start + block_size, :] * scale
-        q_pos = positions[q_start : q_start + q_block.shape[-2]]
+        q_pos = q_positions[q_start : q_start + q_block.shape[-2]]
         running_max = q_block.new_full((*q_block.shape[:-1], 1), float("-inf"))
         running_sum = q_block.new_zeros((*q_block.shape[:-1], 1))
         accumulator = q_block.new_zeros((*q_block.shape[:-1], v.shape[-1]))
         for k_start in range(0, k.shape[-2], block_size):
-            k_pos = positions[k_start : min(k_start + block_size, k.shape[-2])]
+            k_pos = k_positions[k_start : k_start + block_size]
             allowed = _allowed(q_pos, k_pos, causal, window)
             if allowed is not None and not allowed.any():
                 continue  # the whole tile is masked: skip its work entirely
@@ -314,13 +327,16 @@ def tokens_per_second(
     new_tokens: int,
     use_cache: bool = True,
     repeats: int = 3,
+    warmup_calls: int = 1,
 ) -> float:
     """How fast ``model.generate`` continues ``prompt`` greedily by
     ``new_tokens`` tokens, with its key/value cache or without it (every step
     recomputing the whole prefix): tokens per second, from the median of
-    ``repeats`` timed calls (:func:`median_seconds`). Chapter 13 and
-    ``scripts/margins.py long`` measure the cache's speed-up with it.
+    ``repeats`` timed calls after ``warmup_calls`` untimed ones
+    (:func:`median_seconds`). Chapter 13 and ``scripts/margins.py long``
+    measure the cache's speed-up with it.
     """
     seconds = median_seconds(model.generate, prompt, new_tokens, greedy=True,
-                             use_cache=use_cache, repeats=repeats)  # fmt: skip
+                             use_cache=use_cache, repeats=repeats,
+                             warmup_calls=warmup_calls)  # fmt: skip
     return new_tokens / seconds

@@ -32,7 +32,12 @@ attention's reading of the cache, a step's work (the operators it dispatches,
 the elements it writes) is the same at every length, and the loop reads no value
 back to the host (:class:`helpers.analysis.DispatchCounter` counts all three).
 With a sliding ``window`` the cache rolls: it keeps the last ``window``
-positions only, so its memory is flat in the length.
+positions only, so its memory is flat in the length. A model with a window and
+relative positions (``"rope"``, ``"alibi"``, or ``"none"``) *streams*: nothing
+in it depends on how far a position is from the start, so it reads and generates
+past ``context_length``, its rolling caches stepping on at a flat cost
+(Mistral's rolling buffer); models with a table of absolute positions stop at
+``context_length``.
 """
 
 from __future__ import annotations
@@ -69,6 +74,8 @@ __all__ = [
 ]
 
 POSITIONS = ("learned", "sinusoidal", "rope", "alibi", "none")
+# what a model with a window may read past its context (GPTConfig.streams)
+STREAMING_POSITIONS = ("rope", "alibi", "none")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,7 +96,10 @@ class GPTConfig:
     :class:`GPT`). GPT-2 small: ``GPTConfig(vocab_size=50_257,
     context_length=1024, d_model=768, num_layers=12, num_heads=12, bias=True,
     norm="layer", activation="gelu_tanh")``. Fields are keywords;
-    ``config.replace(window=4)`` is a copy with some of them changed.
+    ``config.replace(window=4)`` is a copy with some of them changed. A model
+    with a ``window`` and relative positions (``"rope"``, ``"alibi"``,
+    ``"none"``) :attr:`streams`: it reads sequences longer than
+    ``context_length``.
     """
 
     vocab_size: int
@@ -130,6 +140,16 @@ class GPTConfig:
         check.activation(self.activation, ACTIVATIONS)
         _check_residual_init(self.residual_init)
 
+    @property
+    def streams(self) -> bool:
+        """Whether the model reads past ``context_length``: with a ``window``
+        and relative positions, a query reads the last ``window`` keys by their
+        distance alone, so no position is too far from the start (Mistral's
+        rolling buffer). A table of absolute positions (``"learned"``,
+        ``"sinusoidal"``) has ``context_length`` rows; without a window, the
+        cache and the cost of a step would grow without bound."""
+        return self.window is not None and self.positions in STREAMING_POSITIONS
+
     def replace(self, **changes) -> GPTConfig:
         """A copy with some fields changed, e.g.
         ``config.replace(num_kv_heads=1)``."""
@@ -165,7 +185,10 @@ class KVCache:
     its memory stays flat however long the sequence grows (Mistral's rolling
     buffer): buffers of about ``2 * window`` positions, and when the next
     positions do not fit after the held ones, the held ones move to the front (a
-    copy of ``window`` positions at most once every ``window`` steps).
+    copy of ``window`` positions at most once every ``window`` steps). The
+    cache has no end of its own: a model whose positions are relative
+    (:attr:`GPTConfig.streams`) steps it past ``context_length``; a model with
+    absolute positions stops there.
     ``length`` counts every position appended so far (the next one's index: RoPE
     and ALiBi use these true positions); ``held`` is how many the cache holds
     now, the last ones, from position ``start = length - held`` on.
@@ -663,12 +686,18 @@ class GPT(nn.Module):
         tokens, more work). Runs in ``eval()`` mode and gives the model back in
         the mode it was in.
 
-        Past the context: the model reads at most ``context_length`` tokens, so
-        a step whose text is longer reads only the last ``context_length`` of
-        it, afresh and without the cache (nanoGPT's crop): the text may be as
-        long as you like, each such step costs a whole window's forward pass,
-        and tokens further back than the window are forgotten. A prompt longer
-        than the context is cropped the same way.
+        Past the context: a model that :attr:`~GPTConfig.streams` (a sliding
+        window and relative positions) steps on with its rolling caches, each
+        step at the same cost as inside the context, and reads a prompt of any
+        length. Any other model reads at most ``context_length`` tokens, so a
+        step whose text is longer reads only the last ``context_length`` of it,
+        afresh and without the cache (nanoGPT's crop): the text may be as long
+        as you like, each such step costs a whole context's forward pass, and
+        tokens further back are forgotten; a prompt longer than the context is
+        cropped the same way. So is every step of ``use_cache=False``, which
+        for a streaming model gives the stream's logits as long as its
+        receptive field, ``num_layers * (window - 1) + 1`` tokens, fits in the
+        context.
 
         ``end_id``: a sequence that emits this token stops there; its later
         positions hold ``pad_id`` (default ``end_id``), and generation stops
@@ -689,6 +718,9 @@ class GPT(nn.Module):
         padding either way: the output is the same.
         """
         _check_generation(self, prompt, max_new_tokens, greedy, use_cache)
+        if not greedy:  # greedy decoding reads neither
+            _check_sampling_options(temperature, top_k)
+        _check_generator(generator)
         _check_end_and_pad(self.vocab_size, end_id, pad_id)
         if pad_id is None:  # the end token also pads what follows it
             pad_id = end_id
@@ -701,6 +733,8 @@ class GPT(nn.Module):
         )
         tokens[:, :prompt_length] = prompt
         context = self.context_length
+        # with a window and relative positions the caches roll on past it
+        crop = not (use_cache and self.config.streams)
         caches = (
             self.new_caches(batch, capacity=min(total, context))
             if use_cache
@@ -710,7 +744,7 @@ class GPT(nn.Module):
         step_input = prompt
         ended = torch.zeros(batch, 1, dtype=torch.bool, device=prompt.device)
         for step, position in enumerate(range(prompt_length, total), start=1):
-            if position > context:  # past the context: the last window, afresh
+            if crop and position > context:  # the last context, afresh
                 step_input = tokens[:, position - context : position]
                 caches = None
             # the last position's logits (B, V); the prompt was checked above
@@ -718,9 +752,10 @@ class GPT(nn.Module):
             if greedy:
                 next_token = logits.argmax(dim=-1, keepdim=True)
             else:
-                probabilities = next_token_probabilities(
-                    logits, temperature, top_k
-                )
+                # next_token_probabilities, unchecked: no value read back
+                probabilities = top_k_filter(
+                    logits / temperature, top_k
+                ).softmax(dim=-1)
                 next_token = torch.multinomial(
                     probabilities, 1, generator=generator
                 )
@@ -930,13 +965,20 @@ def _check_gpt_input(model, tokens_in, caches) -> None:
             )
         cached = lengths.pop()
     length = cached + tokens_in.shape[1]
-    if length > model.context_length:
+    # a window and relative positions: any length (GPTConfig.streams)
+    if length > model.context_length and not model.config.streams:
         held = f" ({cached} cached + {length - cached} new)" if cached else ""
+        why = (
+            f"its {model.config.positions!r} positions have no row past it"
+            if model.config.positions in ("learned", "sinusoidal")
+            else "without a window its cost would grow without bound"
+        )
         raise ValueError(
             f"the sequence has {length} tokens{held}, more than the model's "
-            f"context_length={model.context_length}; cut it to its last "
-            f"{model.context_length} tokens, or build the model with "
-            f"context_length >= {length}"
+            f"context_length={model.context_length} ({why}); cut it to its "
+            f"last {model.context_length} tokens, or build the model with "
+            f"context_length >= {length} (a model with a window and 'rope', "
+            "'alibi' or 'none' positions reads past its context)"
         )
 
 
@@ -978,8 +1020,26 @@ def _check_end_and_pad(vocab_size: int, end_id, pad_id) -> None:
 
 
 def _check_sampling(logits, temperature, top_k) -> None:
-    """Logits ``(..., V)``, a temperature > 0 and an optional ``top_k`` >= 1."""
+    """Logits ``(..., V)`` whose every row has a finite value to sample, a
+    temperature > 0 and an optional ``top_k`` >= 1."""
     check.tensor("logits", logits, floating=True, min_ndim=1)
+    _check_sampling_options(temperature, top_k)
+    # softmax of a row of -inf (every token masked), or with NaN or +inf: NaN
+    finite = logits.isfinite()
+    empty = ~finite.any(dim=-1)
+    if empty.any() or logits.isnan().any() or (logits == math.inf).any():
+        rows = int(empty.sum())
+        raise ValueError(
+            f"logits of shape {tuple(logits.shape)} hold {rows} row(s) with no "
+            f"finite value and {int(logits.isnan().sum())} NaN and "
+            f"{int((logits == math.inf).sum())} +inf values: softmax would "
+            "give NaN probabilities. Every row needs a finite logit (a mask "
+            "that removes every token leaves none), and no NaN or +inf"
+        )
+
+
+def _check_sampling_options(temperature, top_k) -> None:
+    """A temperature > 0 and an optional ``top_k`` >= 1."""
     check.positive_number(
         "temperature",
         temperature,
@@ -987,3 +1047,13 @@ def _check_sampling(logits, temperature, top_k) -> None:
     )
     if top_k is not None:
         check.positive_int("top_k", top_k)
+
+
+def _check_generator(generator) -> None:
+    """None or a ``torch.Generator`` (``torch.multinomial`` takes no seed)."""
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(
+            "generator must be a torch.Generator or None, got "
+            f"{check.describe(generator)}; for a seeded draw pass "
+            "generator=torch.Generator().manual_seed(0), not the seed itself"
+        )

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import qkv_case
+from torch.nn.attention.bias import causal_lower_right
 from torch.utils.flop_counter import FlopCounterMode
 
 from helpers.analysis import peak_cpu_bytes
@@ -30,7 +31,9 @@ FEW = settings(max_examples=40, deadline=None)
 def _reference_mask(
     q_len: int, k_len: int, causal: bool, window: int | None
 ) -> torch.Tensor:
-    offset = torch.arange(q_len)[:, None] - torch.arange(k_len)[None, :]
+    # the queries are the last q_len positions (bottom-right alignment)
+    query_positions = torch.arange(q_len) + k_len - q_len
+    offset = query_positions[:, None] - torch.arange(k_len)[None, :]
     allowed = torch.ones(q_len, k_len, dtype=torch.bool)
     if causal:
         allowed &= offset >= 0
@@ -53,10 +56,68 @@ def tiled_case(draw):
 @FEW
 @given(tiled_case())
 def test_tiled_attention_equals_pytorchs_kernel(case):
+    """Causal with Tq != Tk: PyTorch's bottom-right mask (``causal_lower_right``),
+    not ``is_causal=True`` (top left); with Tq > Tk the first Tq - Tk queries see
+    no key and get zeros, the rest are the square causal case."""
     q, k, v, causal, block_size = case
-    expected = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    q_len, k_len = q.shape[-2], k.shape[-2]
     got = tiled_attention(q, k, v, causal=causal, block_size=block_size)
+    if not causal:
+        expected = F.scaled_dot_product_attention(q, k, v)
+    elif q_len <= k_len:
+        mask = causal_lower_right(q_len, k_len)
+        expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    else:
+        blind = q_len - k_len
+        assert torch.equal(
+            got[..., :blind, :], torch.zeros_like(got[..., :blind, :])
+        )
+        got = got[..., blind:, :]
+        expected = F.scaled_dot_product_attention(
+            q[..., blind:, :], k, v, is_causal=True
+        )
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("window", [None, 3])
+@pytest.mark.parametrize("block_size", [1, 4, 64])
+def test_causal_tiled_attention_aligns_fewer_queries_to_the_end(
+    window, block_size
+):
+    """A decoding step's queries are the last positions: one query reads every key
+    (with a window, the last ``window``), as FlashAttention 2 and PyTorch's
+    ``causal_lower_right`` align it; the top-left alignment of
+    ``is_causal=True`` would let it read key 0 only."""
+    gen = torch.Generator().manual_seed(4)
+    q = torch.randn(2, 3, 1, 8, generator=gen, dtype=torch.float64)
+    k, v = (
+        torch.randn(2, 3, 20, 8, generator=gen, dtype=torch.float64)
+        for _ in range(2)
+    )
+    got = tiled_attention(
+        q, k, v, causal=True, window=window, block_size=block_size
+    )
+    last = slice(None) if window is None else slice(-window, None)
+    expected = F.scaled_dot_product_attention(
+        q, k[..., last, :], v[..., last, :]
+    )
+    torch.testing.assert_close(got, expected, atol=1e-12, rtol=1e-12)
+    top_left = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    assert torch.allclose(
+        top_left, v[..., :1, :]
+    )  # key 0 only: the other convention
+    assert not torch.allclose(got, top_left, atol=1e-3)
+    # several new queries: the last rows of the square causal attention
+    q5 = torch.randn(2, 3, 5, 8, generator=gen, dtype=torch.float64)
+    square_q = torch.cat(
+        [torch.zeros(2, 3, 15, 8, dtype=torch.float64), q5], -2
+    )
+    mask = _reference_mask(20, 20, True, window)
+    square, _ = scaled_dot_product_attention(square_q, k, v, mask)
+    got = tiled_attention(
+        q5, k, v, causal=True, window=window, block_size=block_size
+    )
+    torch.testing.assert_close(got, square[..., -5:, :], atol=1e-12, rtol=1e-12)
 
 
 @FEW
@@ -104,11 +165,11 @@ def test_a_query_with_no_allowed_key_gets_zeros():
         torch.randn(3, 4),
         torch.randn(3, 5),
     )
-    got = tiled_attention(
-        q, k, v, window=2, block_size=2
-    )  # queries 4.. are 2+ keys away
-    assert torch.equal(got[4:], torch.zeros(6, 5))
-    assert torch.isfinite(got).all() and got[:4].abs().sum() > 0
+    # the 10 queries sit at positions -7 .. 2 (aligned to the end), the keys at
+    # 0 .. 2: queries 0 .. 5 are 2+ positions from every key
+    got = tiled_attention(q, k, v, window=2, block_size=2)
+    assert torch.equal(got[:6], torch.zeros(6, 5))
+    assert torch.isfinite(got).all() and (got[6:].abs().sum(-1) > 0).all()
 
 
 def test_tiled_attention_never_holds_the_weight_matrix():

@@ -11,6 +11,7 @@ from torch import nn
 
 from helpers.analysis import DispatchCounter, count_parameters
 from helpers.attention import MultiHeadAttention, causal_mask
+from helpers.efficient import receptive_field
 from helpers.gpt import (
     GPT,
     POSITIONS,
@@ -362,6 +363,126 @@ def test_rolling_cache_gives_the_logits_of_full_recomputation(
     prompt = tokens[:, :4]
     assert torch.equal(model.generate(prompt, 20, greedy=True),
                        model.generate(prompt, 20, greedy=True, use_cache=False))  # fmt: skip
+
+
+STREAMING = ("rope", "alibi", "none")  # relative positions, or none
+
+
+@pytest.mark.parametrize(
+    "dtype, tolerance",
+    [(torch.float64, dict(atol=1e-10, rtol=0)),  # the exact equivalence
+     # logits up to about 20: float32's rounding, along two orders of sums
+     (torch.float32, dict(atol=5e-5, rtol=1e-5))],
+    ids=["float64", "float32"],
+)  # fmt: skip
+@pytest.mark.parametrize("positions", STREAMING)
+def test_a_streaming_model_steps_its_rolling_caches_far_past_the_context(
+    positions, dtype, tolerance
+):
+    """A window and relative positions: the caches roll on past context_length.
+
+    Two equivalences, each to 1e-5. (1) Stepping equals the whole text read at
+    once at its true positions, every layer's T x T scores written out. (2) The
+    model cannot tell where it is: position t's logits are those of the last
+    ``receptive_field(window, L)`` tokens read afresh from position 0 (with RoPE
+    the scores depend only on distances, ALiBi's penalty too). The last
+    ``window`` tokens alone are not enough once there are two layers: a token a
+    layer reads has read ``window - 1`` further back in the layer below.
+    """
+    window, length = 3, 10 * 24  # ten times the context
+    model = _model(positions, num_kv_heads=2, window=window).to(dtype)
+    assert model.config.streams and model.context_length == 24
+    tokens = _tokens(batch=2, length=length)
+    caches = model.new_caches(2)
+    with torch.no_grad():
+        steps = torch.cat(
+            [model(tokens[:, t : t + 1], caches) for t in range(length)], 1
+        )
+        full = _unchunked_logits(model, tokens)  # (2, 240, V), 240 x 240 scores
+        chunked = model(tokens)  # no cache: chunks of `window` queries
+    assert caches[0].length == length and caches[0].held == window
+    torch.testing.assert_close(steps, full, **tolerance)
+    torch.testing.assert_close(chunked, full, **tolerance)
+    reach = receptive_field(window, len(model.blocks))  # 5 tokens
+    with torch.no_grad():
+        for t in range(reach - 1, length, 7):
+            fresh = model(tokens[:, t + 1 - reach : t + 1])[:, -1]
+            torch.testing.assert_close(steps[:, t], fresh, **tolerance)
+        too_short = model(tokens[:, -window:])[:, -1]
+    assert (steps[:, -1] - too_short).abs().max() > 1e-2
+
+
+def test_a_streaming_models_caches_stay_flat_however_long_it_runs():
+    """Past the context every cache holds ``window`` positions in the same buffers:
+    the tensors' sizes and the bytes held and allocated are the same at every step."""
+    model = _model("rope", num_kv_heads=2, window=3)  # context 24
+    caches = model.new_caches(2, capacity=24)
+    tokens = _tokens(batch=2, length=10 * 24)
+    sizes = set()
+    with torch.no_grad():
+        for t in range(tokens.shape[1]):
+            model(tokens[:, t : t + 1], caches)
+            if t >= 3:  # the window is full
+                sizes.add(tuple(
+                    (tuple(c.keys.shape), c.capacity, c.memory_bytes(),
+                     c.allocated_bytes())
+                    for c in caches
+                ))  # fmt: skip
+    assert len(sizes) == 1
+    [(shape, capacity, held, allocated), _] = sizes.pop()
+    assert shape == (2, 2, 3, 4)  # (B, H_kv, window, d_head)
+    assert held == 2 * 2 * 2 * 3 * 4 * 4  # keys and values, float32
+    assert capacity == 6 and allocated == 2 * held  # about two windows
+
+
+@pytest.mark.parametrize("positions", STREAMING)
+def test_a_streaming_model_generates_past_the_context_at_a_flat_cost(positions):
+    model = _model(positions, num_kv_heads=2, window=3)  # context 24
+    prompt = _tokens(batch=2, length=4)
+    out = model.generate(prompt, 100, greedy=True)  # to 104 tokens
+    expected = prompt  # every step reads the whole text, at its true positions
+    with torch.no_grad():
+        for _ in range(100):
+            logits = _unchunked_logits(model, expected)[:, -1]
+            expected = torch.cat([expected, logits.argmax(-1, keepdim=True)], 1)
+    assert torch.equal(out, expected)
+    # without a cache: the last context afresh, the same tokens (the receptive
+    # field, 5 tokens, fits in it)
+    assert torch.equal(model.generate(prompt, 100, greedy=True,
+                                      use_cache=False), out)  # fmt: skip
+    # a step past the context costs what one inside it costs (nine steps: three
+    # rolls of the buffers in each count), and reads no value back; the old crop
+    # (a whole context's forward pass per step) wrote about 50 times more
+    inside, past = (
+        _ops_per_step(model, 8, steps=9),
+        _ops_per_step(model, 60, steps=9),
+    )
+    assert inside == past and past["syncs"] == 0
+    # a prompt longer than the context is read whole, at its true positions
+    long_prompt = _tokens(batch=2, length=50)
+    with torch.no_grad():
+        first = _unchunked_logits(model, long_prompt)[:, -1].argmax(-1)
+    assert torch.equal(
+        model.generate(long_prompt, 1, greedy=True)[:, -1], first
+    )
+
+
+@pytest.mark.parametrize(
+    "variant, why",
+    [(dict(positions="learned", window=3), "its 'learned' positions have no row"),
+     (dict(positions="sinusoidal", window=3), "its 'sinusoidal' positions have no row"),
+     (dict(positions="rope"), "without a window its cost would grow")],
+    ids=lambda value: _name(value) if isinstance(value, dict) else "",
+)  # fmt: skip
+def test_a_model_that_does_not_stream_stops_at_its_context(variant, why):
+    model = _model(**variant)
+    assert not model.config.streams
+    with pytest.raises(ValueError, match=rf"context_length=24 \({why}"):
+        model(_tokens(length=25))
+    caches = model.new_caches(3)
+    model(_tokens(length=24), caches)
+    with pytest.raises(ValueError, match=r"25 tokens \(24 cached \+ 1 new\)"):
+        model(_tokens(length=1), caches)
 
 
 @pytest.mark.parametrize("window, chunk", [(1, 1), (3, 2), (4, 5), (4, 9)])
@@ -721,14 +842,20 @@ def test_a_sequence_longer_than_the_context_is_refused(positions):
         model(_tokens(length=5), caches)
 
 
-@pytest.mark.parametrize("positions", POSITIONS)
+CROPPING = [
+    *[dict(positions=p) for p in POSITIONS],
+    dict(positions="learned", window=3),  # absolute positions: a window or not
+    dict(positions="sinusoidal", window=3),
+]
+
+
+@pytest.mark.parametrize("variant", CROPPING, ids=_name)
 @pytest.mark.parametrize("use_cache", [True, False])
-def test_generation_past_the_context_reads_the_last_window(
-    positions, use_cache
-):
-    """Past ``context_length`` each step reads the last window afresh (nanoGPT's crop):
-    the tokens are those of a loop that recomputes on the cropped window."""
-    model = _model(positions)  # context_length 24
+def test_generation_past_the_context_reads_the_last_window(variant, use_cache):
+    """Past ``context_length`` each step of a model that does not stream reads the
+    last window afresh (nanoGPT's crop): the tokens are those of a loop that
+    recomputes on the cropped window."""
+    model = _model(**variant)  # context_length 24
     prompt = _tokens(length=4)
     out = model.generate(prompt, 40, greedy=True, use_cache=use_cache)
     assert out.shape == (3, 44)
@@ -758,6 +885,23 @@ def test_misuse_is_refused_clearly():
         next_token_probabilities(torch.zeros(1, 4), temperature=0.0)
     with pytest.raises(ValueError, match="top_k must be a positive int"):
         next_token_probabilities(torch.zeros(1, 4), top_k=0)
+    masked = torch.tensor([[0.0, 1.0], [-math.inf, -math.inf]])
+    with pytest.raises(ValueError, match=r"1 row\(s\) with no finite value"):
+        next_token_probabilities(masked)  # softmax: a row of NaN
+    with pytest.raises(ValueError, match=r"1 NaN and 0 \+inf values"):
+        next_token_probabilities(torch.tensor([[0.0, math.nan]]))
+    with pytest.raises(ValueError, match=r"0 NaN and 1 \+inf values"):
+        next_token_probabilities(torch.tensor([[0.0, math.inf]]))
+    with pytest.raises(
+        TypeError,
+        match=r"generator must be a torch.Generator or None, got int \(0\).*"
+        r"torch.Generator\(\).manual_seed\(0\)",
+    ):
+        model.generate(_tokens(), 3, generator=0)
+    with pytest.raises(
+        TypeError, match=r"got a list; make one with torch.tensor\(\[ids\]\)"
+    ):
+        model.generate([1, 2, 3], 3)
     with pytest.raises(ValueError, match="empty"):
         model.generate(torch.zeros(2, 0, dtype=torch.long), 3)
     with pytest.raises(

@@ -770,7 +770,7 @@ assert verdict.startswith("Correct"), verdict
 # 2. **The limits of the width.** Without running code, say what $\hat f$ becomes as
 #    $\sigma \to \infty$ and as $\sigma \to 0$. Then check your answer numerically.
 #
-# ```{admonition} Solution
+# :::{admonition} Solution
 # :class: dropdown
 # As $\sigma \to \infty$ every score tends to the same value, the weights become uniform and
 # $\hat f(q)$ is the mean of all training targets, a constant. As $\sigma \to 0$ the largest
@@ -783,7 +783,7 @@ assert verdict.startswith("Correct"), verdict
 # print((very_wide - y_train.mean()).abs().max())  # about 0
 # print((very_narrow - hard_predictions).abs().max())  # small
 # ```
-# ```
+# :::
 
 # %% tags=["remove-cell"]
 very_wide, _ = nadaraya_watson(x_query, x_train, y_train, width=1e4)

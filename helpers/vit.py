@@ -290,6 +290,7 @@ class VisionTransformer(nn.Module):
         check.images(
             images, config.channels, config.image_size, type(self).__name__
         )
+        check.module_dtype("images", images, self)  # float64 into float32
         x = self.positions(self.patch_embedding(images))  # (B, N, D)
         if self.cls_token is not None:
             x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)

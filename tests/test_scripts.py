@@ -127,3 +127,29 @@ def test_the_books_recipe_reaches_the_threshold_and_stops_there():
     )  # measured every eval_every steps
     assert result["final_accuracy"] >= bench_reverse.THRESHOLD
     assert 0 < result["time_to_threshold_s"] == result["train_s"]
+
+
+def test_digits_attention_rows_read_each_vit_and_its_untrained_start(
+    monkeypatch,
+):
+    """scripts/reproduce_digits_attention.py on a three-step recipe: one row per ViT, the
+    untrained one only beside a training on the true labels, the machine on every row."""
+    import functools
+
+    from helpers.tasks.digits import DigitsTrainConfig, train_digits
+
+    script = load_script("reproduce_digits_attention.py")
+    tiny = DigitsTrainConfig(steps=3, batch_size=16)
+    monkeypatch.setattr(
+        script, "train_digits", functools.partial(train_digits, config=tiny)
+    )
+    label = dict(machine="here", command="python scripts/...")
+    rows = script.one_seed(seed=0, shuffled=False, device="cpu", label=label)
+    assert [row["kind"] for row in rows] == ["trained", "untrained"]
+    (control,) = script.one_seed(
+        seed=0, shuffled=True, device="cpu", label=label
+    )
+    assert control["kind"] == "shuffled labels"
+    for row in [*rows, control]:
+        assert row["machine"] == "here" and 0 <= row["test accuracy"] <= 1
+        assert set(row) >= {"head focus", "stroke agreement", "ink correlation"}

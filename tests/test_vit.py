@@ -16,12 +16,18 @@ from helpers.tasks.digits import (
     NUM_CLASSES,
     TEST_PER_CLASS,
     DigitsTrainConfig,
+    accuracy_over_seeds,
+    attention_readings,
+    attention_results,
+    class_strokes,
     digits_split,
+    focus,
     load_digits_images,
     make_digits_cnn,
     make_digits_data,
     make_digits_model,
     seed_results,
+    shuffle_labels,
     train_digits,
 )
 from helpers.transformer import EncoderBlock
@@ -299,6 +305,28 @@ def test_an_image_without_a_batch_dimension_is_refused():
         model(torch.randn(5, 8, 8))
     with pytest.raises(ValueError, match="without a batch dimension"):
         patchify(torch.randn(3, 8, 8), 2)
+
+
+def test_images_of_another_float_dtype_are_refused_at_the_vits_entry():
+    """float64 images (torch.from_numpy of a NumPy array) into a float32 ViT: without the
+    check, the error comes from inside conv.py and names neither the images nor the fix."""
+    model = VisionTransformer()
+    images = torch.randn(2, 1, 8, 8, dtype=torch.float64)
+    fix = r"images\.to\(torch\.float32\)"
+    with pytest.raises(
+        TypeError,
+        match=rf"images has dtype torch\.float64.*VisionTransformer's "
+        rf"parameters are torch\.float32.*{fix}",
+    ):
+        model(images)
+    with pytest.raises(TypeError, match=fix):
+        model.attention_maps(images)
+    with pytest.raises(TypeError, match=fix):
+        patch_attention(model.eval(), images)
+    assert model(images.float()).shape == (2, 10)  # the fix it names works
+    assert (
+        model.double()(images).dtype == torch.float64
+    )  # ... and so does the other
 
 
 def test_other_bad_inputs_are_refused():
@@ -624,3 +652,118 @@ def test_check_patchify_accepts_the_right_answer_and_explains_mistakes():
             checks.check_patchify(wrong)
     with pytest.raises(TypeError, match="function itself"):
         checks.check_patchify("patchify")
+
+
+# ------------------------------------------------------------- the shuffled-label control
+
+
+def test_shuffled_labels_permute_the_training_labels_only():
+    data = make_digits_data(num_train=200)
+    shuffled = shuffle_labels(data, seed=0)
+    assert torch.equal(shuffled.test_labels, data.test_labels)
+    assert torch.equal(shuffled.train_images, data.train_images)
+    assert torch.equal(
+        shuffled.train_labels.sort().values, data.train_labels.sort().values
+    )
+    # a permutation of the labels, not of the pairs: most images lose their label
+    assert (shuffled.train_labels != data.train_labels).float().mean() > 0.8
+    assert torch.equal(
+        shuffle_labels(data, 0).train_labels, shuffled.train_labels
+    )
+    assert not torch.equal(
+        shuffle_labels(data, 1).train_labels, shuffled.train_labels
+    )
+
+
+def test_a_vit_on_shuffled_labels_learns_nothing_about_the_digits():
+    quick = DigitsTrainConfig(steps=60, batch_size=64)
+    true = train_digits("CNN", seed=0, num_train=200, config=quick)
+    control = train_digits(
+        "CNN", seed=0, num_train=200, config=quick, shuffled_labels=True
+    )
+    assert true.test_accuracy > 0.5 > 0.25 > control.test_accuracy
+    with pytest.raises(TypeError, match="shuffled_labels"):
+        train_digits("CNN", config=quick, shuffled_labels="yes")
+
+
+def test_class_strokes_are_where_a_digit_differs_from_the_others():
+    data = make_digits_data()
+    strokes = class_strokes(data)
+    assert strokes.shape == (NUM_CLASSES, 4, 4) and (strokes >= 0).all()
+    # the same on raw pixels: standardizing is a positive affine map of the ink
+    images, labels = load_digits_images()
+    train, _ = digits_split(labels)
+    raw = dataclasses.replace(data, train_images=images[train])
+    torch.testing.assert_close(
+        class_strokes(raw), strokes, rtol=1e-4, atol=1e-4
+    )
+    # a 0 and a 1 differ from the average digit in different places
+    assert strokes[0].flatten().argmax() != strokes[1].flatten().argmax()
+
+
+def test_attention_readings_of_an_untrained_vit():
+    torch.manual_seed(0)
+    data = make_digits_data(num_train=100)
+    model = VisionTransformer().eval()
+    readings = attention_readings(model, data)
+    assert set(readings) == {
+        "test accuracy", "head focus", "rollout focus", "heads apart",
+        "wrong - right", "ink correlation", "stroke agreement",
+    }  # fmt: skip
+    assert 0 <= readings["test accuracy"] <= 0.3
+    # focus on 4 of 16 patches: at least the even share, at most all of it
+    assert 0.25 <= readings["rollout focus"] <= readings["head focus"] <= 1
+    assert 1 <= readings["heads apart"] <= 4
+    assert -1 <= readings["stroke agreement"] <= 1
+    found = patch_attention(model, data.test_images)
+    torch.testing.assert_close(
+        torch.tensor(readings["head focus"]),
+        focus(found["heads"][:, -1]).mean(),
+    )
+    with pytest.raises(TypeError, match="DigitsData"):
+        attention_readings(model, data.test_images)
+    with pytest.raises(ValueError, match=r"model.eval\(\)"):
+        attention_readings(model.train(), data)
+
+
+def test_the_shipped_attention_readings_separate_the_control():
+    """The chapter's claim over the shipped seeds, and its counter-case: the head focus does
+    not tell the shuffled-label ViTs from the trained ones; the stroke agreement does."""
+    table = attention_results()
+    assert set(table["kind"]) == {"trained", "shuffled labels", "untrained"}
+    assert table.groupby("kind")["seed"].nunique().min() >= 5
+    assert table["machine"].notna().all() and table["command"].notna().all()
+    by_kind = {
+        column: table.pivot_table(index="seed", columns="kind", values=column)
+        for column in ("head focus", "stroke agreement")
+    }
+
+    def separated(column, kind, control):
+        values = by_kind[column]
+        return values[kind].min() > values[control].max() + 0.05
+
+    assert separated("stroke agreement", "trained", "shuffled labels")
+    assert separated("stroke agreement", "trained", "untrained")
+    assert not separated("stroke agreement", "shuffled labels", "untrained")
+    assert separated("head focus", "trained", "untrained")
+    assert not separated("head focus", "trained", "shuffled labels")
+
+
+def test_accuracy_over_seeds_gives_each_comparison_a_column_per_setting():
+    models = accuracy_over_seeds("models")
+    assert list(models.columns) == ["CNN", "ViT"] and len(models) >= 5
+    variants = accuracy_over_seeds("variants")
+    assert variants.columns[0] == "class token, learned positions"
+    assert len(variants.columns) == 4
+    sizes = accuracy_over_seeds("sizes")
+    assert list(sizes.columns) == ["ViT", "ViT, patches of 4", "CNN"]
+    assert (
+        sizes.index.names == ["num_train", "seed"] and sizes.notna().all().all()
+    )
+    patches = accuracy_over_seeds("patches", value="train_accuracy")
+    assert list(patches.columns) == [1, 2, 4]
+    assert patches[2].equals(
+        accuracy_over_seeds("models", value="train_accuracy")["ViT"]
+    )
+    with pytest.raises(ValueError, match="view must be one of"):
+        accuracy_over_seeds("model")

@@ -14,11 +14,20 @@ each class, and a smaller training set is always a subset of a larger one.
 parameter count. :func:`train_digits` trains either on the split with one recipe
 (AdamW, a warm-up and a cosine decay, a fixed number of steps whatever the
 training-set size); it is a module-level function so that
-:func:`helpers.parallel.run_in_processes` can run several side by side.
+:func:`helpers.parallel.run_in_processes` can run several side by side; with
+``shuffled_labels`` it trains the control of the chapter's claims about
+attention, a model fitted to training labels permuted at random.
+
+The shipped runs over seeds are read back as tables: :func:`seed_results` and
+:func:`accuracy_over_seeds` (the accuracies, by ``scripts/reproduce_digits.py``),
+:func:`attention_results` (:func:`attention_readings` of trained,
+shuffled-label and untrained ViTs, by
+``scripts/reproduce_digits_attention.py``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -31,7 +40,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from helpers import _validate as check
 from helpers.tasks import shipped_table
 from helpers.training import cosine_warmup_schedule, evaluate, fit
-from helpers.vit import VisionTransformer, ViTConfig
+from helpers.vit import VisionTransformer, ViTConfig, patch_attention, patchify
 
 __all__ = [
     "NUM_CLASSES",
@@ -48,8 +57,16 @@ __all__ = [
     "DigitsRun",
     "accuracy",
     "train_digits",
+    "shuffle_labels",
     "SEEDS_FILE",
     "seed_results",
+    "accuracy_over_seeds",
+    "TOP_PATCHES",
+    "focus",
+    "class_strokes",
+    "attention_readings",
+    "ATTENTION_FILE",
+    "attention_results",
 ]
 
 NUM_CLASSES = 10
@@ -237,6 +254,7 @@ def train_digits(
     num_train: int | None = None,
     vit: ViTConfig = DIGITS_VIT,
     config: DigitsTrainConfig = DigitsTrainConfig(),
+    shuffled_labels: bool = False,
     device: str = "cpu",
 ) -> DigitsRun:
     """Train one model (``"ViT"`` or ``"CNN"``) on the fixed split; score it on
@@ -244,12 +262,19 @@ def train_digits(
 
     ``seed`` sets the initialization and the order of the batches; the split is
     the same for every seed. ``num_train`` takes the first images of the
-    balanced training order. The returned model is on the CPU, in eval mode,
-    whatever ``device`` trained it.
+    balanced training order. With ``shuffled_labels``, the control of a claim
+    about what training on the task does: the training labels are permuted at
+    random (seeded by ``seed``), so the model fits labels that say nothing
+    about the images (its training accuracy is measured on those labels, its
+    test accuracy on the true ones). The returned model is on the CPU, in eval
+    mode, whatever ``device`` trained it.
     """
     check.instance("config", config, DigitsTrainConfig)
+    check.boolean("shuffled_labels", shuffled_labels)
     data = make_digits_data(num_train)
     check.non_negative_int("seed", seed)
+    if shuffled_labels:
+        data = shuffle_labels(data, seed)
     torch.manual_seed(seed)
     network = make_digits_model(model, vit)
     batches = _batches(data, config, torch.Generator().manual_seed(seed))
@@ -286,6 +311,16 @@ def train_digits(
     )
 
 
+def shuffle_labels(data: DigitsData, seed: int) -> DigitsData:
+    """``data`` with its training labels permuted at random (seeded; the test
+    labels stay true)."""
+    generator = torch.Generator().manual_seed(SHUFFLE_SEED + seed)
+    order = torch.randperm(len(data.train_labels), generator=generator)
+    return dataclasses.replace(data, train_labels=data.train_labels[order])
+
+
+SHUFFLE_SEED = 1000  # apart from the batch orders' seeds
+
 SEEDS_FILE = "digits_seeds.csv"
 
 
@@ -302,4 +337,163 @@ def seed_results() -> pd.DataFrame:
     return shipped_table(
         SEEDS_FILE,
         f"python scripts/reproduce_digits.py --out helpers/tasks/{SEEDS_FILE}",
+    )
+
+
+VIEWS = ("models", "variants", "sizes", "patches")
+POOL_NAMES = {"cls": "class token", "mean": "mean pooling"}
+POSITION_NAMES = {
+    "learned": "learned positions",
+    "sinusoidal": "sinusoidal positions",
+    "none": "no positions",
+}
+CURVE_NAMES = ("ViT", "ViT, patches of 4", "CNN")
+
+
+def accuracy_over_seeds(
+    view: str,
+    value: str = "test_accuracy",
+    results: pd.DataFrame | None = None,
+) -> pd.DataFrame:
+    """One of chapter 14's comparisons from :func:`seed_results`, a column per
+    setting.
+
+    ``"models"``: the ViT and the CNN on the whole training set, a row per
+    seed. ``"variants"``: the ViT with each pooling and positions (the chapter's
+    default first), a row per seed. ``"sizes"``: the ViT (patches of 2), the
+    ViT with patches of 4 and the CNN, a row per (training images, seed).
+    ``"patches"``: the ViT with each patch size, a row per seed. ``value`` is
+    the column of :func:`seed_results` to show (``"train_accuracy"`` too).
+    """
+    check.one_of("view", view, VIEWS)
+    table = seed_results() if results is None else results
+    vits = table[table["model"] == "ViT"]
+    if view == "models":
+        chosen = table[table["experiment"] == "models"]
+        return chosen.pivot_table(index="seed", columns="model", values=value)
+    if view == "variants":
+        default = vits[vits["experiment"] == "models"]
+        chosen = pd.concat([default, vits[vits["experiment"] == "variant"]])
+        names = (chosen["pool"].map(POOL_NAMES) + ", "
+                 + chosen["positions"].map(POSITION_NAMES))  # fmt: skip
+        return chosen.assign(variant=names).pivot_table(
+            index="seed", columns="variant", values=value, sort=False
+        )
+    if view == "patches":
+        chosen = vits[vits["experiment"].isin(["patch", "models"])]
+        return chosen.pivot_table(
+            index="seed", columns="patch_size", values=value
+        )
+    chosen = table[table["experiment"].isin(["models", "size", "patch"])]
+    chosen = chosen[
+        (chosen["model"] == "CNN") | chosen["patch_size"].isin([2, 4])
+    ]
+    model = chosen["model"].where(chosen["patch_size"] == 2, CURVE_NAMES[1])
+    return chosen.assign(model=model).pivot_table(
+        index=["num_train", "seed"], columns="model", values=value
+    )[list(CURVE_NAMES)]
+
+
+# ------------------------------------------------------------ reading attention
+
+TOP_PATCHES = 4
+"""The favourite patches that :func:`focus` counts (of 16, with patches of 2)."""
+
+
+def _shares(maps: Tensor) -> Tensor:
+    """Each map ``(..., G, G)`` over its sum: the share of its weight per
+    patch."""
+    return maps / maps.sum(dim=(-2, -1), keepdim=True)
+
+
+def focus(maps: Tensor, top: int = TOP_PATCHES) -> Tensor:
+    """Per map ``(..., G, G)``, the share of its weight on its ``top`` largest
+    patches."""
+    return _shares(maps).flatten(-2).topk(top, dim=-1).values.sum(-1)
+
+
+def _ink(images: Tensor, patch_size: int) -> Tensor:
+    """The ink of every patch, ``(B, N)``: the sum of its pixels."""
+    return patchify(images, patch_size).sum(dim=-1)
+
+
+def class_strokes(data: DigitsData, patch_size: int = 2) -> Tensor:
+    """Where each digit differs from the others, ``(NUM_CLASSES, G, G)``.
+
+    Per patch, from the training images: the mean ink of the digit's images
+    minus the mean ink of all, in units of the ink's standard deviation over
+    all, as a magnitude (more ink or less, both tell the digit). The same on
+    raw or standardized pixels.
+    """
+    ink = _ink(data.train_images, patch_size)  # (N, G * G)
+    means = torch.stack([ink[data.train_labels == digit].mean(0)
+                         for digit in range(NUM_CLASSES)])  # fmt: skip
+    strokes = (means - ink.mean(0)).abs() / ink.std(0)
+    grid = data.train_images.shape[-1] // patch_size
+    return strokes.reshape(NUM_CLASSES, grid, grid)
+
+
+def _correlation(a: Tensor, b: Tensor) -> Tensor:
+    """The correlation of the rows of ``a`` and ``b`` ``(B, N)``, per row."""
+    a, b = a - a.mean(-1, keepdim=True), b - b.mean(-1, keepdim=True)
+    return (a * b).sum(-1) / (a.norm(dim=-1) * b.norm(dim=-1))
+
+
+def attention_readings(
+    model: VisionTransformer, data: DigitsData
+) -> dict[str, float]:
+    """What chapter 14 measures of a ViT's attention, on the test images.
+
+    ``test accuracy``; ``head focus``: the share of the weight of the class
+    token's row in each head of the last block on its :data:`TOP_PATCHES`
+    largest patches, averaged over heads and images; ``rollout focus``: the
+    same of the rollout; ``heads apart``: the number of different favourite
+    patches among the last block's heads, per image; ``wrong - right``: the
+    heads' focus on the images the model gets wrong minus that on those it
+    gets right; ``ink correlation``: the correlation, within an image, of the
+    rollout's weight on a patch with the patch's ink; ``stroke agreement``: the
+    same with :func:`class_strokes` of the image's digit, where that digit
+    differs from the others. Correlations are averaged over the images.
+    """
+    check.instance("data", data, DigitsData)
+    found = patch_attention(model, data.test_images)  # checks the model
+    with torch.no_grad():
+        predicted = model(data.test_images).argmax(dim=-1)
+    right = predicted == data.test_labels
+    last = found["heads"][:, -1]  # (B, H, G, G)
+    heads = focus(last).mean(-1)  # (B,), over the heads
+    favourites = last.flatten(-2).argmax(-1)  # (B, H)
+    rollout = found["rollout"].flatten(1)  # (B, N)
+    ink = _ink(data.test_images, model.config.patch_size)
+    strokes = class_strokes(data, model.config.patch_size).flatten(1)
+    return {
+        "test accuracy": right.float().mean().item(),
+        "head focus": heads.mean().item(),
+        "rollout focus": focus(found["rollout"]).mean().item(),
+        "heads apart": torch.tensor([len(set(row.tolist())) for row in favourites])
+        .float().mean().item(),
+        "wrong - right": (heads[~right].mean() - heads[right].mean()).item(),
+        "ink correlation": _correlation(rollout, ink).mean().item(),
+        "stroke agreement": _correlation(rollout, strokes[data.test_labels])
+        .mean().item(),
+    }  # fmt: skip
+
+
+ATTENTION_FILE = "digits_attention.csv"
+
+
+def attention_results() -> pd.DataFrame:
+    """Chapter 14's :func:`attention_readings` over seeds, as measured by
+    ``scripts/reproduce_digits_attention.py``.
+
+    One row per ViT: ``kind`` (``"trained"``, ``"shuffled labels"``: trained
+    the same way on training labels permuted at random, or ``"untrained"``:
+    the trained one's initialization), ``seed``, ``train_accuracy`` (on the
+    labels it was trained on; empty for the untrained), every reading, and the
+    ``machine`` and ``command`` that produced it.
+    """
+    return shipped_table(
+        ATTENTION_FILE,
+        "python scripts/reproduce_digits_attention.py "
+        f"--out helpers/tasks/{ATTENTION_FILE}",
     )

@@ -73,7 +73,8 @@ $(BOOK_STAMP): requirements-book.txt
 
 book-venv: $(BOOK_STAMP)
 
-# MathJax and Vega are vendored into the site (book/_ext/vendor_assets.py) from these pins.
+# MathJax, Vega and ONNX Runtime Web are vendored into the site (book/_ext/vendor_assets.py)
+# from these pins.
 NODE_STAMP := tests/browser/node_modules/.package-lock.json
 $(NODE_STAMP): tests/browser/package.json tests/browser/package-lock.json
 	npm ci --prefix tests/browser --no-audit --no-fund

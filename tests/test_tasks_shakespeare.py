@@ -114,6 +114,26 @@ def test_kneser_ney_counts_continuations_at_lower_orders():
     )  # the highest order counts occurrences
 
 
+def test_kneser_ney_with_a_short_context_is_the_lower_order_model(text):
+    """At the start of a window fewer than order - 1 characters are known: the highest order
+    used then counts occurrences, so a 6-gram model given 2 characters predicts exactly as a
+    3-gram model does (with continuation counts at that order it would not)."""
+    train = text[:100_000]
+    vocab = sorted(set(text))
+    six, three = (
+        KneserNeyModel(train, 6, vocab),
+        KneserNeyModel(train, 3, vocab),
+    )
+    for context in ("th", "Ro", "e "):
+        for char in "ea ,\n":
+            assert six.probability(context, char) == pytest.approx(
+                three.probability(context, char), rel=1e-12
+            )
+    assert (
+        six.raw[3]["th"]["e"] > six.counts[3]["th"]["e"]
+    )  # raw, not continuations
+
+
 def test_a_short_run_learns_and_reports_the_held_out_loss(text):
     tokenizer = CharTokenizer(text)
     train, held = split_text(text[:100_000])
@@ -186,3 +206,37 @@ def test_a_missing_shipped_file_says_how_to_get_it():
         shipped_file(TEXT_FILE, "unused").read_text(encoding="utf-8")
         == load_text()
     )
+
+
+def test_the_shipped_weights_score_the_recorded_held_out_loss():
+    """pretrained() loads the weights that scripts/train_shakespeare_weights.py wrote; their
+    held-out loss, recomputed here, is the one recorded beside them, and meets the book's
+    goal (at most 1.47 nats per character). The same model with fresh weights scores far
+    worse, so the comparison can fail."""
+    from helpers.gpt import GPT
+    from helpers.tasks.shakespeare import pretrained, pretrained_record
+
+    record = pretrained_record()
+    model, tokenizer = pretrained()
+    assert not model.training
+    held = tokenizer.encode(split_text(load_text())[1])
+    loss = held_out_loss(model, held)
+    assert abs(loss - record["held_out_loss"]) < 2e-3, (loss, record)
+    assert record["held_out_loss"] <= 1.47
+    torch.manual_seed(0)
+    fresh = GPT(model.config).eval()
+    assert held_out_loss(fresh, held[:20_000]) > 3.0
+
+
+def test_the_shipped_record_names_its_recipe_and_machine():
+    from helpers.tasks.shakespeare import ShakespeareConfig, pretrained_record
+
+    record = pretrained_record()
+    for key in ("commit", "machine", "command", "train_seconds", "recipe"):
+        assert record[key], key
+    chapter = ShakespeareConfig()
+    assert record["recipe"]["model"]["d_model"] == chapter.model.d_model
+    assert record["recipe"]["batch_size"] == chapter.batch_size
+    assert (
+        record["recipe"]["steps"] > chapter.steps
+    )  # longer than the chapter's

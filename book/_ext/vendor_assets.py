@@ -1,4 +1,4 @@
-"""Serve MathJax and Vega from the website itself, not from a CDN.
+"""Serve MathJax, Vega and ONNX Runtime Web from the website itself, not from a CDN.
 
 The npm packages pinned in tests/browser/package.json (installed with
 ``npm ci --prefix tests/browser``) are copied into ``_static/vendor/`` of the HTML build, and
@@ -6,6 +6,12 @@ the CDN addresses that Altair writes into every chart's output (``cdn.jsdelivr.n
 and friends) are rewritten to those copies, page by page. The notebooks keep the CDN
 addresses, so charts still work in Jupyter and Colab. MathJax comes from ``mathjax_path`` in
 _config.yml, which points at ``vendor/mathjax/tex-mml-chtml.js``.
+
+ONNX Runtime Web runs the Shakespeare chapter's model in the reader's browser (the panel
+``[data-play]`` in that chapter, ``_static/play/play.js``): only its WebAssembly build is copied
+(``RUNTIME``), and only the page that holds a panel gets play.js and play.css, with the size of
+what its first run downloads (``data-play-bytes``: the runtime and the model). The script loads
+nothing heavy before the reader presses Run.
 
 It also drops repeated inline ``<script>`` blocks: under jupyter-book 1, sphinx-thebe registers
 its configuration script twice, and the second ``const THEBE_JS_URL`` is a SyntaxError in the
@@ -47,6 +53,17 @@ MATHJAX = [
     "adaptors",
     "sre",
 ]
+# ONNX Runtime Web: the WebAssembly-only build, its module and its binary (the one build for
+# SIMD, with or without threads).
+RUNTIME = [
+    "dist/ort.wasm.min.js",
+    "dist/ort-wasm-simd-threaded.mjs",
+    "dist/ort-wasm-simd-threaded.wasm",
+]
+PLAY = ROOT / "book" / "_static" / "play"
+PLAY_MODEL = ["shakespeare_gpt.json", "shakespeare_gpt.onnx"]
+PANEL = re.compile(r"<div([^>]*\sdata-play[\s>])")
+VENDORED = ("mathjax", "vega", "vega-lite", "vega-embed", "onnxruntime-web")
 CDN = re.compile(
     r"https://cdn\.jsdelivr\.net/npm/(vega-lib|vega-lite|vega-embed|vega)(?:@([\w.\-]+))?\?noext"
 )
@@ -59,7 +76,7 @@ def package_version(name):
 def missing_packages():
     return [
         name
-        for name in ("mathjax", "vega", "vega-lite", "vega-embed")
+        for name in VENDORED
         if not (NODE_MODULES / name / "package.json").exists()
     ]
 
@@ -83,6 +100,34 @@ def rewrite_cdn_urls(app, pagename, templatename, context, doctree):
         return context["pathto"](f"_static/vendor/{package}/{pathlib.PurePath(file).name}", 1)
 
     context["body"] = CDN.sub(local, body)
+
+
+def play_download_bytes():
+    """What the panel's first run fetches: the runtime's files and the model's."""
+    runtime = NODE_MODULES / "onnxruntime-web"
+    files = [runtime / f for f in RUNTIME if f.startswith("dist/")]
+    files += [PLAY / f for f in PLAY_MODEL]
+    return sum(f.stat().st_size for f in files if f.exists())
+
+
+def add_play_panel(app, pagename, templatename, context, doctree):
+    """On a page with a ``[data-play]`` panel: its script, its style and its download size."""
+    body = context.get("body")
+    if not body or "data-play" not in body or not PANEL.search(body):
+        return
+    missing = [f for f in PLAY_MODEL if not (PLAY / f).exists()]
+    if missing:
+        logger.warning(
+            f"{pagename}: the play panel's model is missing ({', '.join(missing)}): run "
+            "`python scripts/export_shakespeare_onnx.py`",
+            location=pagename,
+        )
+    app.add_css_file("play/play.css")
+    app.add_js_file("play/play.js", loading_method="defer")
+    size = play_download_bytes()
+    context["body"] = PANEL.sub(
+        lambda m: f'<div data-play-bytes="{size}"{m.group(1)}', body, count=1
+    )
 
 
 def drop_repeated_scripts(app, pagename, templatename, context, doctree):
@@ -120,14 +165,18 @@ def copy_assets(app, exception):
         else:
             destination.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source / item, destination)
-    versions = {
-        name: package_version(name) for name in ("mathjax", "vega", "vega-lite", "vega-embed")
-    }
+    runtime = NODE_MODULES / "onnxruntime-web"
+    for file in RUNTIME:
+        destination = target / "onnxruntime-web" / pathlib.PurePath(file).name
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(runtime / file, destination)
+    versions = {name: package_version(name) for name in VENDORED}
     (target / "versions.json").write_text(json.dumps(versions, indent=1) + "\n")
 
 
 def setup(app):
     app.connect("html-page-context", rewrite_cdn_urls)
+    app.connect("html-page-context", add_play_panel)
     app.connect("html-page-context", drop_repeated_scripts, priority=900)  # after the others
     app.connect("build-finished", copy_assets)
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}

@@ -17,6 +17,7 @@ import re
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from importlib.resources import as_file as resources_path
 
 import pandas as pd
 import torch
@@ -47,10 +48,12 @@ __all__ = [
     "known_word_fraction",
     "attention_maps",
     "shipped_runs",
+    "pretrained",
 ]
 
 TEXT_FILE = "shakespeare.txt"
 RUNS_FILE = "shakespeare_runs.csv"
+WEIGHTS_FILE = "shakespeare_gpt.safetensors"
 
 
 def load_text() -> str:
@@ -158,9 +161,10 @@ def held_out_windows(ids: Tensor, context_length: int) -> TensorDataset:
     """Non-overlapping windows of the held-out ids: each character is predicted
     once.
 
-    A window's first character is predicted from nothing before it, its last
-    from the ``context_length - 1`` characters before it; the last ``len(ids) -
-    1`` modulo ``context_length`` characters are left out.
+    A window holds ``context_length + 1`` characters: its first target (the
+    second character) is predicted from one character, its last from
+    ``context_length``; the last ``len(ids) - 1`` modulo ``context_length``
+    characters are left out.
     """
     count = (len(ids) - 1) // context_length
     usable = ids[: count * context_length + 1]
@@ -184,7 +188,10 @@ class KneserNeyModel:
     mixes the discounted count of that n-gram with the same estimate one order
     lower, down to the uniform distribution; lower orders count in how many
     contexts a string continues (its *continuation* count), not how often it
-    occurs. ``discount`` is the absolute discount.
+    occurs. The highest order a prediction uses counts occurrences: at the
+    start of a window, where fewer than ``order - 1`` characters are known,
+    that is a lower order than ``order``, with its raw counts.
+    ``discount`` is the absolute discount.
     """
 
     def __init__(
@@ -216,22 +223,39 @@ class KneserNeyModel:
                 context + c: 1 for context, row in table.items() for c in row
             }
             self.counts[k] = dict(table)
+        # raw[k]: occurrences of each k-gram, for a prediction whose highest
+        # order is k (a context shorter than order - 1 characters)
+        self.raw: list[dict[str, Counter]] = [{} for _ in range(order + 1)]
+        self.raw[order] = self.counts[order]
+        for k in range(1, order):
+            table = defaultdict(Counter)
+            for i in range(len(text) - k + 1):
+                table[text[i : i + k - 1]][text[i + k - 1]] += 1
+            self.raw[k] = dict(table)
         self.totals = [
             {h: (sum(row.values()), len(row)) for h, row in table.items()}
             for table in self.counts
+        ]
+        self.raw_totals = [
+            {h: (sum(row.values()), len(row)) for h, row in table.items()}
+            for table in self.raw
         ]
 
     def probability(self, context: str, char: str) -> float:
         """P(char | the last ``order - 1`` characters of context)."""
         p = 1.0 / self.vocab_size
-        for k in range(1, self.order + 1):
-            if k - 1 > len(context):
-                break
+        top = min(self.order, len(context) + 1)  # the highest order used
+        for k in range(1, top + 1):
             h = context[len(context) - (k - 1) :] if k > 1 else ""
-            total, distinct = self.totals[k].get(h, (0, 0))
+            counts, totals = (
+                (self.raw[k], self.raw_totals[k])
+                if k == top
+                else (self.counts[k], self.totals[k])
+            )
+            total, distinct = totals.get(h, (0, 0))
             if total == 0:
                 continue
-            count = self.counts[k][h].get(char, 0)
+            count = counts[h].get(char, 0)
             p = (
                 max(count - self.discount, 0.0) + self.discount * distinct * p
             ) / total
@@ -407,3 +431,41 @@ def shipped_runs() -> pd.DataFrame:
         f"python scripts/shakespeare_runs.py --steps 1500 --seeds 0 1 2 --out "
         f"helpers/tasks/{RUNS_FILE}",
     )
+
+
+def pretrained(
+    device: torch.device | str = "cpu",
+) -> tuple[GPT, CharTokenizer]:
+    """``(model, tokenizer)``: the chapter's GPT trained for longer, from the
+    weights that ship with the package (``shakespeare_gpt.safetensors``).
+
+    ``scripts/train_shakespeare_weights.py`` trained them and recorded, in
+    ``shakespeare_gpt.json`` beside them, the recipe, the seed, the held-out
+    loss, the commit and the machine (:func:`pretrained_record`). The model
+    comes back in eval mode on ``device``; nothing is downloaded.
+    """
+    import json
+
+    from safetensors.torch import load_model
+
+    how = "reinstall the book's helpers package (the weights ship with it)"
+    record = json.loads(
+        shipped_file(
+            WEIGHTS_FILE.replace(".safetensors", ".json"), how
+        ).read_text()
+    )
+    model = GPT(GPTConfig(**record["recipe"]["model"]))
+    with resources_path(shipped_file(WEIGHTS_FILE, how)) as path:
+        load_model(model, str(path), device=str(torch.device(device)))
+    tokenizer = CharTokenizer(load_text())
+    return model.to(device).eval(), tokenizer
+
+
+def pretrained_record() -> dict:
+    """What produced the shipped weights: recipe, seed, held-out loss (nats
+    per character), training time, commit, machine and command."""
+    import json
+
+    how = "reinstall the book's helpers package (the weights ship with it)"
+    path = shipped_file(WEIGHTS_FILE.replace(".safetensors", ".json"), how)
+    return json.loads(path.read_text())

@@ -25,7 +25,9 @@ reads the chapters from the table below), and no two modules import each other.
 | 1 kernel regression | ``kernel`` (Nadaraya-Watson), ``tasks.regression`` (data) |
 | 2 masking, and every later mask | ``masks`` (causal, padding, window: every mask rule) |
 | 2 masking, 3 attention, 4 multi-head | ``attention`` |
+| 2 trained with and without the mask | ``tasks.masking_lm`` (the copy task's data) |
 | 3 memory of attention | ``analysis`` (``peak_cpu_bytes``) |
+| 3 recall, 4 two lookups | ``tasks.lookups`` (the lookup tasks' data) |
 | 4 weights from PyTorch's modules | ``interop`` |
 | 5 positional encoding | ``positional`` |
 | 6 encoder | ``transformer``, ``analysis`` (parameter counts, stable rank) |

@@ -71,6 +71,7 @@ device = helpers.get_device()
 # %%
 import math
 import textwrap
+import time
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -82,9 +83,19 @@ from helpers import expect_error, glue
 from helpers.attention import scaled_dot_product_attention
 from helpers.checks import check_sliding_window_mask
 from helpers.masks import additive_mask, causal_mask, padding_mask
+from helpers.tasks.masking_lm import (
+    HALF,
+    VOCAB_SIZE,
+    copy_sequences,
+    loss_floor,
+)
 
 torch.set_printoptions(precision=2, sci_mode=False)
 generator = torch.Generator().manual_seed(0)
+
+# The model trained here is so small that splitting each matrix product over
+# several CPU threads costs more in synchronization than it saves.
+helpers.use_one_thread(device)
 
 
 # %% [markdown]
@@ -408,6 +419,182 @@ for t in range(T):
     k_grad, v_grad = torch.autograd.grad(output[t].sum(), (k_leaf, v_leaf))
     assert (k_grad[t + 1 :] == 0).all() and (v_grad[t + 1 :] == 0).all()
     assert (v_grad[: t + 1].abs().sum(dim=-1) > 0).all()
+
+# %% [markdown]
+# ## A model trained with and without the mask
+#
+# Does the mask matter once a model learns? A tiny next-token model answers. Its data are
+# sequences of 16 tokens: 8 random symbols out of 16, then the same 8 again
+# (`copy_sequences` from the book's package). Predicting each next token from the tokens
+# before it, a model can get the repeated half exactly right and can only guess the random
+# half, one chance in 16: no model that reads only the past gets its mean loss (cross-entropy,
+# in nats) below the floor `loss_floor()`, {glue:text}`ch2_loss_floor` nats.
+#
+# The model is the smallest that can copy: each token and each position gets a learned vector
+# (chapter 5 is about better ways to encode positions), one `masked_attention` reads the
+# other tokens with learned queries, keys and values, and a readout turns the result into 16
+# scores for the next token. `causal=False` drops the mask and nothing else.
+
+
+# %%
+class TinyLM(torch.nn.Module):
+    """Token and position vectors, one attention, a readout to the vocabulary."""
+
+    def __init__(self, causal, d=32, max_len=2 * HALF):
+        super().__init__()
+        self.causal = causal
+        self.embed = torch.nn.Embedding(VOCAB_SIZE, d)
+        self.position = torch.nn.Embedding(max_len, d)
+        self.q, self.k, self.v = (
+            torch.nn.Linear(d, d, bias=False) for _ in range(3)
+        )
+        self.readout = torch.nn.Linear(d, VOCAB_SIZE)
+
+    def forward(self, tokens):  # (B, T) -> (B, T, VOCAB_SIZE)
+        T = tokens.shape[1]
+        h = self.embed(tokens) + self.position.weight[:T]
+        mask = causal_mask(T) if self.causal else None
+        attended, _ = masked_attention(self.q(h), self.k(h), self.v(h), mask)
+        return self.readout(h + attended)
+
+
+# %% [markdown]
+# Training is the usual loop: a fresh batch of sequences, the scores at every position for
+# the token after it, the cross-entropy, a gradient step. Three seeds for each model:
+
+
+# %%
+def train(causal, seed, steps=200, batch_size=128):
+    torch.manual_seed(seed)
+    data = torch.Generator().manual_seed(seed)
+    model = TinyLM(causal)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.02)
+    losses = []
+    for _ in range(steps):
+        tokens = copy_sequences(batch_size, generator=data)
+        logits = model(tokens[:, :-1])  # position t scores token t + 1
+        loss = F.cross_entropy(logits.transpose(1, 2), tokens[:, 1:])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return model, losses
+
+
+# %% tags=["nbval-ignore-output"]
+start = time.perf_counter()
+runs = {
+    (causal, seed): train(causal, seed)
+    for causal in (True, False)
+    for seed in range(3)
+}
+print(f"6 models trained in {time.perf_counter() - start:.0f} s")
+
+# %% [markdown]
+# A model that generates text writes one token at a time: when it predicts token $t + 1$,
+# the tokens after $t$ do not exist yet. `predict_from_prefixes` asks each trained model for
+# every next token the way generation does, showing it only the prefix, on sequences it has
+# never seen:
+
+
+# %%
+def predict_from_prefixes(model, tokens):
+    """Scores for token t + 1 from tokens 0..t only, for every t."""
+    T = tokens.shape[1]
+    return torch.stack(
+        [model(tokens[:, : t + 1])[:, -1] for t in range(T)], dim=1
+    )
+
+
+test = copy_sequences(500, generator=torch.Generator().manual_seed(1000))
+inputs, targets = test[:, :-1], test[:, 1:]
+copied = slice(HALF - 1, None)  # the targets in the repeated half
+
+# %% tags=["nbval-ignore-output"]
+results = []
+print("mask    seed  training loss  loss from prefixes  copied half right")
+for (with_mask, seed), (model, losses) in runs.items():
+    with torch.no_grad():
+        logits = predict_from_prefixes(model, inputs)
+    prefix_loss = F.cross_entropy(logits.transpose(1, 2), targets).item()
+    right = (logits.argmax(-1)[:, copied] == targets[:, copied]).float()
+    final = sum(losses[-10:]) / 10  # the last 10 steps' mean
+    results.append((with_mask, seed, final, prefix_loss, right.mean().item()))
+    print(
+        f"{'causal' if with_mask else 'none':6}  {seed:4}  {final:13.3f}"
+        f"  {prefix_loss:18.2f}  {right.mean():17.1%}"
+    )
+
+# %% tags=["hide-input", "nbval-ignore-output"]
+floor, uniform = loss_floor(), math.log(VOCAB_SIZE)
+colours = {True: "C0", False: "C3"}
+labels = {True: "causal mask", False: "no mask"}
+fig, (left, right) = plt.subplots(
+    1, 2, figsize=(6.2, 2.9), width_ratios=[3, 2], layout="constrained"
+)
+for (with_mask, seed), (_, losses) in runs.items():
+    label = labels[with_mask] if seed == 0 else None
+    left.plot(losses, color=colours[with_mask], lw=1, alpha=0.8, label=label)
+left.axhline(floor, color="black", ls="--", lw=1, label="floor")
+left.set(xlabel="training step", ylabel="training loss (nats)", ylim=(0, 3.5))
+left.legend(loc="upper right")
+for with_mask, _, final, prefix_loss, _ in results:
+    x = 0 if with_mask else 1
+    right.scatter(
+        x - 0.15, final, s=25, facecolor="none", edgecolor=colours[with_mask]
+    )
+    right.scatter(x + 0.15, prefix_loss, s=25, color=colours[with_mask])
+right.axhline(floor, color="black", ls="--", lw=1)
+right.axhline(uniform, color="grey", ls=":", lw=1.2)
+right.text(1.45, uniform, "uniform\nguess", va="bottom", ha="right", fontsize=8)
+right.set_xticks([0, 1], [labels[True], labels[False]])
+right.set(xlim=(-0.5, 1.5), ylabel="loss (nats)")
+right.set_title("training (o), from prefixes (\u25cf)", fontsize=9)
+plt.show()
+
+# %% [markdown]
+# **Figure.** Left: training loss over 200 steps, three seeds per model; the dashed line is
+# the floor for a model that reads only the past. Right: for each seed, the training loss at
+# the end (hollow) and the loss when predicting from prefixes on new sequences (filled); the
+# dotted line is a uniform guess over the 16 symbols.
+#
+# Without the mask the training loss falls to {glue:text}`ch2_free_train_loss:.3f` nats or
+# less, far below the floor: no rule predicts random tokens, so the model read them.
+# Attention let position $t$ look at token $t + 1$, the very answer. Predicting from
+# prefixes, where that token does not exist yet, the same model's loss is at least
+# {glue:text}`ch2_free_prefix_loss:.1f` nats on every seed, worse than a uniform guess
+# ({glue:text}`ch2_uniform_loss:.2f`). It did learn to copy along the way, more or less well
+# depending on the seed (the table's last column), but on the random half it is confidently
+# wrong, and its training loss says nothing about how well it generates.
+#
+# With the causal mask the training loss stops just above the floor, the model gets at least
+# {glue:text}`ch2_causal_right:.1f`% of the repeated half right on each seed, and its loss
+# from prefixes (at most {glue:text}`ch2_causal_prefix_loss:.2f`) is its training loss: every
+# position already saw only its prefix in training, so the whole sequence at once gives the
+# same scores as one prefix at a time. That is what lets a language model train on every
+# position of a sequence in a single pass.
+
+# %% tags=["remove-cell", "nbval-ignore-output"]
+for with_mask, seed, final, prefix_loss, right_share in results:
+    # with the mask: near the floor, in training and from prefixes alike
+    if with_mask:
+        assert floor - 0.02 < final < floor + 0.25, (seed, final)
+        assert prefix_loss < floor + 0.25 and right_share > 0.97, seed
+    # without: far below the floor in training, then worse than guessing
+    else:
+        assert final < 0.05 and prefix_loss > 2 * uniform, (seed, final)
+# with the mask, the whole sequence at once and prefix by prefix give the same scores
+with torch.no_grad():
+    for seed in range(3):
+        model = runs[(True, seed)][0]
+        whole, by_prefix = model(inputs), predict_from_prefixes(model, inputs)
+        torch.testing.assert_close(whole, by_prefix, atol=1e-4, rtol=0)
+glue("ch2_loss_floor", round(floor, 2))
+glue("ch2_uniform_loss", round(uniform, 2))
+glue("ch2_free_train_loss", max(r[2] for r in results if not r[0]))
+glue("ch2_free_prefix_loss", min(r[3] for r in results if not r[0]))
+glue("ch2_causal_right", 100 * min(r[4] for r in results if r[0]))
+glue("ch2_causal_prefix_loss", max(r[3] for r in results if r[0]))
 
 # %% [markdown]
 # ## Padding masks from sequence lengths

@@ -31,6 +31,7 @@ reads the chapters from the table below), and no two modules import each other.
 | 4 weights from PyTorch's modules | ``interop`` |
 | 5 positional encoding | ``positional`` |
 | 6 encoder | ``transformer``, ``analysis`` (parameter counts, stable rank) |
+| 6 deep stacks with and without warm-up | ``tasks.warmup`` |
 | 7 reversal | ``training`` (``fit``), ``tasks.reverse`` |
 | 8 triangles and boxes | ``tasks.shapes`` (data, models, local oracle, training recipe) |
 | 8 runs side by side | ``parallel`` (``run_in_processes``) |

@@ -359,7 +359,7 @@ assert receptive_field == 21 and far_apart > 0.5
 # $$
 #
 # Here $d = 96$ key channels. From scratch, it is a few matrix products (with a switch for the
-# $1/\sqrt{d}$, which the blog post's layer leaves out):
+# $1/\sqrt{d}$, to see what leaving it out does):
 
 
 # %%
@@ -470,9 +470,8 @@ assert init_scaled < init_unscaled < 0.02
 # *sequence of B steps* (the samples of the batch), a batch of 1, and 100 features per step (a
 # whole signal): the recurrence runs from one sample to the next. Nothing crashes, and the
 # output even has the right shape. The symptom: the prediction for a sample changes when the
-# *other* samples change. The blog post's LSTM does exactly this (and keeps its state from one
-# batch to the next); `BatchAxisLSTM` reproduces it, and we train it alongside the others to
-# see what the mistake costs.
+# *other* samples change. `BatchAxisLSTM` makes this mistake (as the LSTM of the chapter's
+# source does), and we train it alongside the others to see what the mistake costs.
 # ```
 
 # %%
@@ -535,17 +534,14 @@ assert {
 } == SOURCE_PARAMETERS
 
 # %% [markdown]
-# The last row is the blog post's LSTM, `BatchAxisLSTM`. It has
+# The last row is the pitfall's LSTM, `BatchAxisLSTM`. It has
 # {glue:text}`ch8_batch_axis_parameters:,` parameters, about twice as many as the others: its
 # one step reads a whole signal of 100 features. The CNN, the attention model and this LSTM
-# have exactly the parameter counts that the blog post's model summaries print. One
-# difference does not show in a count: our attention layer divides its scores by
-# $\sqrt{d}$, and the post's does not.
+# have exactly the parameter counts that the source's model summaries print.
 #
 # ## Sanity check: does the loss fall on one small batch?
 #
-# Before a long run, check that each model can drive its loss down on 20 sequences (the blog
-# post does this for its CNN). A model whose loss does not fall on 20 examples has a bug (a
+# Before a long run, check that each model can drive its loss down on 20 sequences. A model whose loss does not fall on 20 examples has a bug (a
 # wrong shape, a detached tensor, a learning rate far off). We run the check on the three
 # proper architectures, with Adam at a learning rate of 0.003 for 200 steps
 # (`overfit_curve`).
@@ -594,33 +590,6 @@ assert (overfit_table["final / first"] < 0.12).all()
 # **Figure.** All three models divide their error on the same 20 sequences by eight or more in
 # 200 steps, so none of them is broken. None has driven it to zero either: this check finds
 # bugs that stop learning; it says that a model can learn, not what it will generalize to.
-#
-# :::{admonition} Going deeper: the blog post's longer check
-# :class: dropdown
-# The blog post runs the check on its CNN alone, for longer: 5,000 steps of `Adam` at a
-# learning rate of 0.001, printing the loss every 1,000. Its printout starts at
-# {glue:text}`ch8_source_overfit_first` and ends at {glue:text}`ch8_source_overfit_last`. The
-# table repeats that check on the book's three models, three seeds each, measured by a
-# longer run of the same code, shipped with the book. It uses PyTorch's
-# `torch.optim.Adam`; the post's `Adam` is fastai's (with weight decay 0.01 and betas
-# (0.9, 0.99) by default), so this is the post's loop, not its exact optimizer.
-#
-# ```{glue} ch8_overfit_spread
-# ```
-#
-# Every model and seed ends the 5,000 steps at least {glue:text}`ch8_long_overfit_factor`
-# times below its first loss, and every run goes below the post's last printed loss at one
-# of the printed steps. But in {glue:text}`ch8_long_overfit_rising` of the
-# {glue:text}`ch8_long_overfit_runs` runs the loss rises between two printed steps, by up to
-# {glue:text}`ch8_long_overfit_jump` times: at a flat learning rate Adam's steps overshoot now
-# and then, so one printed value is a sample of a noisy curve. The first losses differ
-# ({glue:text}`ch8_long_overfit_first` here against the post's
-# {glue:text}`ch8_source_overfit_first`) although both normalize the 20 sequences with the
-# statistics of the whole training set: the post's targets carry noise, ours do not, and the
-# sequences and initial weights are others. The book's CNN ends at most
-# {glue:text}`ch8_long_overfit_cnn_last`: it *can* fit 20 sequences closely, while on new
-# sequences it stays at the local oracle's floor (below).
-# :::
 
 # %% tags=["remove-cell"]
 # Source 004's printout, CNN, 20 sequences, Adam at lr 1e-3 (`if epoch%1000==0: print(...)`):
@@ -678,8 +647,8 @@ show_source(train_shapes_model)
 # %% [markdown]
 # The budget: {glue:text}`ch8_num_train:,` training sequences seen
 # {glue:text}`ch8_epochs` times in batches of {glue:text}`ch8_batch_size`, that is
-# {glue:text}`ch8_steps:,` optimizer steps per run, far below the blog post's fifty epochs
-# ({ref}`the last section <ch8-full-scale>`), but enough for the point of the chapter.
+# {glue:text}`ch8_steps:,` optimizer steps per run, far below the fifty epochs of
+# {ref}`the last section <ch8-full-scale>`, but enough for the point of the chapter.
 # We train three seeds of every model but the bidirectional LSTM, whose 100 recurrent steps
 # run one after another and which gets {glue:text}`ch8_lstm_seeds` here. The runs are
 # independent, so on a CPU `run_in_processes` runs them side by side.

@@ -142,7 +142,7 @@ assert len(data.train_labels) + len(data.test_labels) == len(labels) == 1797
 assert torch.bincount(data.test_labels).tolist() == [TEST_PER_CLASS] * 10
 
 # %% tags=["hide-input"]
-fig, axes = plt.subplots(2, 10, figsize=(7, 1.7))
+fig, axes = plt.subplots(2, 10, figsize=(6.2, 1.5))
 for ax, image, label in zip(
     axes.flat, data.train_images[:20], data.train_labels[:20], strict=True
 ):

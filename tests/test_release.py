@@ -130,7 +130,7 @@ def test_licence_files_match_the_package_metadata():
 
 
 # Other projects' repositories that tracked text files link to (references, acknowledgements).
-THIRD_PARTY = {"karpathy/nanoGPT", "openai/gpt-2"}
+THIRD_PARTY = {"karpathy/nanoGPT", "openai/gpt-2", "google-research/bert"}
 
 
 def test_the_repository_url_has_one_home():

@@ -485,8 +485,8 @@ show_source(train_stack)
 
 # %% tags=["nbval-ignore-output"]
 jobs = [
-    dict(norm_first=False, warmup=0, seed=0),
-    dict(norm_first=True, warmup=0, seed=0),
+    dict(norm_first=False, warmup_steps=0, seed=0),
+    dict(norm_first=True, warmup_steps=0, seed=0),
 ]
 post_ln, pre_ln = run_in_processes(train_stack, jobs, workers=2)
 for name, run in (("post-LN", post_ln), ("pre-LN", pre_ln)):

@@ -99,6 +99,7 @@ from helpers.tasks.digits import (
     make_digits_data,
     seed_results,
     train_digits,
+    weight_shares,
 )
 from helpers.vit import (
     ConvPatchEmbedding,
@@ -738,11 +739,6 @@ assert len(wrong) >= 4 and len(right) >= 4  # enough of each to draw
 
 
 # %% tags=["hide-input"]
-def shares(maps: torch.Tensor) -> torch.Tensor:
-    """Each map (..., G, G) over its sum: the share of its weight per patch."""
-    return maps / maps.sum(dim=(-2, -1), keepdim=True)
-
-
 raw_test = images[test_indices]  # raw pixels, 0 to 16, for the outlines
 assert torch.equal(labels[test_indices], data.test_labels)
 
@@ -752,7 +748,10 @@ def show_attention(indices, title):
     columns = 2 + VIT.num_heads
     maps = [
         torch.cat(
-            [shares(found["rollout"][i])[None], shares(found["heads"][i, -1])]
+            [
+                weight_shares(found["rollout"][i])[None],
+                weight_shares(found["heads"][i, -1]),
+            ]
         )
         for i in map(int, indices)
     ]

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from helpers.tasks.shakespeare import WEIGHTS_FILE, pretrained
+from helpers.tasks.shakespeare import WEIGHTS_FILE, LastLogits, pretrained
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 OUT = ROOT / "book" / "_static" / "play"
@@ -43,21 +43,6 @@ META_NAME = "shakespeare_gpt.json"
 PROMPT = "HAMLET.\nTo be, or not to be"  # the chapter's prompt, for the checks
 # The largest |logit difference| accepted (float32, logits of order 10).
 TOLERANCE = 1e-4
-
-
-class LastLogits(nn.Module):
-    """The GPT's next-token logits after the last position: ``tokens (1, T)`` -> ``(1, V)``.
-
-    ``validate=False``: the GPT's input check reads the token values back into Python, which
-    ``torch.export`` cannot trace (the page's script only sends ids of its own vocabulary).
-    """
-
-    def __init__(self, model: nn.Module) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        return self.model(tokens, validate=False)[:, -1]
 
 
 def sha256(path: pathlib.Path) -> str:

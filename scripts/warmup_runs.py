@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.argv[1:] if argv is None else argv
     )
     jobs = [
-        dict(norm_first=norm_first, warmup=warmup, seed=seed, lr=args.lr)
+        dict(norm_first=norm_first, warmup_steps=warmup, seed=seed, lr=args.lr)
         for seed in args.seeds
         for norm_first in (False, True)
         for warmup in (0, 100)
@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> None:
     rows = [
         {
             "norm": "pre-LN" if job["norm_first"] else "post-LN",
-            "warmup": job["warmup"],
+            "warmup": job["warmup_steps"],
             "seed": job["seed"],
             "lr": job["lr"],
             "final_loss": round(result["losses"][-1], 4),

@@ -24,8 +24,8 @@ def test_the_stack_reads_tokens_and_writes_logits_per_position():
 
 
 def test_training_is_seeded_and_reports_every_step():
-    first = train_stack(norm_first=True, warmup=2, seed=0, steps=4)
-    again = train_stack(norm_first=True, warmup=2, seed=0, steps=4)
+    first = train_stack(norm_first=True, warmup_steps=2, seed=0, steps=4)
+    again = train_stack(norm_first=True, warmup_steps=2, seed=0, steps=4)
     assert len(first["losses"]) == 4 and 0 <= first["accuracy"] <= 1
     assert first == again
 

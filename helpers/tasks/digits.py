@@ -63,6 +63,7 @@ __all__ = [
     "accuracy_over_seeds",
     "TOP_PATCHES",
     "focus",
+    "weight_shares",
     "class_strokes",
     "attention_readings",
     "ATTENTION_FILE",
@@ -400,7 +401,7 @@ TOP_PATCHES = 4
 """The favourite patches that :func:`focus` counts (of 16, with patches of 2)."""
 
 
-def _shares(maps: Tensor) -> Tensor:
+def weight_shares(maps: Tensor) -> Tensor:
     """Each map ``(..., G, G)`` over its sum: the share of its weight per
     patch."""
     return maps / maps.sum(dim=(-2, -1), keepdim=True)
@@ -409,7 +410,7 @@ def _shares(maps: Tensor) -> Tensor:
 def focus(maps: Tensor, top: int = TOP_PATCHES) -> Tensor:
     """Per map ``(..., G, G)``, the share of its weight on its ``top`` largest
     patches."""
-    return _shares(maps).flatten(-2).topk(top, dim=-1).values.sum(-1)
+    return weight_shares(maps).flatten(-2).topk(top, dim=-1).values.sum(-1)
 
 
 def _ink(images: Tensor, patch_size: int) -> Tensor:

@@ -469,3 +469,20 @@ def pretrained_record() -> dict:
     how = "reinstall the book's helpers package (the weights ship with it)"
     path = shipped_file(WEIGHTS_FILE.replace(".safetensors", ".json"), how)
     return json.loads(path.read_text())
+
+
+class LastLogits(torch.nn.Module):
+    """The GPT's next-token logits after the last position: ``tokens (1, T)``
+    -> ``(1, V)``, the module ``scripts/export_shakespeare_onnx.py`` exports.
+
+    ``validate=False``: the GPT's input check reads the token values back into
+    Python, which ``torch.export`` cannot trace (the page's script only sends
+    ids of its own vocabulary).
+    """
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.model(tokens, validate=False)[:, -1]

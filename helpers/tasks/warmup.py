@@ -58,7 +58,7 @@ class ReversalStack(nn.Module):
 
 def train_stack(
     norm_first: bool,
-    warmup: int,
+    warmup_steps: int,
     seed: int,
     lr: float = 0.005,
     steps: int = 300,
@@ -70,7 +70,7 @@ def train_stack(
     data = torch.Generator().manual_seed(seed)
     losses = []
     for step in range(steps):
-        ramp = min(1.0, (step + 1) / warmup) if warmup else 1.0
+        ramp = min(1.0, (step + 1) / warmup_steps) if warmup_steps else 1.0
         for group in optimizer.param_groups:
             group["lr"] = lr * ramp  # linear warm-up, then constant
         inputs, targets = reversal_batch(64, data)

@@ -130,24 +130,22 @@ helpers.use_one_thread(device)
 #
 #    $$\operatorname{CrossAttention}(y, m) = \operatorname{softmax}\!\left(\frac{(y W^Q)(m W^K)^\top}{\sqrt{d}}\right) m W^V,$$
 #
-#    a $(T_t, T_s)$ matrix of weights per head: every output position can read every source
-#    position (except padding), and no mask between them is needed for causality, since the
-#    source is known in full before the first output token;
+#    a $(T_t, T_s)$ matrix of weights per head: every output position reads every source
+#    position (except padding), with no causal mask, since the source is known in full;
 # 3. the position-wise **feed-forward network**.
 #
-# Each sublayer has its residual connection and its normalization, before the sublayer
-# (pre-LN) or after the sum (post-LN), exactly as in the encoder block. The canonical version
-# keeps the encoder block's constructor and adds the memory to `forward`:
+# Each sublayer has its residual connection and its normalization (pre-LN or post-LN), as in
+# the encoder block. The block keeps the encoder block's constructor and adds the memory to
+# `forward`:
 
 # %%
 show_source(DecoderBlock)
 
 # %% [markdown]
 # Cross-attention is `MultiHeadAttention` called with different query and key tensors
-# (chapter 4): nothing new is needed inside it. PyTorch has the same block,
-# `torch.nn.TransformerDecoderLayer`, whose `multihead_attn` is our `cross_attn`. With its
-# weights copied into ours, the two compute the same function for both norm placements, here
-# with a causal mask on the target and a padding mask on the source:
+# (chapter 4). PyTorch's `nn.TransformerDecoderLayer` is the same block (its
+# `multihead_attn` is our `cross_attn`): with its weights copied into ours, the two agree for
+# both norm placements, with a causal mask on the target and a padding mask on the source:
 
 
 # %%

@@ -159,8 +159,7 @@ assert (
 assert at_longest.loc["fused", "ms"] < at_longest.loc["naive", "ms"]
 
 # %% [markdown]
-# Both kernels' time grows about fourfold per doubling at the longest lengths, but only the
-# naive one's memory does: at $T =$ {glue:text}`ch11_cost_longest` it holds
+# Both kernels' time grows about fourfold per doubling, but only the naive one's memory does: at $T =$ {glue:text}`ch11_cost_longest` it holds
 # {glue:text}`ch11_naive_peak_mib` MiB against {glue:text}`ch11_fused_peak_mib` MiB for the
 # fused kernel, which is also {glue:text}`ch11_fused_speedup` times faster: the naive
 # version writes the matrix out and reads it back several times, and at this size it no
@@ -310,8 +309,7 @@ show_source(online_softmax_update)
 show_source(tiled_attention)
 
 # %% [markdown]
-# It computes the same function as PyTorch's kernel, with and without a causal mask, for
-# any block size, also one that does not divide $T$:
+# It agrees with PyTorch's kernel, with and without a causal mask, for any block size:
 
 # %%
 q, k, v = (torch.randn(2, 4, 300, 32, generator=generator) for _ in range(3))
@@ -472,8 +470,8 @@ for num_kv_heads in (8, 2, 1):
 assert all(gqa_agrees.values())
 
 # %% [markdown]
-# A number of key/value heads that does not divide the number of query heads has no
-# sensible grouping, and the configuration says so when it is made:
+# Key/value heads that do not divide the query heads have no grouping; the configuration
+# says so:
 
 # %%
 with expect_error(ValueError):
@@ -669,10 +667,9 @@ assert all(0.5 < ratios[kind].median() < 2 for kind in ("GQA-2", "MQA"))
 # kinds of heads the CPU shows no reliable difference: over
 # {glue:text}`ch11_speed_rounds` rounds, multi-query ran at
 # {glue:text}`ch11_mqa_over_mha_low` to {glue:text}`ch11_mqa_over_mha_high` times the
-# speed of multi-head, a spread that on a shared two-core machine is noise, wider than any
-# difference between the kinds. At this size a step's time goes into the weights' products
-# and Python's dispatch, not into reading a cache of a few hundred kilobytes. The saving is in *memory*, which decides how many sequences fit on a
-# GPU; where a step is limited by reading a long cache, it shows in speed too.
+# speed of multi-head, a spread of noise. At this size a step's time goes into the weights'
+# products and Python's dispatch, not into a cache of a few hundred kilobytes. The saving
+# is in *memory*, which decides how many sequences fit on a GPU.
 #
 # ## Local attention: sliding windows
 #
@@ -685,10 +682,9 @@ assert all(0.5 < ratios[kind].median() < 2 for kind in ("GQA-2", "MQA"))
 print(sliding_window_mask(8, 3).int())
 
 # %% [markdown]
-# A token sees only $w$ positions in one layer, but the tokens it sees have themselves seen
-# $w$ positions in the layer below. After $L$ layers information can travel
-# $L \times (w - 1)$ positions (`receptive_field`). The figure draws it for a window of 3 by
-# composing the masks:
+# A token sees $w$ positions in one layer, but those have each seen $w$ in the layer below:
+# after $L$ layers information travels $L \times (w - 1)$ positions (`receptive_field`),
+# drawn here for a window of 3 by composing the masks:
 
 # %%
 T_SMALL, WINDOW_SMALL = 16, 3
@@ -727,12 +723,11 @@ plt.show()
 # ### A cache that rolls
 #
 # A window also bounds the key/value cache: a layer whose query $i$ reads only keys
-# $j > i - w$ never needs an older key again, so its cache can drop it (Mistral's *rolling
-# buffer* {cite}`jiang2023mistral`). `KVCache(window)` keeps the last $w$ positions only,
-# and a GPT built with a `window` makes such caches (`new_caches`). RoPE and ALiBi still
-# see true positions: the cache knows where its oldest key sits (`cache.start`). With
-# relative positions nothing in such a model depends on how far a token is from the start,
-# so it need not stop at its `context_length` either: it streams. We decode
+# $j > i - w$ never needs an older key again (Mistral's *rolling buffer*
+# {cite}`jiang2023mistral`). `KVCache(window)` keeps the last $w$ positions only, and knows
+# where its oldest key sits (`cache.start`), so RoPE and ALiBi still see true positions.
+# With relative positions nothing depends on the distance from the start, so such a model
+# need not stop at its `context_length` either: it streams. We decode
 # {glue:text}`ch11_roll_tokens` tokens, {glue:text}`ch11_roll_times` times the model's
 # context of {glue:text}`ch11_roll_context`, with a window of
 # {glue:text}`ch11_roll_window`, through rolling caches and through caches that keep
@@ -802,12 +797,11 @@ plt.show()
 # {glue:text}`ch11_keep_bytes` bytes; the rolling one stops at {glue:text}`ch11_roll_bytes`
 # bytes once it holds $w$ positions, with the same logits, past the context as before it.
 #
-# `generate` streams the same way. What each step costs, counted with `DispatchCounter`
-# (the elements every operator writes), from a prompt of {glue:text}`ch11_roll_prompt`
-# tokens to a text of {glue:text}`ch11_roll_tokens`: with the rolling cache, and with
-# `use_cache=False`, which past the context re-reads the last
-# {glue:text}`ch11_roll_context` tokens afresh at every step (nanoGPT's crop, the only way
-# on for a model with absolute positions):
+# `generate` streams the same way. What each step writes (`DispatchCounter`), from a prompt
+# of {glue:text}`ch11_roll_prompt` tokens to {glue:text}`ch11_roll_tokens`, with the rolling
+# cache and with `use_cache=False`, which past the context re-reads the last
+# {glue:text}`ch11_roll_context` tokens at every step (nanoGPT's crop, the only way on with
+# absolute positions):
 
 
 # %%
@@ -882,10 +876,8 @@ plt.show()
 #
 # ```{admonition} Pitfall: one cache for every layer
 # :class: warning
-# `[KVCache()] * num_layers` holds one object $L$ times: every layer would write its keys
-# into the same cache. A rolling cache on a layer that reads further back than its window
-# would silently drop keys. Both are refused; `model.new_caches(batch_size)` makes the
-# right cache for each layer:
+# `[KVCache()] * num_layers` holds one object $L$ times: every layer would write into the
+# same cache. It is refused; `model.new_caches(batch_size)` makes one cache per layer:
 # ```
 
 # %%
@@ -953,8 +945,7 @@ assert window_mse[WINDOWS[1]] < 0.6 * oracle_mse
 # {glue:text}`ch11_window_3_ratio` times the local oracle's error: like the CNN, it cannot
 # see the partner. With the full window it reaches {glue:text}`ch11_window_100_ratio` of
 # it. A sliding window is a bet that what matters is near; on this task, half of the time,
-# it is not. Stacked windowed layers widen the reach, at the price of passing information
-# along in several hops.
+# it is not.
 #
 # ## Length generalization: train short, test long
 #
@@ -984,9 +975,8 @@ print("(-100: nothing to retrieve)")
 # keeps its quality to many times it. We test the claim: each model trains on length
 # {glue:text}`ch11_train_len` for {glue:text}`ch11_retrieval_steps` steps and is tested on
 # {glue:text}`ch11_test_lengths` (every model is built with a context of the longest). Some
-# kinds learn the rule on one seed and not on another, so each kind was trained on
-# {glue:text}`ch11_retrieval_seeds` seeds by a longer run of the same code, shipped with the
-# book (`seed_results`); the end of the section trains one run again here.
+# kinds learn the rule on one seed and not on another, so a script trained each on
+# {glue:text}`ch11_retrieval_seeds` seeds (`seed_results`); one run is repeated live below.
 
 # %%
 KINDS = ("learned", "sinusoidal", "rope", "alibi", "none")
@@ -1088,8 +1078,8 @@ print("every claim holds on each of the", len(by_seed["alibi"]), "seeds")
 # **Does it survive four times the length?** RoPE falls to
 # {glue:text}`ch11_rope_at_longest`, below half of its training-length accuracy on every
 # seed: rotations at distances never seen in training are new inputs to the heads that
-# learned the rule. The one seed whose learned table learned the rule falls below half too
-# (so do the smaller sinusoidal encodings below, on every seed that learned it). ALiBi keeps
+# learned the rule. The one seed whose learned table learned the rule falls below half too.
+# ALiBi keeps
 # {glue:text}`ch11_alibi_kept` of its accuracy, and its worst seed beats every other kind's
 # best. So the ALiBi paper's claim holds in part: ALiBi extrapolates best, but not
 # unchanged. Its penalty is the same function at every length, so the previous-token hop

@@ -70,6 +70,7 @@ device = helpers.get_device()
 # %%
 import math
 import textwrap
+import time
 
 import altair as alt
 import matplotlib.pyplot as plt
@@ -108,9 +109,8 @@ tolerance = 1e-9
 # %% [markdown]
 # ## Attention forgets the order
 #
-# A one-cell reminder of chapter 4's result. We project a random sequence to queries, keys and
-# values, run PyTorch's `scaled_dot_product_attention`, then do the same on the sequence read in
-# a shuffled order.
+# A reminder of chapter 4's result: attention over a random sequence, then over the same
+# sequence shuffled.
 
 # %%
 generator = torch.Generator().manual_seed(0)
@@ -308,14 +308,13 @@ for offset in range(12):
 # %% [markdown]
 # ```{admonition} Pitfall: fixed periods repeat
 # :class: warning
-# The dials look unique in the figure, and it is tempting to stop there. But all three hands
-# are back at 12 o'clock together after $\operatorname{lcm}(4, 5, 7)$ =
-# {glue:text}`ch5_dial_period` positions: position {glue:text}`ch5_dial_period` gets *exactly*
-# the encoding of position 0, and from there on every encoding repeats (the cell below shows
-# it). Any set of integer periods has this problem. The sinusoidal encoding of the next
-# section has a hand turning 1 radian per step, and since $2\pi$ is irrational that hand never
-# returns exactly to an earlier angle: no encoding ever repeats. (Near-repeats remain
-# possible; we measure them below.)
+# The dials look unique in the figure, but all three hands are back at 12 o'clock together
+# after $\operatorname{lcm}(4, 5, 7)$ = {glue:text}`ch5_dial_period` positions: position
+# {glue:text}`ch5_dial_period` gets *exactly* the encoding of position 0, and from there on
+# every encoding repeats (the cell below shows it). Any integer periods do this. The
+# sinusoidal encoding of the next section has a hand turning 1 radian per step, and since
+# $2\pi$ is irrational it never returns exactly to an earlier angle. (Near-repeats remain;
+# we measure them below.)
 # ```
 
 # %%
@@ -648,8 +647,7 @@ plt.show()
 # hardly moved.
 # :::
 #
-# Hover over the chart below to read the distance between any two of the first 40 positions
-# of a $D = 16$ encoding.
+# Hover over the chart to read the distance between any two of 40 positions ($D = 16$).
 
 # %% tags=["hide-input"]
 table_16 = sinusoidal_encoding(40, 16, dtype=torch.float64)
@@ -840,10 +838,9 @@ plt.show()
 show_source(SinusoidalPositionalEncoding)
 
 # %% [markdown]
-# The table is stored with `register_buffer`. A buffer is part of the module's state like a
-# parameter (it is saved in the `state_dict` and moves with `.to(device)` or `.to(dtype)`), but
-# it is not a parameter: it has no gradient and no optimizer will ever change it, which is
-# what a fixed encoding wants. A plain attribute `self.pe = ...` would be neither saved nor moved.
+# The table is stored with `register_buffer`. A buffer is saved in the `state_dict` and moves
+# with `.to(device)` like a parameter, but has no gradient, so no optimizer changes it: what a
+# fixed encoding wants. A plain attribute `self.pe = ...` would be neither saved nor moved.
 
 # %%
 encoding = SinusoidalPositionalEncoding(d_model=8, max_len=50)
@@ -861,9 +858,9 @@ assert encoding.pe.device.type == device.type and not encoding.pe.requires_grad
 torch.testing.assert_close(encoding(x)[0].cpu(), sinusoidal_encoding(10, 8))
 
 # %% [markdown]
-# A sequence longer than `max_len` has no row in the table. Slicing the table would quietly
-# return only `max_len` rows and the addition would fail with a bare shape mismatch that does
-# not mention `max_len`; the module says what went wrong and how to fix it:
+# A sequence longer than `max_len` has no row in the table. Slicing would quietly return
+# `max_len` rows and the addition fail with a bare shape mismatch; the module says what went
+# wrong and how to fix it:
 
 # %%
 try:
@@ -874,12 +871,10 @@ except ValueError as error:
 # %% [markdown]
 # ```{admonition} Pitfall: an odd d_model
 # :class: warning
-# The usual recipe fills the even columns with sines and the odd columns with cosines, using
-# `torch.arange(0, d_model, 2)` for the speeds. For an odd `d_model`, say 7, there are 4 even
-# columns but only 3 odd ones, and the cosine assignment fails with a shape error that does not
-# mention `d_model` at all (first cell below). The sine/cosine pairs need an even width, so
-# the book's functions refuse an odd one with a message that says so and how to fix it (second
-# cell).
+# The usual recipe fills the even columns with sines and the odd ones with cosines. For an odd
+# `d_model`, say 7, there are 4 even columns but only 3 odd ones, and the cosine assignment
+# fails with a shape error that does not mention `d_model` (first cell below). The book's
+# functions refuse an odd width with a message that says so (second cell).
 # ```
 
 # %%
@@ -1306,6 +1301,156 @@ plt.show()
 # Unlike the sinusoidal table, RoPE needs no `max_len`: the rotation is computed for whatever
 # positions arrive, and only their offsets matter.
 #
+# ## Which encodings let a model learn order?
+#
+# Everything above was shown on untrained tables. Now a model learns a rule that is about
+# order alone: read 16 random tokens (of 16 symbols) and, from the fourth on, output the token
+# three places back. Without positions attention sees *which* tokens came before, not where.
+# The model is one causal attention layer and a feed-forward network, the package's `GPT`
+# (chapter 10 writes it), whose `positions` argument picks the encoding; 200 steps of Adam,
+# three seeds per encoding:
+
+# %%
+from helpers.gpt import GPT, GPTConfig
+
+VOCAB, LENGTH, LAG = 16, 16, 3
+KINDS = ("none", "sinusoidal", "learned", "alibi", "rope")
+
+
+def train_order(positions: str, seed: int, steps: int = 200):
+    """One causal layer learns to output the token LAG places back."""
+    torch.manual_seed(seed)
+    config = GPTConfig(
+        vocab_size=VOCAB,
+        context_length=LENGTH,
+        d_model=32,
+        num_layers=1,
+        num_heads=2,
+        positions=positions,
+    )
+    model = GPT(config)
+    optimizer = torch.optim.Adam(model.parameters(), lr=5e-3)
+    data = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        tokens = torch.randint(VOCAB, (64, LENGTH), generator=data)
+        logits = model(tokens)[:, LAG:]  # positions that have a target
+        loss = F.cross_entropy(logits.flatten(0, 1), tokens[:, :-LAG].flatten())
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return model
+
+
+# %% tags=["nbval-ignore-output"]
+test_tokens = torch.randint(
+    VOCAB, (1000, LENGTH), generator=torch.Generator().manual_seed(99)
+)
+rows, order_models = [], {}
+start = time.perf_counter()
+for positions in KINDS:
+    for seed in range(3):
+        model = train_order(positions, seed)
+        with torch.no_grad():
+            guesses = model(test_tokens)[:, LAG:].argmax(-1)
+        accuracy = (guesses == test_tokens[:, :-LAG]).float().mean().item()
+        rows.append({"positions": positions, "seed": seed, "accuracy": accuracy})
+        order_models[positions, seed] = model
+print(f"15 trainings in {time.perf_counter() - start:.1f} s")
+order_results = pd.DataFrame(rows)
+order_results.pivot(index="seed", columns="positions", values="accuracy")[
+    list(KINDS)
+].round(2)
+
+# %% tags=["hide-input", "nbval-ignore-output"]
+def weight_by_offset(model, tokens, offsets=9):
+    """Mean attention weight of queries t >= offsets on the key t - o, for each o."""
+    attention = model.blocks[0].self_attn
+    seen = {}
+    hook = attention.register_forward_pre_hook(
+        lambda module, args: seen.update(x=args[0])
+    )
+    with torch.no_grad():
+        model(tokens)
+        _, weights = attention(seen["x"], return_attention=True)  # (B, H, T, T)
+    hook.remove()
+    queries = torch.arange(offsets, tokens.shape[1])
+    return torch.stack(
+        [weights[:, :, queries, queries - o].mean() for o in range(offsets)]
+    )
+
+
+fig, (ax_acc, ax_off) = plt.subplots(
+    1, 2, figsize=(6.2, 2.8), layout="constrained"
+)
+for index, positions in enumerate(KINDS):
+    rows = order_results[order_results["positions"] == positions]
+    ax_acc.scatter([index] * len(rows), rows["accuracy"], color=f"C{index}")
+    ax_off.plot(
+        weight_by_offset(order_models[positions, 0], test_tokens[:200]),
+        marker="o",
+        color=f"C{index}",
+        label=positions,
+    )
+ax_acc.set_xticks(range(len(KINDS)), KINDS, rotation=30)
+ax_acc.set_ylim(0, 1.05)
+ax_acc.set_ylabel("test accuracy")
+ax_acc.set_title("three seeds each")
+ax_off.axvline(LAG, color="gray", linestyle=":")
+ax_off.set_xlabel("offset of the key (query minus key)")
+ax_off.set_ylabel("mean attention weight")
+ax_off.set_title("where the trained layer looks (seed 0)")
+ax_off.legend(fontsize=8)
+plt.show()
+
+# %% [markdown]
+# **Figure.** Left: test accuracy of the trained layer with each encoding, three seeds. Right:
+# its mean attention weight on the key at each offset behind the query (seed 0); the dotted
+# line is the offset the task asks for.
+#
+# With sinusoidal, learned and rotary positions the layer answers on every seed (at least
+# {glue:text}`ch5_order_learners_min:.0%`), and its attention peaks three places back.
+# Without positions it stays at {glue:text}`ch5_order_none_max:.0%` at best, close to
+# guessing the most frequent token so far ({glue:text}`ch5_order_blind:.0%`): it knows which
+# tokens came, not in what order. ALiBi fails too
+# ({glue:text}`ch5_order_alibi_max:.0%` at best): its bias only ranks keys by nearness, and
+# the third key back is never the nearest, so one layer cannot single it out; its weight stays
+# spread almost evenly, like the layer's without positions.
+# ALiBi was made for language, where what matters is mostly near; chapter 13 finds where it
+# does best: sequences longer than those it trained on.
+
+# %% tags=["remove-cell", "nbval-ignore-output"]
+# The claims, on every seed shown. Measured on seeds 0-2 (default and scalar one-thread
+# numerics): sinusoidal, learned, rope 1.00; none 0.23-0.24; alibi 0.24-0.25. (Seeds 3-9 at
+# 200 steps: rope 0.66-1.00, so the page claims its three seeds only.)
+accuracy = order_results.pivot(index="seed", columns="positions", values="accuracy")
+learners = accuracy[["sinusoidal", "learned", "rope"]]
+assert learners.min().min() > 0.9
+assert accuracy[["none", "alibi"]].max().max() < 0.4
+# The order-blind guess: the most frequent token among x_0..x_t (ties split evenly).
+blind_hits = []
+for t in range(LAG, LENGTH):
+    counts = F.one_hot(test_tokens[:, : t + 1], VOCAB).sum(1).float()
+    modes = (counts == counts.max(1, keepdim=True).values).float()
+    share = modes / modes.sum(1, keepdim=True)
+    blind_hits.append(share.gather(1, test_tokens[:, t - LAG, None]))
+order_blind = torch.cat(blind_hits).mean().item()  # 0.24 on this test set
+assert abs(accuracy["none"].max() - order_blind) < 0.05
+# Where the trained layers look (seed 0): the learners peak three back, at more than twice
+# any other offset (rope, the lowest: 0.49 against 0.13); none and ALiBi spread theirs
+# (largest 0.08-0.10). A uniform layer (weight 1/(t+1)) fails both.
+for positions in KINDS:
+    profile = weight_by_offset(order_models[positions, 0], test_tokens[:200])
+    if positions in ("sinusoidal", "learned", "rope"):
+        others = torch.cat([profile[:LAG], profile[LAG + 1 :]])
+        assert profile[LAG] > 2 * others.max(), (positions, profile)
+    else:  # none and ALiBi spread their weight: no offset above 0.2
+        assert profile.max() < 0.2, (positions, profile)
+glue("ch5_order_learners_min", learners.min().min())
+glue("ch5_order_none_max", accuracy["none"].max())
+glue("ch5_order_alibi_max", accuracy["alibi"].max())
+glue("ch5_order_blind", order_blind)
+
+# %% [markdown]
 # ## Summary
 #
 # - Attention is blind to order; adding a position-dependent vector to each token restores it.
@@ -1322,6 +1467,9 @@ plt.show()
 #   {glue:text}`ch5_ratio_300:.3f` of the input's size).
 # - Learned embeddings, ALiBi and RoPE trade the fixed table for learned vectors, a distance
 #   penalty on the scores, or rotated queries and keys.
+# - Trained to output the token three places back, one layer learns it with sinusoidal,
+#   learned or rotary positions, and not with none or ALiBi, whose bias only ranks keys by
+#   nearness.
 #
 # ## Exercises
 #

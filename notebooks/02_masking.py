@@ -44,7 +44,7 @@
 # convention of PyTorch's `torch.nn.functional.scaled_dot_product_attention`.
 
 # %% tags=["hide-cell"]
-# Setup: on Colab, install the book's helpers; everywhere, import, seed and pick a device.
+# Setup: on Colab, install the book's helpers; everywhere, style the plots and seed.
 import sys
 
 # The book's package at the book's version (a release tag, kept in step by a test).
@@ -66,7 +66,6 @@ from helpers.plotting import use_book_style
 
 use_book_style()
 helpers.seed_everything(0)
-device = helpers.get_device()
 
 # %%
 import math
@@ -79,6 +78,7 @@ import torch
 import torch.nn.functional as F
 from matplotlib.patches import Patch, Rectangle
 
+import helpers
 from helpers import expect_error, glue
 from helpers.attention import scaled_dot_product_attention
 from helpers.checks import check_sliding_window_mask
@@ -89,6 +89,8 @@ from helpers.tasks.masking_lm import (
     copy_sequences,
     loss_floor,
 )
+
+device = helpers.get_device()  # a GPU if there is one, else the CPU
 
 torch.set_printoptions(precision=2, sci_mode=False)
 generator = torch.Generator().manual_seed(0)

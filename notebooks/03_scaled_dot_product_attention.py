@@ -44,7 +44,7 @@
 # ```
 
 # %% tags=["hide-cell"]
-# Setup: on Colab, install the book's helpers; everywhere, import, seed and pick a device.
+# Setup: on Colab, install the book's helpers; everywhere, style the plots and seed.
 import sys
 
 # The book's package at the book's version (a release tag, kept in step by a test).
@@ -66,7 +66,6 @@ from helpers.plotting import use_book_style
 
 use_book_style()
 helpers.seed_everything(0)
-device = helpers.get_device()
 
 # %%
 import math
@@ -80,12 +79,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+import helpers
 from helpers import expect_error, glue, show_source
 from helpers.analysis import peak_cpu_bytes
 from helpers.attention import scaled_dot_product_attention
 from helpers.checks import check_attention
 from helpers.plotting import heatmap
 from helpers.tasks.lookups import recall_batch, recall_codes
+
+device = helpers.get_device()  # a GPU if there is one, else the CPU
 
 # The models trained here are so small that splitting each matrix product
 # over several CPU threads costs more in synchronization than it saves.
@@ -336,11 +338,11 @@ assert all(moved["swapped"])
 # $\sqrt{d}$ brings the variance back to 1 whatever the width. The experiment below measures
 # these effects for widths from {glue:text}`ch3_width_min` to {glue:text}`ch3_width_max`, with
 # {glue:text}`ch3_num_keys` keys per query: the variance of the scores, the average largest
-# weight, and the size of the softmax's gradient (the norm of its Jacobian, in the folded
-# cell), with and without the scaling. One more column, the gradient with respect to the query
+# weight, and the size of the softmax's gradient (the norm of its Jacobian), with and without
+# the scaling. One more column, the gradient with respect to the query
 # vector itself, is explained under "Going deeper" below.
 
-# %% tags=["hide-input"]
+# %%
 widths = [4, 16, 64, 256, 1024]
 num_queries, num_keys = 2000, 16
 

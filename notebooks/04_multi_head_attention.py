@@ -42,7 +42,7 @@
 # ```
 
 # %% tags=["hide-cell"]
-# Setup: on Colab, install the book's helpers; everywhere, import, seed and pick a device.
+# Setup: on Colab, install the book's helpers; everywhere, style the plots and seed.
 import sys
 
 # The book's package at the book's version (a release tag, kept in step by a test).
@@ -64,7 +64,6 @@ from helpers.plotting import use_book_style
 
 use_book_style()
 helpers.seed_everything(0)
-device = helpers.get_device()
 
 # %%
 import math
@@ -77,6 +76,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+import helpers
 from helpers import checks
 from helpers.analysis import count_parameters, stable_rank
 from helpers.attention import (
@@ -88,6 +88,8 @@ from helpers.interop import fuse_heads, load_multihead_attention
 from helpers.masks import causal_mask, padding_mask
 from helpers.plotting import to_numpy
 from helpers.tasks.lookups import lookup_weights, two_lookup_batch
+
+device = helpers.get_device()  # a GPU if there is one, else the CPU
 
 # The models trained here are so small that splitting each matrix product
 # over several CPU threads costs more in synchronization than it saves.
@@ -234,7 +236,7 @@ assert weights_per_head.shape == (batch_size, num_heads, seq_len, seq_len)
 # Step by step, each step followed by `record`, which checks the shape against the one
 # expected and adds a row to the table printed at the end:
 
-# %% tags=["hide-cell"]
+# %%
 steps = []
 
 

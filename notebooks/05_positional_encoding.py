@@ -43,7 +43,7 @@
 # ```
 
 # %% tags=["hide-cell"]
-# Setup: on Colab, install the book's helpers; everywhere, import, seed and pick a device.
+# Setup: on Colab, install the book's helpers; everywhere, style the plots and seed.
 import sys
 
 # The book's package at the book's version (a release tag, kept in step by a test).
@@ -65,7 +65,6 @@ from helpers.plotting import use_book_style
 
 use_book_style()
 helpers.seed_everything(0)
-device = helpers.get_device()
 
 # %%
 import math
@@ -79,6 +78,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
+import helpers
 from helpers import glue, show_source
 from helpers.checks import check_fixed_base_encoding
 from helpers.plotting import heatmap
@@ -92,6 +92,8 @@ from helpers.positional import (
     relative_rotation,
     sinusoidal_encoding,
 )
+
+device = helpers.get_device()  # a GPU if there is one, else the CPU
 
 
 def pairwise_distances(table):
@@ -693,6 +695,7 @@ alt.Chart(pairs).mark_rect().encode(
 
 # %%
 center = 200
+table_256 = sinusoidal_encoding(400, 256)
 similarity = table_256.double() @ table_256[center].double()
 similarity = similarity / similarity[center]  # 1 at offset 0
 
@@ -1353,13 +1356,16 @@ for positions in KINDS:
         with torch.no_grad():
             guesses = model(test_tokens)[:, LAG:].argmax(-1)
         accuracy = (guesses == test_tokens[:, :-LAG]).float().mean().item()
-        rows.append({"positions": positions, "seed": seed, "accuracy": accuracy})
+        rows.append(
+            {"positions": positions, "seed": seed, "accuracy": accuracy}
+        )
         order_models[positions, seed] = model
 print(f"15 trainings in {time.perf_counter() - start:.1f} s")
 order_results = pd.DataFrame(rows)
 order_results.pivot(index="seed", columns="positions", values="accuracy")[
     list(KINDS)
 ].round(2)
+
 
 # %% tags=["hide-input", "nbval-ignore-output"]
 def weight_by_offset(model, tokens, offsets=9):
@@ -1422,7 +1428,9 @@ plt.show()
 # The claims, on every seed shown. Measured on seeds 0-2 (default and scalar one-thread
 # numerics): sinusoidal, learned, rope 1.00; none 0.23-0.24; alibi 0.24-0.25. (Seeds 3-9 at
 # 200 steps: rope 0.66-1.00, so the page claims its three seeds only.)
-accuracy = order_results.pivot(index="seed", columns="positions", values="accuracy")
+accuracy = order_results.pivot(
+    index="seed", columns="positions", values="accuracy"
+)
 learners = accuracy[["sinusoidal", "learned", "rope"]]
 assert learners.min().min() > 0.9
 assert accuracy[["none", "alibi"]].max().max() < 0.4

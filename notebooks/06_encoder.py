@@ -42,7 +42,7 @@
 # ```
 
 # %% tags=["hide-cell"]
-# Setup: on Colab, install the book's helpers; everywhere, import, seed and pick a device.
+# Setup: on Colab, install the book's helpers; everywhere, style the plots and seed.
 import sys
 
 # The book's package at the book's version (a release tag, kept in step by a test).
@@ -64,7 +64,6 @@ from helpers.plotting import use_book_style
 
 use_book_style()
 helpers.seed_everything(0)
-device = helpers.get_device()
 
 # %%
 from collections import OrderedDict
@@ -77,6 +76,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+import helpers
 from helpers import glue, show_source
 from helpers.analysis import count_parameters, parameter_table, stable_rank
 from helpers.attention import MultiHeadAttention
@@ -94,6 +94,8 @@ from helpers.transformer import (
     TransformerEncoder,
     TransformerStack,
 )
+
+device = helpers.get_device()  # a GPU if there is one, else the CPU
 
 # The models of this chapter are so small that splitting each matrix product
 # over several CPU threads costs more in synchronization than it saves.
@@ -331,9 +333,12 @@ def ffn_gradient_norms(norm_first, num_layers, seed, d_model=32):
     """Gradient norm of each block's FFN W2, one random batch, at init."""
     torch.manual_seed(seed)
     config = TransformerConfig(
-        d_model=d_model, num_heads=4, num_layers=num_layers,
-        ffn_width=4 * d_model, norm_first=norm_first,
-    )  # fmt: skip
+        d_model=d_model,
+        num_heads=4,
+        num_layers=num_layers,
+        ffn_width=4 * d_model,
+        norm_first=norm_first,
+    )
     encoder = TransformerEncoder(config)
     for weight in encoder.parameters():
         if weight.dim() == 2:
@@ -428,9 +433,13 @@ def stream_rms(seed, num_layers=32, d_model=32):
     """RMS of a pre-LN residual stream after each block (set-up as above)."""
     torch.manual_seed(seed)
     config = TransformerConfig(
-        d_model=d_model, num_heads=4, num_layers=num_layers,
-        ffn_width=4 * d_model, norm_first=True, final_norm=False,
-    )  # fmt: skip
+        d_model=d_model,
+        num_heads=4,
+        num_layers=num_layers,
+        ffn_width=4 * d_model,
+        norm_first=True,
+        final_norm=False,
+    )
     stack = TransformerEncoder(config).eval()
     for weight in stack.parameters():
         if weight.dim() == 2:
@@ -816,7 +825,7 @@ assert map_error > 0.1
 # normalization), with and without residual connections, measured after each:
 
 
-# %% tags=["hide-cell"]
+# %%
 torch.manual_seed(0)
 attention = MultiHeadAttention(128, 8)
 tokens = torch.randn(1, 1024, 128)

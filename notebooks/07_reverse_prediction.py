@@ -38,7 +38,7 @@
 # ```
 
 # %% tags=["hide-cell"]
-# Setup: on Colab, install the book's helpers; everywhere, import, seed and pick a device.
+# Setup: on Colab, install the book's helpers; everywhere, style the plots and seed.
 import sys
 
 # The book's package at the book's version (a release tag, kept in step by a test).
@@ -60,7 +60,6 @@ from helpers.plotting import use_book_style
 
 use_book_style()
 helpers.seed_everything(0)
-device = helpers.get_device()
 
 # %%
 import math
@@ -73,6 +72,10 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import torch
 from torch.utils.data import DataLoader
+
+import helpers
+
+device = helpers.get_device()  # a GPU if there is one, else the CPU
 
 # %%
 from helpers import glue, show_source
@@ -534,6 +537,7 @@ plt.show()
 
 # %% tags=["nbval-ignore-output"]
 weights = maps[best_block][0, best_head]
+labels = test_inputs[0].tolist()  # the tokens of the figure's sequence
 cells = pd.DataFrame(
     [
         {
@@ -859,6 +863,7 @@ glue("ch7_mirror_reads_seeds_min", int(mirror_seeds.min().min()))
 #   and pre-LN does not; this tests the claim by training.
 
 # %%
+experiment_steps, experiment_seeds = 250, (0, 1)
 pd.DataFrame(
     {
         name: vars(config.replace(**changes))
@@ -867,7 +872,6 @@ pd.DataFrame(
 ).T[["lr", "warmup_steps", "cosine_decay", "norm_first"]]
 
 # %% tags=["remove-cell"]
-experiment_steps, experiment_seeds = 250, (0, 1)
 glue("ch7_experiment_steps", experiment_steps)
 glue("ch7_total_steps", config.total_steps())
 

@@ -52,7 +52,7 @@
 # its code goes wrong, [Sources and errata](../book/sources.md) has the details.
 
 # %% tags=["hide-cell"]
-# Setup: on Colab, install the book's helpers; everywhere, import, seed and pick a device.
+# Setup: on Colab, install the book's helpers; everywhere, style the plots and seed.
 import sys
 
 # The book's package at the book's version (a release tag, kept in step by a test).
@@ -74,7 +74,6 @@ from helpers.plotting import use_book_style
 
 use_book_style()
 helpers.seed_everything(0)
-device = helpers.get_device()
 
 # %%
 import math
@@ -88,6 +87,7 @@ import torch
 from torch import nn
 from torch.utils.data import TensorDataset
 
+import helpers
 from helpers import glue, show_source
 from helpers.analysis import count_parameters
 from helpers.parallel import run_in_processes
@@ -109,6 +109,8 @@ from helpers.tasks.shapes import (
     source_split,
     train_shapes_model,
 )
+
+device = helpers.get_device()  # a GPU if there is one, else the CPU
 
 # %% [markdown]
 # ## The task
@@ -593,9 +595,14 @@ assert (overfit_table["final / first"] < 0.12).all()
 
 # %% tags=["remove-cell"]
 # Source 004's printout, CNN, 20 sequences, Adam at lr 1e-3 (`if epoch%1000==0: print(...)`):
-SOURCE_OVERFIT_LOSS = {0: 0.9717220664024353, 1000: 0.016162781044840813,
-                       2000: 0.006243061739951372, 3000: 0.003895669477060437,
-                       4000: 0.0020476507488638163, 5000: 0.0005493065691553056}  # fmt: skip
+SOURCE_OVERFIT_LOSS = {
+    0: 0.9717220664024353,
+    1000: 0.016162781044840813,
+    2000: 0.006243061739951372,
+    3000: 0.003895669477060437,
+    4000: 0.0020476507488638163,
+    5000: 0.0005493065691553056,
+}
 long_overfit = overfit_results()
 (long_overfit_command,) = long_overfit["command"].unique()
 losses = long_overfit.pivot_table(

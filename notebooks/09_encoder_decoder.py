@@ -41,7 +41,7 @@
 # ```
 
 # %% tags=["hide-cell"]
-# Setup: on Colab, install the book's helpers; everywhere, import, seed and pick a device.
+# Setup: on Colab, install the book's helpers; everywhere, style the plots and seed.
 import sys
 
 # The book's package at the book's version (a release tag, kept in step by a test).
@@ -63,9 +63,8 @@ from helpers.plotting import use_book_style
 
 use_book_style()
 helpers.seed_everything(0)
-device = helpers.get_device()
 
-# %% tags=["hide-cell"]
+# %%
 import time
 
 import matplotlib.pyplot as plt
@@ -73,6 +72,7 @@ import pandas as pd
 import torch
 from torch import nn
 
+import helpers
 from helpers import glue, show_source
 from helpers.analysis import count_parameters
 from helpers.checks import check_decoder_input
@@ -114,6 +114,8 @@ from helpers.transformer import (
     beam_search,
     greedy_decode,
 )
+
+device = helpers.get_device()  # a GPU if there is one, else the CPU
 
 helpers.use_one_thread(device)
 
@@ -262,9 +264,13 @@ show_source(greedy_decode)
 # %%
 torch.manual_seed(0)
 config = TransformerConfig(
-    source_vocab=VOCAB_SIZE, target_vocab=VOCAB_SIZE, d_model=32, num_heads=2,
-    num_layers=2, pad_id=PAD,
-)  # fmt: skip
+    source_vocab=VOCAB_SIZE,
+    target_vocab=VOCAB_SIZE,
+    d_model=32,
+    num_heads=2,
+    num_layers=2,
+    pad_id=PAD,
+)
 model = EncoderDecoderTransformer(config).eval()
 sources, _, _ = make_sorting_dataset(64, 8, torch.Generator().manual_seed(6))[:]
 written = greedy_decode(model, sources, BOS, num_steps=9)  # (B, 1 + 9)
@@ -352,8 +358,10 @@ corner_model, corner_history = train_corners(
 )
 corner_seconds = time.perf_counter() - start
 corner_tf, corner_free = free_running_mse(corner_model, test_points)
-print(f"{corner_seconds:.1f} s; test MSE {corner_tf:.4f} (teacher forced), "
-      f"{corner_free:.4f} (free running)")  # fmt: skip
+print(
+    f"{corner_seconds:.1f} s; test MSE {corner_tf:.4f} (teacher forced), "
+    f"{corner_free:.4f} (free running)"
+)
 
 # %% tags=["remove-cell", "nbval-ignore-output"]
 glue("ch9_corner_seconds", round(corner_seconds, 1))
@@ -408,8 +416,14 @@ for column, clockwise in enumerate((True, False)):
         ax.scatter(
             target[n, :, 0], target[n, :, 1], color="C1", s=16, label="true"
         )
-        ax.scatter(predicted[n, :, 0], predicted[n, :, 1], color="C3", marker="x", s=30,
-                   label="predicted")  # fmt: skip
+        ax.scatter(
+            predicted[n, :, 0],
+            predicted[n, :, 1],
+            color="C3",
+            marker="x",
+            s=30,
+            label="predicted",
+        )
         for k, point in enumerate(test_points[n].tolist()):
             ax.annotate(
                 str(k + 1), point, xytext=(5, 4), textcoords="offset points"
@@ -516,13 +530,24 @@ titles = {
     "decoder": "decoder self",
     "cross": "cross",
 }
-labels = {"encoder": (["p1", "p2"], ["p1", "p2"]), "decoder": (["p2", "p3"], ["p2", "p3"]),
-          "cross": (["p1", "p2"], ["→p3", "→p4"])}  # fmt: skip
+labels = {
+    "encoder": (["p1", "p2"], ["p1", "p2"]),
+    "decoder": (["p2", "p3"], ["p2", "p3"]),
+    "cross": (["p1", "p2"], ["→p3", "→p4"]),
+}
 for row, kind in enumerate(titles):
     for head in range(2):
         ax = axes[row, head]
-        heatmap(mean_maps[kind][head], ax=ax, vmin=0, vmax=1, colorbar=head == 1,
-                xlabel="key", ylabel="query", title=f"{titles[kind]}, head {head}")  # fmt: skip
+        heatmap(
+            mean_maps[kind][head],
+            ax=ax,
+            vmin=0,
+            vmax=1,
+            colorbar=head == 1,
+            xlabel="key",
+            ylabel="query",
+            title=f"{titles[kind]}, head {head}",
+        )
         ax.set_xticks([0, 1], labels[kind][0])
         ax.set_yticks([0, 1], labels[kind][1])
 fig.tight_layout()
@@ -644,8 +669,10 @@ with torch.no_grad():
     logits = sort_model(source, decoder_input)
 sort_tf = sequence_accuracy(logits, target).item()
 sort_generated = generated_accuracy(sort_model, sort_test)
-print(f"{sort_seconds:.0f} s; sequences right: {sort_tf:.4f} teacher forced, "
-      f"{sort_generated:.4f} generated")  # fmt: skip
+print(
+    f"{sort_seconds:.0f} s; sequences right: {sort_tf:.4f} teacher forced, "
+    f"{sort_generated:.4f} generated"
+)
 
 # %% tags=["remove-cell", "nbval-ignore-output"]
 glue("ch9_sort_num_train", f"{len(sort_train):,}")
@@ -710,8 +737,14 @@ order = source.argsort(dim=-1)  # order[b, t]: where the t-th smallest sits
 cross = sort_model.get_attention_maps(source, decoder_input)["cross"]
 digits = (source[0] - 3).tolist()
 fig, ax = plt.subplots(figsize=(4.2, 3.6))
-heatmap(cross[block][0, head], ax=ax, xlabel="source digit", ylabel="decoder query writes",
-        vmin=0, vmax=1)  # fmt: skip
+heatmap(
+    cross[block][0, head],
+    ax=ax,
+    xlabel="source digit",
+    ylabel="decoder query writes",
+    vmin=0,
+    vmax=1,
+)
 ax.set_xticks(range(8), digits)
 ax.set_yticks(range(9), [*sorted(digits), "end"])
 ax.scatter(
@@ -794,9 +827,15 @@ glue("ch9_study_num_test", f"{len(study_test):,}")
 
 # %% tags=["nbval-ignore-output"]
 hard = study[study.smoothing == 0.0]
-measures = ["token_tf", "token_generated", "after_tf", "after_generated",
-            "after_by_position", "after_loss_tf",
-            "after_loss_generated"]  # fmt: skip
+measures = [
+    "token_tf",
+    "token_generated",
+    "after_tf",
+    "after_generated",
+    "after_by_position",
+    "after_loss_tf",
+    "after_loss_generated",
+]
 print(hard[measures].agg(["min", "median", "max"]).T.round(3).to_string())
 
 # %% tags=["remove-cell", "nbval-ignore-output"]
@@ -854,9 +893,15 @@ show_source(beam_search)
 # Four hypotheses on the six short-budget runs, against greedy decoding:
 
 # %% tags=["nbval-ignore-output"]
-beam_measures = ["greedy", "beam", "beam_normalized", "greedy_short",
-                 "beam_short", "beam_log_prob_gain",
-                 "beam_not_worse"]  # fmt: skip
+beam_measures = [
+    "greedy",
+    "beam",
+    "beam_normalized",
+    "greedy_short",
+    "beam_short",
+    "beam_log_prob_gain",
+    "beam_not_worse",
+]
 table = study[beam_measures].agg(["min", "median", "max"]).T
 print(table.round(3).to_string())
 
@@ -895,8 +940,9 @@ assert ((study.beam_normalized - study.greedy).abs() < 0.06).all()
 # confidence and its accuracy), per seed, teacher forced:
 
 # %% tags=["nbval-ignore-output"]
-paired = study.pivot(index="seed", columns="smoothing",
-                     values=["token_tf", "confidence", "ece"])  # fmt: skip
+paired = study.pivot(
+    index="seed", columns="smoothing", values=["token_tf", "confidence", "ece"]
+)
 print(paired.round(3).to_string())
 
 # %% tags=["remove-cell", "nbval-ignore-output"]
@@ -976,15 +1022,21 @@ plt.show()
 with torch.device("meta"):
     base = EncoderDecoderTransformer(
         TransformerConfig(
-            source_vocab=37_000, target_vocab=37_000, d_model=512,
-            num_heads=8, num_layers=6, ffn_width=2048, tie_embeddings=True,
+            source_vocab=37_000,
+            target_vocab=37_000,
+            d_model=512,
+            num_heads=8,
+            num_layers=6,
+            ffn_width=2048,
+            tie_embeddings=True,
         )
-    )  # fmt: skip
+    )
 base_count = count_parameters(base)
 embedding = base.source_embedding.weight.numel()
 print(f"total {base_count:,}; embedding {embedding:,}")
-per_block = [count_parameters(stack.blocks[0])
-             for stack in (base.encoder, base.decoder)]  # fmt: skip
+per_block = [
+    count_parameters(stack.blocks[0]) for stack in (base.encoder, base.decoder)
+]
 print(f"encoder block {per_block[0]:,}; decoder block {per_block[1]:,}")
 
 # %% tags=["remove-cell"]

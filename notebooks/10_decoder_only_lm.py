@@ -42,7 +42,7 @@
 # ```
 
 # %% tags=["hide-cell"]
-# Setup: on Colab, install the book's helpers; everywhere, import, seed and pick a device.
+# Setup: on Colab, install the book's helpers; everywhere, style the plots and seed.
 import sys
 
 # The book's package at the book's version (a release tag, kept in step by a test).
@@ -64,7 +64,6 @@ from helpers.plotting import use_book_style
 
 use_book_style()
 helpers.seed_everything(0)
-device = helpers.get_device()
 
 # %%
 import importlib
@@ -269,9 +268,15 @@ for num_merges in (0, 100, 300, 1000):
     tokens = bpe_tokens(held_out_text, merges[:num_merges])
     vocab_size = len(characters) + num_merges
     per_token = round(len(held_out_text) / len(tokens), 2)
-    rows.append({"merges": num_merges, "vocabulary": vocab_size,
-                 "tokens": len(tokens), "characters per token": per_token,
-                 "embedding (D=64)": vocab_size * 64})  # fmt: skip
+    rows.append(
+        {
+            "merges": num_merges,
+            "vocabulary": vocab_size,
+            "tokens": len(tokens),
+            "characters per token": per_token,
+            "embedding (D=64)": vocab_size * 64,
+        }
+    )
 bpe_table = pd.DataFrame(rows)
 bpe_table
 
@@ -313,11 +318,16 @@ glue("ch10_bpe_vocab", int(bpe_table["vocabulary"].iloc[-1]))
 V_GPT2 = 50_257  # GPT-2's vocabulary
 V_PADDED = math.ceil(V_GPT2 / 64) * 64  # rounded up to the next multiple of 64
 memory = pd.DataFrame(
-    [{"width D": D, "parameters": V_PADDED * D,
-      "float32 (MB)": round(V_PADDED * D * 4 / 1e6, 1),
-      "bfloat16 (MB)": round(V_PADDED * D * 2 / 1e6, 1)}
-     for D in (768, 1024, 4096, 8192)]
-)  # fmt: skip
+    [
+        {
+            "width D": D,
+            "parameters": V_PADDED * D,
+            "float32 (MB)": round(V_PADDED * D * 4 / 1e6, 1),
+            "bfloat16 (MB)": round(V_PADDED * D * 2 / 1e6, 1),
+        }
+        for D in (768, 1024, 4096, 8192)
+    ]
+)
 assert V_PADDED == 50_304 and V_PADDED - V_GPT2 == 47
 table_bytes = V_PADDED * 4096 * 4
 glue("ch10_table_mb", round(table_bytes / 1e6))
@@ -596,8 +606,10 @@ start = time.perf_counter()
 lm, history = train_brackets(config, train_rows, val_rows)
 train_seconds = time.perf_counter() - start
 val_loss = per_token_loss(lm, val_rows)
-print(f"{train_seconds:.0f} s; validation loss {val_loss:.3f} nats, "
-      f"perplexity {math.exp(val_loss):.2f}")  # fmt: skip
+print(
+    f"{train_seconds:.0f} s; validation loss {val_loss:.3f} nats, "
+    f"perplexity {math.exp(val_loss):.2f}"
+)
 
 # %% tags=["remove-cell", "nbval-ignore-output"]
 glue("ch10_train_seconds", round(train_seconds))
@@ -650,8 +662,10 @@ plt.show()
 # %%
 floor = entropy_rate()  # nats per token, the end-of-string newline included
 val_floor = generator_loss(val_strings)  # the true probabilities, same strings
-print(f"entropy rate: {floor:.3f} nats per token "
-      f"(perplexity {math.exp(floor):.2f})")  # fmt: skip
+print(
+    f"entropy rate: {floor:.3f} nats per token "
+    f"(perplexity {math.exp(floor):.2f})"
+)
 print(f"the generator's own loss on the validation strings: {val_floor:.3f}")
 
 # %% tags=["remove-cell"]
@@ -714,8 +728,10 @@ glue("ch10_overfit_gap", round(gap, 2))
 # (scripts/margins.py lm, 7 runs, before the gap was taken at the epoch's end:
 # rise 0.24-0.30, gap 0.73-0.78)
 assert rise > 0.15 and gap > 0.4
-print(f"best validation loss at epoch {best_epoch}; then up by {rise:.2f}, "
-      f"final gap {gap:.2f}")  # fmt: skip
+print(
+    f"best validation loss at epoch {best_epoch}; then up by {rise:.2f}, "
+    f"final gap {gap:.2f}"
+)
 fig, ax = plt.subplots(figsize=(4.5, 2.8))
 ax.plot(epochs["epoch"], epochs["train_loss"], label="training (300 strings)")
 ax.plot(epochs["epoch"], epochs["val_loss"], label="validation")
@@ -795,7 +811,7 @@ for row_ended, row_free in zip(ended.tolist(), free.tolist(), strict=True):
 print(repr(decode(ended[0].tolist())))
 
 
-# %% tags=["hide-input"]
+# %%
 known = set(train_strings)
 generated = make_strings(1_000, seeded(3))  # the generator's, a fresh seed
 generator_row = {"sampling": "generator"} | sample_statistics(generated, known)
@@ -879,8 +895,10 @@ def log_probability(model, string: str) -> float:
 
 greedy_string = samples["greedy"][0]
 for string in ("()", greedy_string):
-    print(f"{string!r}: model {log_probability(lm, string):.1f}, "
-          f"language {string_log_probability(string):.1f} nats")  # fmt: skip
+    print(
+        f"{string!r}: model {log_probability(lm, string):.1f}, "
+        f"language {string_log_probability(string):.1f} nats"
+    )
 
 # %% tags=["remove-cell", "nbval-ignore-output"]
 short_model = log_probability(lm, "()")
@@ -944,8 +962,10 @@ assert (
     and over > 0.02
     and max(generator_lengths) <= 32
 )
-print(f"mean length: model {model_mean:.1f}, generator {generator_mean:.1f}; "
-      f"model strings longer than 32: {over:.1%}")  # fmt: skip
+print(
+    f"mean length: model {model_mean:.1f}, generator {generator_mean:.1f}; "
+    f"model strings longer than 32: {over:.1%}"
+)
 fig, ax = plt.subplots(figsize=(4.5, 2.8))
 bins = range(1, CONTEXT + 1, 2)  # one bin per even length
 series = [generator_lengths, first_lengths, model_lengths]
@@ -990,13 +1010,15 @@ def lm_at(span):
 
 
 comparison = pd.DataFrame(
-    {"model": [f"{best_n}-gram", "GPT"],
-     "validation loss": [ngram_losses[best_n], val_loss],
-     "valid samples (τ = 1)": [ngram_valid, valid["τ = 1"]],
-     "closing right": [ngram_closing, lm_closing],
-     "opener in sight": [ngram_at(near), lm_at(near)],
-     "opener farther": [ngram_at(far), lm_at(far)]}
-).round(3)  # fmt: skip
+    {
+        "model": [f"{best_n}-gram", "GPT"],
+        "validation loss": [ngram_losses[best_n], val_loss],
+        "valid samples (τ = 1)": [ngram_valid, valid["τ = 1"]],
+        "closing right": [ngram_closing, lm_closing],
+        "opener in sight": [ngram_at(near), lm_at(near)],
+        "opener farther": [ngram_at(far), lm_at(far)],
+    }
+).round(3)
 comparison
 
 # %% tags=["remove-cell", "nbval-ignore-output"]
@@ -1078,8 +1100,10 @@ sinusoidal = GPT(
         vocab_size=7, context_length=64, d_model=32, positions="sinusoidal"
     )
 )
-print("GPT's sinusoidal table is a parameter:",
-      any(p is sinusoidal.position_embedding.pe for p in sinusoidal.parameters()))  # fmt: skip
+print(
+    "GPT's sinusoidal table is a parameter:",
+    any(p is sinusoidal.position_embedding.pe for p in sinusoidal.parameters()),
+)
 with expect_error(RuntimeError):
     torch.randn(5, width) + table  # a 5-token sequence and the 8-row table
 five_tokens = torch.zeros(1, 5, dtype=torch.long)

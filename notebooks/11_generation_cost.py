@@ -45,7 +45,7 @@
 # ```
 
 # %% tags=["hide-cell"]
-# Setup: on Colab, install the book's helpers; everywhere, import, seed and pick a device.
+# Setup: on Colab, install the book's helpers; everywhere, style the plots and seed.
 import sys
 
 # The book's package at the book's version (a release tag, kept in step by a test).
@@ -67,7 +67,6 @@ from helpers.plotting import use_book_style
 
 use_book_style()
 helpers.seed_everything(0)
-device = helpers.get_device()
 
 # %%
 import math
@@ -79,6 +78,10 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import torch
 from torch import nn
+
+import helpers
+
+device = helpers.get_device()  # a GPU if there is one, else the CPU
 
 # %%
 from helpers import expect_error, glue, show_source
@@ -123,8 +126,10 @@ train_rows = make_rows(train_strings, CONTEXT)
 val_rows = make_rows(val_strings, CONTEXT)
 lm, _ = train_brackets(BracketConfig(epochs=1), train_rows, val_rows)
 val_loss = per_token_loss(lm, val_rows)
-print(f"validation loss {val_loss:.2f} nats per character "
-      f"(a uniform guess: {math.log(7):.2f})")  # fmt: skip
+print(
+    f"validation loss {val_loss:.2f} nats per character "
+    f"(a uniform guess: {math.log(7):.2f})"
+)
 
 # %% tags=["remove-cell", "nbval-ignore-output"]
 # measured 1.460-1.476 (seeds 0-2) on a 2-core CPU; chapter 10's eight epochs reach 1.11;
@@ -149,17 +154,25 @@ assert BracketConfig(epochs=1).epochs < BracketConfig().epochs
 GPT2_LIKE = dict(
     bias=True, norm="layer", activation="gelu_tanh", residual_init="gpt2"
 )
-GPT2_SMALL = GPTConfig(vocab_size=50_257, context_length=1024, d_model=768,
-                       num_layers=12, num_heads=12, **GPT2_LIKE)  # fmt: skip
+GPT2_SMALL = GPTConfig(
+    vocab_size=50_257,
+    context_length=1024,
+    d_model=768,
+    num_layers=12,
+    num_heads=12,
+    **GPT2_LIKE,
+)
 with torch.device("meta"):
     gpt2 = GPT(GPT2_SMALL)
 gpt2_count = count_parameters(gpt2)
 token_table = gpt2.token_embedding.weight.numel()
 position_table = gpt2.position_embedding.weight.numel()
 per_block = count_parameters(gpt2.blocks[0])
-print(f"total {gpt2_count:,}\n = tokens {token_table:,}"
-      f" + positions {position_table:,}\n + 12 x {per_block:,}"
-      f" + final norm {count_parameters(gpt2.final_norm):,}")  # fmt: skip
+print(
+    f"total {gpt2_count:,}\n = tokens {token_table:,}"
+    f" + positions {position_table:,}\n + 12 x {per_block:,}"
+    f" + final norm {count_parameters(gpt2.final_norm):,}"
+)
 
 # %% tags=["remove-cell"]
 assert gpt2.head.weight is gpt2.token_embedding.weight
@@ -219,13 +232,19 @@ def residual_std(model):
 gpt2_residual_std = 0.02 / math.sqrt(2 * 12)
 glue("gen_gpt2_residual_std", round(gpt2_residual_std, 4))
 position_std = deep_gpt2.position_embedding.weight.std().item()
-print("default activation ReLU, GPT-2's the tanh GELU:",
-      isinstance(deep_default.blocks[0].ffn.activation, nn.ReLU),
-      deep_gpt2.blocks[0].ffn.activation.approximate == "tanh")  # fmt: skip
-print("residual projections at std 0.02 by default:",
-      abs(residual_std(deep_default) - 0.02) < 0.001)  # fmt: skip
-print("at std 0.02 / sqrt(2L) with residual_init='gpt2':",
-      abs(residual_std(deep_gpt2) - gpt2_residual_std) < 0.0005)  # fmt: skip
+print(
+    "default activation ReLU, GPT-2's the tanh GELU:",
+    isinstance(deep_default.blocks[0].ffn.activation, nn.ReLU),
+    deep_gpt2.blocks[0].ffn.activation.approximate == "tanh",
+)
+print(
+    "residual projections at std 0.02 by default:",
+    abs(residual_std(deep_default) - 0.02) < 0.001,
+)
+print(
+    "at std 0.02 / sqrt(2L) with residual_init='gpt2':",
+    abs(residual_std(deep_gpt2) - gpt2_residual_std) < 0.0005,
+)
 print(
     "position table at std 0.02, not GPT-2's 0.01:",
     abs(position_std - 0.02) < 0.001,
@@ -308,8 +327,11 @@ full_pass, _ = scaled_dot_product_attention(
     x @ w_q, x @ w_k, x @ w_v, mask=causal_mask(6)
 )
 same_rows = torch.allclose(torch.cat(outputs, dim=1), full_pass, atol=1e-6)
-print("step by step with the cache = causal attention over all 6 tokens"
-      " (within 1e-6):", same_rows)  # fmt: skip
+print(
+    "step by step with the cache = causal attention over all 6 tokens"
+    " (within 1e-6):",
+    same_rows,
+)
 
 # %% tags=["remove-cell"]
 # the check can fail: steps that each forget the cache attend to their own key only
@@ -388,9 +410,15 @@ timings = []
 for length in (32, 64, 128, 256, 512):
     row = {"tokens": length}
     for use_cache in (True, False):  # one timed run each
-        seconds = median_seconds(timing_model.generate, prompt, length,
-                                 greedy=True, use_cache=use_cache,
-                                 repeats=1, warmup_calls=0)  # fmt: skip
+        seconds = median_seconds(
+            timing_model.generate,
+            prompt,
+            length,
+            greedy=True,
+            use_cache=use_cache,
+            repeats=1,
+            warmup_calls=0,
+        )
         row["cache" if use_cache else "no cache"] = seconds
     timings.append(row)
 timings = pd.DataFrame(timings)
@@ -419,8 +447,12 @@ fig, ax = plt.subplots(figsize=(4.5, 2.8))
 for column in ("no cache", "cache"):
     per_token_ms = timings[column] / timings["tokens"] * 1e3
     ax.plot(timings["tokens"], per_token_ms, "o-", label=column)
-ax.set(xscale="log", yscale="log", xlabel="tokens generated N",
-       ylabel="milliseconds per token")  # fmt: skip
+ax.set(
+    xscale="log",
+    yscale="log",
+    xlabel="tokens generated N",
+    ylabel="milliseconds per token",
+)
 ax.xaxis.set_minor_locator(plt.NullLocator())  # only the lengths measured
 ax.set_xticks(timings["tokens"], timings["tokens"])
 ax.yaxis.set_major_locator(plt.LogLocator(subs=(1, 2, 5)))
@@ -468,10 +500,15 @@ def per_step(model, context, use_cache=True, steps=8):
     }
 
 
-rows = [{"mode": mode, "context": context,
-         **per_step(timing_model, context, mode == "cache")}
-        for mode in ("cache", "no cache")
-        for context in (64, 256, 1000)]  # fmt: skip
+rows = [
+    {
+        "mode": mode,
+        "context": context,
+        **per_step(timing_model, context, mode == "cache"),
+    }
+    for mode in ("cache", "no cache")
+    for context in (64, 256, 1000)
+]
 step_costs = pd.DataFrame(rows).set_index(["mode", "context"])
 shown = {"operators": "operators", "elements written": "written"}
 step_costs[list(shown)].rename(columns=shown).map("{:,}".format)
@@ -581,10 +618,19 @@ glue("gen_batch32_step_ratio", round(step_ms[32] / step_ms[1], 1))
 # %% tags=["hide-input", "nbval-ignore-output"]
 fig, ax = plt.subplots(figsize=(4.5, 2.8))
 ax.plot(batches, per_token_ms, "o-", color="C1", label="measured")
-ax.plot(batches, step_ms[1] / step_ms.index, "--", color="grey",
-        label="a step as cheap as batch 1's")  # fmt: skip
-ax.set(xscale="log", yscale="log", xlabel="batch size B",
-       ylabel="milliseconds per token")  # fmt: skip
+ax.plot(
+    batches,
+    step_ms[1] / step_ms.index,
+    "--",
+    color="grey",
+    label="a step as cheap as batch 1's",
+)
+ax.set(
+    xscale="log",
+    yscale="log",
+    xlabel="batch size B",
+    ylabel="milliseconds per token",
+)
 ax.xaxis.set_minor_locator(plt.NullLocator())
 ax.set_xticks(batches, batches)
 ax.yaxis.set_major_locator(plt.LogLocator(subs=(1, 2, 5)))
@@ -639,9 +685,12 @@ if cpu_bench is not None and gpu_bench is not None:
         "chapter": "the timing model",
         "gpt2-small": "GPT-2 small's shape",
     }
-    styles = {("cpu", "cache"): ("C1", "o-"), ("cpu", "no cache"): ("C0", "o-"),
-              ("cuda", "cache"): ("C1", "s--"),
-              ("cuda", "no cache"): ("C0", "s--")}  # fmt: skip
+    styles = {
+        ("cpu", "cache"): ("C1", "o-"),
+        ("cpu", "no cache"): ("C0", "o-"),
+        ("cuda", "cache"): ("C1", "s--"),
+        ("cuda", "no cache"): ("C0", "s--"),
+    }
     for ax, (model_name, title) in zip(axes, titles.items(), strict=True):
         for (dev, mode), (color, style) in styles.items():
             line = per_step_ms.loc[model_name, (dev, mode)].dropna()
@@ -653,8 +702,12 @@ if cpu_bench is not None and gpu_bench is not None:
         ax.yaxis.set_major_formatter(plt.FormatStrFormatter("%g"))
     axes[0].set_ylabel("milliseconds per step")
     # one legend for both panels, below them: readable on a phone
-    fig.legend(*axes[0].get_legend_handles_labels(), ncol=2,
-               loc="upper center", bbox_to_anchor=(0.5, -0.04))  # fmt: skip
+    fig.legend(
+        *axes[0].get_legend_handles_labels(),
+        ncol=2,
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.04),
+    )
     plt.show()
 
 # %% tags=["remove-cell"]
@@ -705,8 +758,10 @@ if cpu_bench is not None and gpu_bench is not None:
     glue("gen_cpu_machine", machines["cpu"])
     glue("gen_gpu_small_ms", f"{small_gpu.min():.1f}-{small_gpu.max():.1f}")
     glue("gen_cpu_small_ms", f"{small_cpu.min():.1f}-{small_cpu.max():.1f}")
-    glue("gen_gpu_small_saving",
-         f"{small_saving.min():.1f}-{small_saving.max():.1f}")  # fmt: skip
+    glue(
+        "gen_gpu_small_saving",
+        f"{small_saving.min():.1f}-{small_saving.max():.1f}",
+    )
     glue("gen_gpu_small_ops", int(small_ops))
     glue("gen_gpu_big_ops", int(big_ops))
     glue("gen_gpu_small_us", round(small_us))
@@ -789,8 +844,10 @@ with torch.no_grad():
     lm(train_rows.tensors[0][:8, 63:], caches)  # and one more token each: 64
 counted = sum(cache.memory_bytes() for cache in caches)  # elements x 4 bytes
 gpt2_cache = kv_cache_bytes(12, 12, 64, 1024, bytes_per_element=4)
-print(f"chapter 10's model, 8 x 64 tokens: {counted:,} bytes\n"
-      f"GPT-2 small, one sequence of 1,024: {gpt2_cache:,} bytes")  # fmt: skip
+print(
+    f"chapter 10's model, 8 x 64 tokens: {counted:,} bytes\n"
+    f"GPT-2 small, one sequence of 1,024: {gpt2_cache:,} bytes"
+)
 
 # %% tags=["remove-cell"]
 # the formula above, as helpers.efficient.kv_cache_bytes (float32: 4 bytes per number)
@@ -857,8 +914,12 @@ except ModuleNotFoundError:  # Colab ships it
 if GPT2LMHeadModel is not None:
     torch.manual_seed(0)
     sizes = dict(n_layer=2, n_embd=32, n_head=4, vocab_size=64, n_positions=16)
-    config = GPT2Config(**sizes, initializer_range=REFERENCE_STD,
-                        bos_token_id=0, eos_token_id=None)  # fmt: skip
+    config = GPT2Config(
+        **sizes,
+        initializer_range=REFERENCE_STD,
+        bos_token_id=0,
+        eos_token_id=None,
+    )
     reference = GPT2LMHeadModel(config).eval()
     tiny_gpt2 = GPTConfig(
         vocab_size=64, context_length=16, d_model=32, **GPT2_LIKE
@@ -898,17 +959,23 @@ if GPT2LMHeadModel is not None:
     prompt = tokens[:, :4]
     # an explicit mask: else generate() masks prompt tokens equal to the pad id
     everything = torch.ones_like(prompt)
-    expected = reference.generate(prompt, attention_mask=everything,
-                                  max_new_tokens=12, do_sample=False,
-                                  pad_token_id=0)  # fmt: skip
+    expected = reference.generate(
+        prompt,
+        attention_mask=everything,
+        max_new_tokens=12,
+        do_sample=False,
+        pad_token_id=0,
+    )
     same_greedy = []
     for use_cache in (True, False):
         ours_tokens = ours.generate(
             prompt, 12, greedy=True, use_cache=use_cache
         )
         same_greedy.append(torch.equal(ours_tokens, expected))
-        print(f"greedy tokens equal generate()'s, use_cache={use_cache}:",
-              same_greedy[-1])  # fmt: skip
+        print(
+            f"greedy tokens equal generate()'s, use_cache={use_cache}:",
+            same_greedy[-1],
+        )
 
 # %% tags=["remove-cell"]
 if GPT2LMHeadModel is not None:
@@ -935,8 +1002,10 @@ if GPT2LMHeadModel is not None:
         )
         for block in ours.blocks:
             block.ffn.activation = nn.GELU(approximate="tanh")  # back
-    print("untransposed Conv1D: logits differ by more than 1e-4:",
-          untransposed > 1e-4)  # fmt: skip
+    print(
+        "untransposed Conv1D: logits differ by more than 1e-4:",
+        untransposed > 1e-4,
+    )
     print("exact GELU: logits differ by more than 1e-4:", exact_gelu > 1e-4)
 
 # %% tags=["remove-cell"]
@@ -950,8 +1019,10 @@ if GPT2LMHeadModel is not None:
 # %%
 if GPT2LMHeadModel is not None:
     refused = []
-    for wrong in (tiny_gpt2.replace(num_heads=2),
-                  tiny_gpt2.replace(activation="relu")):  # fmt: skip
+    for wrong in (
+        tiny_gpt2.replace(num_heads=2),
+        tiny_gpt2.replace(activation="relu"),
+    ):
         try:
             load_gpt2(GPT(wrong), reference.state_dict(), config=config)
         except ValueError as error:

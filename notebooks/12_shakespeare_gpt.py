@@ -42,7 +42,7 @@
 # ```
 
 # %% tags=["hide-cell"]
-# Setup: on Colab, install the book's helpers; everywhere, import, seed and pick a device.
+# Setup: on Colab, install the book's helpers; everywhere, style the plots and seed.
 import sys
 
 # The book's package at the book's version (a release tag, kept in step by a test).
@@ -64,7 +64,6 @@ from helpers.plotting import use_book_style
 
 use_book_style()
 helpers.seed_everything(0)
-device = helpers.get_device()
 
 # %%
 import math
@@ -74,6 +73,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import torch
 
+import helpers
 from helpers import glue, show_source
 from helpers.gpt import GPT
 from helpers.tasks.shakespeare import (
@@ -90,6 +90,8 @@ from helpers.tasks.shakespeare import (
     train_shakespeare,
     words,
 )
+
+device = helpers.get_device()  # a GPU if there is one, else the CPU
 
 # %% [markdown]
 # ## The text
@@ -318,7 +320,7 @@ ax.set(
     xlabel="training step", ylabel="held-out loss (nats/char)", ylim=(1.35, 2.5)
 )
 ax.legend(fontsize=8, ncol=2)
-plt.show()  # fmt: skip
+plt.show()
 
 # %% [markdown]
 # **Figure.** Held-out loss during training: this page's run (orange), the same recipe on

@@ -43,7 +43,7 @@
 # ```
 
 # %% tags=["hide-cell"]
-# Setup: on Colab, install the book's helpers; everywhere, import, seed and pick a device.
+# Setup: on Colab, install the book's helpers; everywhere, style the plots and seed.
 import sys
 
 # The book's package at the book's version (a release tag, kept in step by a test).
@@ -65,9 +65,8 @@ from helpers.plotting import use_book_style
 
 use_book_style()
 helpers.seed_everything(0)
-device = helpers.get_device()
 
-# %% tags=["hide-input"]
+# %%
 import time
 
 import matplotlib.pyplot as plt
@@ -77,6 +76,7 @@ import torch.nn.functional as F
 from torch.utils.data import TensorDataset
 from torch.utils.flop_counter import FlopCounterMode
 
+import helpers
 from helpers import expect_error, glue, show_source
 from helpers.analysis import DispatchCounter, count_parameters, peak_cpu_bytes
 from helpers.attention import scaled_dot_product_attention
@@ -108,6 +108,8 @@ from helpers.tasks.shapes import (
     make_shapes_dataset,
     train_shapes_model,
 )
+
+device = helpers.get_device()  # a GPU if there is one, else the CPU
 
 helpers.use_one_thread(device)
 
@@ -178,10 +180,14 @@ assert at_longest.loc["fused", "ms"] < at_longest.loc["naive", "ms"]
 rows = []
 for T in (4_096, 32_768, 131_072):
     layer = attention_cost(T, 32, 128, bytes_per_element=2, causal=True)
-    rows.append({"T": f"{T:,}",
-                 "TFLOPs (causal)": layer["flops"] / 1e12,
-                 "T x T weights GiB (32 heads)": layer["weights_bytes"] / 2**30,
-                 "q, k, v, out GiB": layer["qkvo_bytes"] / 2**30})  # fmt: skip
+    rows.append(
+        {
+            "T": f"{T:,}",
+            "TFLOPs (causal)": layer["flops"] / 1e12,
+            "T x T weights GiB (32 heads)": layer["weights_bytes"] / 2**30,
+            "q, k, v, out GiB": layer["qkvo_bytes"] / 2**30,
+        }
+    )
 paper = pd.DataFrame(rows).set_index("T")
 paper.round(3)
 
@@ -227,8 +233,9 @@ with torch.inference_mode():
             torch.randn(1, 32, T, 128, dtype=torch.bfloat16) for _ in range(3)
         )
         mask = torch.ones(T, T, dtype=torch.bool).tril()  # not counted
-        peak = peak_cpu_bytes(scaled_dot_product_attention, q, k, v, mask,
-                              validate=False)  # fmt: skip
+        peak = peak_cpu_bytes(
+            scaled_dot_product_attention, q, k, v, mask, validate=False
+        )
         one = attention_cost(T, 32, 128, bytes_per_element=2)["weights_bytes"]
         paper_peaks[T] = peak / one
         print(f"T = {T}: peak {peak / MIB:.1f} MiB, {peak / one:.2f} matrices")
@@ -285,8 +292,10 @@ stream_errors = {}
 for block in (1, 7, 100):
     got = streaming_attention(scores, values, block)
     stream_errors[block] = (got - exact).abs().max().item()
-    print(f"block {block:3}: equals softmax(scores) @ values within 1e-5:",
-          stream_errors[block] < 1e-5)  # fmt: skip
+    print(
+        f"block {block:3}: equals softmax(scores) @ values within 1e-5:",
+        stream_errors[block] < 1e-5,
+    )
 naive_sum = torch.exp(scores).sum()  # the same sum without the running maximum
 print("without the maximum, the sum is finite:", naive_sum.isfinite().item())
 
@@ -320,8 +329,10 @@ for causal in (False, True):
         got = tiled_attention(q, k, v, causal=causal, block_size=block_size)
         error = (got - expected).abs().max().item()
         tiled_errors[causal, block_size] = error
-        print(f"causal={causal!s:5} block_size={block_size:3}: "
-              f"agrees within 1e-5: {error < 1e-5}")  # fmt: skip
+        print(
+            f"causal={causal!s:5} block_size={block_size:3}: "
+            f"agrees within 1e-5: {error < 1e-5}"
+        )
 
 # %% tags=["remove-cell"]
 assert all(error < 1e-5 for error in tiled_errors.values())
@@ -339,8 +350,10 @@ for causal in (False, True):
     with FlopCounterMode(display=False) as counter:
         tiled_attention(q, k, v, causal=causal, block_size=128)
     counted[causal] = counter.get_total_flops()
-print(f"FLOPs: {counted[False]:,} full, {counted[True]:,} causal; "
-      f"ratio {counted[True] / counted[False]} (= 36/64)")  # fmt: skip
+print(
+    f"FLOPs: {counted[False]:,} full, {counted[True]:,} causal; "
+    f"ratio {counted[True] / counted[False]} (= 36/64)"
+)
 
 # %% tags=["remove-cell"]
 assert counted[False] == attention_cost(1024, 1, 64)["flops"]
@@ -448,8 +461,9 @@ plt.show()
 # %%
 torch.manual_seed(0)
 x = torch.randn(2, 10, 64)
-eight_heads = GPTConfig(vocab_size=512, context_length=10, d_model=64,
-                        num_heads=8)  # fmt: skip
+eight_heads = GPTConfig(
+    vocab_size=512, context_length=10, d_model=64, num_heads=8
+)
 gqa_agrees = {}
 for num_kv_heads in (8, 2, 1):
     config = eight_heads.replace(num_kv_heads=num_kv_heads)
@@ -458,13 +472,16 @@ for num_kv_heads in (8, 2, 1):
     q, k, v = layer.qkv_proj(x).split([64, kv_width, kv_width], dim=-1)
     q = q.view(2, 10, 8, 8).transpose(1, 2)  # (B, H, T, d_head)
     k, v = (t.view(2, 10, num_kv_heads, 8).transpose(1, 2) for t in (k, v))
-    heads = F.scaled_dot_product_attention(q, k, v, is_causal=True,
-                                           enable_gqa=True)  # fmt: skip
+    heads = F.scaled_dot_product_attention(
+        q, k, v, is_causal=True, enable_gqa=True
+    )
     theirs = layer.out_proj(heads.transpose(1, 2).reshape(2, 10, 64))
     gqa_agrees[num_kv_heads] = torch.allclose(layer(x), theirs, atol=1e-6)
-    print(f"num_kv_heads={num_kv_heads}: W_qkv "
-          f"{tuple(layer.qkv_proj.weight.shape)}, equals enable_gqa "
-          f"within 1e-6: {gqa_agrees[num_kv_heads]}")  # fmt: skip
+    print(
+        f"num_kv_heads={num_kv_heads}: W_qkv "
+        f"{tuple(layer.qkv_proj.weight.shape)}, equals enable_gqa "
+        f"within 1e-6: {gqa_agrees[num_kv_heads]}"
+    )
 
 # %% tags=["remove-cell"]
 assert all(gqa_agrees.values())
@@ -486,9 +503,14 @@ with expect_error(ValueError):
 def written_per_step(num_kv_heads, prompt_length, steps=8):
     """Elements written by one decoding step (the prompt's pass cancels)."""
     torch.manual_seed(0)
-    config = GPTConfig(vocab_size=64, context_length=prompt_length + steps + 1,
-                       d_model=64, num_heads=4, num_kv_heads=num_kv_heads,
-                       positions="rope")  # fmt: skip
+    config = GPTConfig(
+        vocab_size=64,
+        context_length=prompt_length + steps + 1,
+        d_model=64,
+        num_heads=4,
+        num_kv_heads=num_kv_heads,
+        positions="rope",
+    )
     model = GPT(config).eval()
     prompt = torch.randint(64, (1, prompt_length), generator=generator)
     counts = []
@@ -502,10 +524,13 @@ def written_per_step(num_kv_heads, prompt_length, steps=8):
 KV_KINDS = {"MHA": 4, "GQA-2": 2, "MQA": 1}
 STEP_CONTEXTS = (64, 512)
 step_writes = pd.DataFrame(
-    {f"prompt {T}": {kind: written_per_step(kv, T)
-                     for kind, kv in KV_KINDS.items()}
-     for T in STEP_CONTEXTS}
-)  # fmt: skip
+    {
+        f"prompt {T}": {
+            kind: written_per_step(kv, T) for kind, kv in KV_KINDS.items()
+        }
+        for T in STEP_CONTEXTS
+    }
+)
 step_writes
 
 # %% tags=["remove-cell"]
@@ -538,22 +563,32 @@ glue("ch11_step_writes_gqa", int(step_writes.loc["GQA-2"].iloc[0]))
 # %%
 ch10 = BracketConfig().model  # chapter 10's model, as trained there
 MODELS = {  # layers, query heads, published kv heads, d_head, context, window
-    "chapter 10 (float32)": (ch10.num_layers, ch10.num_heads,
-                             ch10.num_heads, ch10.d_model // ch10.num_heads,
-                             ch10.context_length, ch10.window),
+    "chapter 10 (float32)": (
+        ch10.num_layers,
+        ch10.num_heads,
+        ch10.num_heads,
+        ch10.d_model // ch10.num_heads,
+        ch10.context_length,
+        ch10.window,
+    ),
     "Llama-2-7B": (32, 32, 32, 128, 4096, None),
     "Llama-2-70B": (80, 64, 8, 128, 4096, None),
     "Mistral-7B": (32, 32, 8, 128, 8192, 4096),
-}  # fmt: skip
+}
 rows = []
 for name, (layers, heads, published, d_head, context, window) in MODELS.items():
     size = 4 if "float32" in name else 2
     cached = context if window is None else min(context, window)  # rolling
-    row = {"model": name, "context": context, "cached": cached,
-           "kv heads": f"{published} of {heads}"}  # fmt: skip
+    row = {
+        "model": name,
+        "context": context,
+        "cached": cached,
+        "kv heads": f"{published} of {heads}",
+    }
     for kind, kv in (("MHA", heads), ("GQA-8", min(8, heads)), ("MQA", 1)):
-        cache = kv_cache_bytes(layers, kv, d_head, cached,
-                               bytes_per_element=size)  # fmt: skip
+        cache = kv_cache_bytes(
+            layers, kv, d_head, cached, bytes_per_element=size
+        )
         row[f"{kind} MiB"] = cache / 2**20
     rows.append(row)
 cache_table = pd.DataFrame(rows).set_index("model")
@@ -589,8 +624,14 @@ assert llama7 == 2 * 2**30  # 0.5 MiB per token, exactly
 # projections lose: the three have the same number of parameters.
 
 # %%
-GEN = {"vocab": 512, "width": 256, "layers": 4, "heads": 8, "prompt": 64,
-       "new": 64}  # fmt: skip
+GEN = {
+    "vocab": 512,
+    "width": 256,
+    "layers": 4,
+    "heads": 8,
+    "prompt": 64,
+    "new": 64,
+}
 prompt = torch.randint(GEN["vocab"], (1, GEN["prompt"]), generator=generator)
 full_context = torch.cat([prompt, prompt[:, : GEN["new"]]], dim=1)
 generators, held = {}, {}
@@ -598,12 +639,16 @@ for kind, num_kv_heads in (("MHA", 8), ("GQA-2", 2), ("MQA", 1)):
     torch.manual_seed(0)
     d_head = GEN["width"] // GEN["heads"]
     gen_config = GPTConfig(
-        vocab_size=GEN["vocab"], context_length=GEN["prompt"] + GEN["new"],
-        d_model=GEN["width"], num_layers=GEN["layers"],
-        num_heads=GEN["heads"], num_kv_heads=num_kv_heads, positions="rope",
+        vocab_size=GEN["vocab"],
+        context_length=GEN["prompt"] + GEN["new"],
+        d_model=GEN["width"],
+        num_layers=GEN["layers"],
+        num_heads=GEN["heads"],
+        num_kv_heads=num_kv_heads,
+        positions="rope",
         # the weights W_k and W_v lose, given to the feed-forward network
         ffn_width=4 * GEN["width"] + (GEN["heads"] - num_kv_heads) * d_head,
-    )  # fmt: skip
+    )
     model = GPT(gen_config).eval()
     caches = model.new_caches(1)
     with torch.no_grad():
@@ -635,19 +680,28 @@ for kind, num_kv_heads in (("MHA", 8), ("GQA-2", 2), ("MQA", 1)):
 ROUNDS = 5  # the three kinds timed in turn, one greedy call each per round
 for model in generators.values():
     model.generate(prompt, GEN["new"], greedy=True)  # warm-up, not timed
-rounds = pd.DataFrame([
-    {kind: tokens_per_second(model, prompt, GEN["new"], repeats=1,
-                             warmup_calls=0)
-     for kind, model in generators.items()}
-    for _ in range(ROUNDS)
-])  # fmt: skip
+rounds = pd.DataFrame(
+    [
+        {
+            kind: tokens_per_second(
+                model, prompt, GEN["new"], repeats=1, warmup_calls=0
+            )
+            for kind, model in generators.items()
+        }
+        for _ in range(ROUNDS)
+    ]
+)
 no_cache = tokens_per_second(
     generators["MHA"], prompt, GEN["new"], use_cache=False
 )  # the median of three calls
 ratios = rounds.div(rounds["MHA"], axis=0)  # each round's speed / MHA's
-pd.DataFrame({"tokens per second (median)": rounds.median().round(0),
-              "/ MHA, lowest": ratios.min().round(2),
-              "/ MHA, highest": ratios.max().round(2)})  # fmt: skip
+pd.DataFrame(
+    {
+        "tokens per second (median)": rounds.median().round(0),
+        "/ MHA, lowest": ratios.min().round(2),
+        "/ MHA, highest": ratios.max().round(2),
+    }
+)
 
 # %% tags=["nbval-ignore-output", "remove-cell"]
 glue("ch11_cache_speedup", round(rounds["MHA"].median() / no_cache, 1))
@@ -692,8 +746,10 @@ step = sliding_window_mask(T_SMALL, WINDOW_SMALL).long()
 reach = [step]
 for _ in range(2):
     reach.append(((step @ reach[-1]) > 0).long())  # one more layer
-print("positions the last token can draw on after 1, 2, 3 layers:",
-      [r[-1].sum().item() for r in reach])  # fmt: skip
+print(
+    "positions the last token can draw on after 1, 2, 3 layers:",
+    [r[-1].sum().item() for r in reach],
+)
 
 # %% tags=["remove-cell"]
 for layers, seen in enumerate(reach, start=1):
@@ -707,10 +763,15 @@ fig, axes = plt.subplots(
 )
 for layers, (ax, seen) in enumerate(zip(axes, reach, strict=True), start=1):
     heatmap(
-        seen, ax=ax, vmin=0, vmax=1, colorbar=False, xlabel="key position",
+        seen,
+        ax=ax,
+        vmin=0,
+        vmax=1,
+        colorbar=False,
+        xlabel="key position",
         ylabel="query position" if layers == 1 else None,
         title=f"after {layers} layer{'s' * (layers > 1)}",
-    )  # fmt: skip
+    )
 plt.show()
 
 # %% [markdown]
@@ -736,9 +797,13 @@ plt.show()
 # %%
 ROLL_WINDOW, ROLL_CONTEXT, ROLL_TOKENS = 4, 16, 64
 torch.manual_seed(0)
-roll_config = GPTConfig(vocab_size=GEN["vocab"], context_length=ROLL_CONTEXT,
-                        num_kv_heads=2, positions="rope",
-                        window=ROLL_WINDOW)  # fmt: skip
+roll_config = GPTConfig(
+    vocab_size=GEN["vocab"],
+    context_length=ROLL_CONTEXT,
+    num_kv_heads=2,
+    positions="rope",
+    window=ROLL_WINDOW,
+)
 windowed_lm = GPT(roll_config).eval()
 ids = torch.randint(GEN["vocab"], (1, ROLL_TOKENS), generator=generator)
 caches_of = {
@@ -783,8 +848,9 @@ glue("ch11_keep_bytes", counted["keeps all"][-1])
 fig, ax = plt.subplots(figsize=(4.6, 2.6), layout="constrained")
 for name, marker in (("keeps all", "o"), ("rolling", "s")):
     kib = [b / 1024 for b in counted[name]]
-    ax.plot(range(1, ROLL_TOKENS + 1), kib, marker=marker, markersize=3,
-            label=name)  # fmt: skip
+    ax.plot(
+        range(1, ROLL_TOKENS + 1), kib, marker=marker, markersize=3, label=name
+    )
 ax.axvline(ROLL_CONTEXT, color="0.6", ls=":")
 ax.set(xlabel="tokens decoded", ylabel="cache KiB (counted)", ylim=(0, None))
 ax.legend()
@@ -823,13 +889,19 @@ def writes_per_step(model, prompt, new_tokens, **options):
 ROLL_PROMPT = 8
 roll_prompt, roll_new = ids[:, :ROLL_PROMPT], ROLL_TOKENS - ROLL_PROMPT
 stream_cost = pd.DataFrame(
-    {"rolling cache": writes_per_step(windowed_lm, roll_prompt, roll_new),
-     "no cache": writes_per_step(windowed_lm, roll_prompt, roll_new,
-                                 use_cache=False)},
+    {
+        "rolling cache": writes_per_step(windowed_lm, roll_prompt, roll_new),
+        "no cache": writes_per_step(
+            windowed_lm, roll_prompt, roll_new, use_cache=False
+        ),
+    },
     index=range(ROLL_PROMPT + 2, ROLL_TOKENS + 1),  # the text's length after
-)  # fmt: skip
-print(stream_cost.loc[[ROLL_CONTEXT - 1, ROLL_CONTEXT, 2 * ROLL_CONTEXT,
-                       ROLL_TOKENS]].T)  # fmt: skip
+)
+print(
+    stream_cost.loc[
+        [ROLL_CONTEXT - 1, ROLL_CONTEXT, 2 * ROLL_CONTEXT, ROLL_TOKENS]
+    ].T
+)
 
 # %% tags=["remove-cell"]
 rolling, cropped = stream_cost["rolling cache"], stream_cost["no cache"]
@@ -844,8 +916,10 @@ assert (cropped.loc[ROLL_CONTEXT + 1 :] > 10 * past).all()
 # the same tokens: the receptive field, L(w - 1) + 1 tokens, fits in the context
 assert receptive_field(ROLL_WINDOW, 2) <= ROLL_CONTEXT
 streamed = windowed_lm.generate(roll_prompt, roll_new, greedy=True)
-assert torch.equal(streamed, windowed_lm.generate(
-    roll_prompt, roll_new, greedy=True, use_cache=False))  # fmt: skip
+assert torch.equal(
+    streamed,
+    windowed_lm.generate(roll_prompt, roll_new, greedy=True, use_cache=False),
+)
 glue("ch11_roll_prompt", ROLL_PROMPT)
 glue("ch11_roll_step_writes", int(rolling.min()))
 glue("ch11_roll_move_writes", int(rolling.max()))
@@ -855,11 +929,19 @@ glue("ch11_crop_over_roll", round(cropped.iloc[-1] / rolling.min()))
 # %% tags=["hide-input"]
 fig, ax = plt.subplots(figsize=(4.6, 2.6), layout="constrained")
 for name, marker in (("no cache", "o"), ("rolling cache", "s")):
-    ax.plot(stream_cost.index, stream_cost[name], marker=marker, markersize=3,
-            label=name)  # fmt: skip
+    ax.plot(
+        stream_cost.index,
+        stream_cost[name],
+        marker=marker,
+        markersize=3,
+        label=name,
+    )
 ax.axvline(ROLL_CONTEXT, color="0.6", ls=":")
-ax.set(xlabel="tokens in the text", ylabel="elements written per step",
-       yscale="log")  # fmt: skip
+ax.set(
+    xlabel="tokens in the text",
+    ylabel="elements written per step",
+    yscale="log",
+)
 ax.legend()
 plt.show()
 
@@ -921,13 +1003,20 @@ windowed = run_in_processes(
     train_shapes_model,
     [dict(window=window) for window in WINDOWS],
     workers=2 if device.type == "cpu" else 1,
-    name="CNN + attention", seed=0, epochs=SHAPES_EPOCHS, device=device,
-    train_set=sets["train"], val_set=sets["val"], test_set=sets["test"],
-)  # fmt: skip
+    name="CNN + attention",
+    seed=0,
+    epochs=SHAPES_EPOCHS,
+    device=device,
+    train_set=sets["train"],
+    val_set=sets["val"],
+    test_set=sets["test"],
+)
 window_mse = {w: mse for w, (_, _, mse) in zip(WINDOWS, windowed, strict=True)}
 for window, mse in window_mse.items():
-    print(f"window {window:3}: test MSE {mse:.4f}, "
-          f"{mse / oracle_mse:.2f} of the local oracle")  # fmt: skip
+    print(
+        f"window {window:3}: test MSE {mse:.4f}, "
+        f"{mse / oracle_mse:.2f} of the local oracle"
+    )
 
 # %% tags=["nbval-ignore-output", "remove-cell"]
 glue("ch11_shapes_seconds", round(time.perf_counter() - start))
@@ -1012,8 +1101,14 @@ for shift, kind in zip((-0.04, -0.02, 0.0, 0.02, 0.04), KINDS, strict=True):
         rows.xs(stat, level=1).to_numpy() for stat in ("min", "median", "max")
     )
     where = [T * 2**shift for T in RETRIEVAL.test_lengths]  # side by side
-    ax.errorbar(where, middle, yerr=[middle - low, high - middle], marker="o",
-                capsize=2, label=kind)  # fmt: skip
+    ax.errorbar(
+        where,
+        middle,
+        yerr=[middle - low, high - middle],
+        marker="o",
+        capsize=2,
+        label=kind,
+    )
 ax.axvline(RETRIEVAL.train_len, color="0.6", ls=":")
 ax.set(
     xscale="log",
@@ -1032,8 +1127,10 @@ plt.show()
 # each line goes right of it, and at how long the bars of learned positions are.
 
 # %% tags=["remove-cell"]
-by_seed = {kind: plain[plain["positions"] == kind].set_index("seed")[COLUMNS]
-           for kind in KINDS}  # fmt: skip
+by_seed = {
+    kind: plain[plain["positions"] == kind].set_index("seed")[COLUMNS]
+    for kind in KINDS
+}
 train, longest = COLUMNS[0], COLUMNS[-1]
 glue("ch11_longest", int(longest))
 glue("ch11_longest_distance", int(longest) - 1)
@@ -1138,8 +1235,10 @@ variants["scale"] = variants["scale"].map(SCALE_NAMES)
 fixes = variants.groupby("scale", sort=False)[COLUMNS].agg(
     ["min", "median", "max"]
 )
-scaled = {name: rows.set_index("seed")[COLUMNS]
-          for name, rows in variants.groupby("scale")}  # fmt: skip
+scaled = {
+    name: rows.set_index("seed")[COLUMNS]
+    for name, rows in variants.groupby("scale")
+}
 small, louder = scaled["encoding at 0.02"], scaled["tokens x sqrt(D)"]
 glue("ch11_small_at_train", f"{small[train].median():.2f}")
 glue("ch11_small_learners", int((small[train] > 0.4).sum()))
@@ -1182,16 +1281,20 @@ fixes.round(2)
 
 # %% tags=["nbval-ignore-output"]
 start = time.perf_counter()
-[(_, live)] = run_in_processes(train_retrieval,
-                               [dict(positions="alibi", seed=0)],
-                               workers=1, config=RETRIEVAL)  # fmt: skip
+[(_, live)] = run_in_processes(
+    train_retrieval,
+    [dict(positions="alibi", seed=0)],
+    workers=1,
+    config=RETRIEVAL,
+)
 alibi_runs = shipped[
     (shipped["positions"] == "alibi") & (shipped["scale"] == "-")
 ]
 for T, column in zip(RETRIEVAL.test_lengths, COLUMNS, strict=True):
     low, high = alibi_runs[column].min(), alibi_runs[column].max()
-    print(f"T = {T:3}: live {live[T]:.3f}, "
-          f"shipped seeds {low:.3f} to {high:.3f}")  # fmt: skip
+    print(
+        f"T = {T:3}: live {live[T]:.3f}, shipped seeds {low:.3f} to {high:.3f}"
+    )
 
 # %% tags=["nbval-ignore-output", "remove-cell"]
 glue("ch11_live_seconds", round(time.perf_counter() - start))

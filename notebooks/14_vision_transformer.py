@@ -47,7 +47,7 @@
 # ```
 
 # %% tags=["hide-cell"]
-# Setup: on Colab, install the book's helpers; everywhere, import, seed and pick a device.
+# Setup: on Colab, install the book's helpers; everywhere, style the plots and seed.
 import sys
 
 # The book's package at the book's version (a release tag, kept in step by a test).
@@ -69,9 +69,8 @@ from helpers.plotting import use_book_style
 
 use_book_style()
 helpers.seed_everything(0)
-device = helpers.get_device()
 
-# %% tags=["hide-input"]
+# %%
 import dataclasses
 import time
 
@@ -81,6 +80,7 @@ import pandas as pd
 import torch
 from torch import nn
 
+import helpers
 from helpers import expect_error, glue, show_source
 from helpers.analysis import count_parameters
 from helpers.checks import check_patchify
@@ -112,6 +112,8 @@ from helpers.vit import (
     patchify,
     sinusoidal_2d_encoding,
 )
+
+device = helpers.get_device()  # a GPU if there is one, else the CPU
 
 helpers.use_one_thread(device)
 

@@ -4,6 +4,8 @@ Strict nbval (``make notebooks``) re-executes the notebooks and compares outputs
 checks make sure there is something to compare and that the two twins say the same thing.
 """
 
+import ast
+import builtins
 import re
 
 import jupytext
@@ -104,7 +106,115 @@ def test_first_code_cell_is_the_hidden_setup_cell(path):
     )
     assert '"google.colab" in sys.modules' in source
     assert "helpers.seed_everything(" in source
-    assert "helpers.get_device()" in source
+    # the device is chosen on the page, in the chapter's visible import cell
+    assert "get_device" not in source, (
+        f"{path.name}: choose the device in the visible import cell, not the hidden setup"
+    )
+
+
+# A cell is on the reading path unless one of these tags hides or removes its code.
+OFF_PATH = {"remove-cell", "remove-input", "hide-input", "hide-cell"}
+
+# Names a visible cell still takes from a hidden one: the chapter's known debt, which may only
+# shrink (a fixed one must leave this list). Chapter 5's is the "Your turn" solution, kept
+# folded so that the reader writes it first.
+TAKEN_FROM_OFF_THE_PATH = {
+    "01_kernel_regression": {"best"},
+    "02_masking": {"show_mask_and_weights"},
+    "05_positional_encoding": {"fixed_base_encoding"},
+    "10_decoder_only_lm": {"fitting_text"},
+}
+
+
+def _loads_and_definitions(source: str) -> tuple[set, set]:
+    """The names a cell reads and the names it binds (assignments, defs, imports, loops)."""
+    lines = [
+        line
+        for line in source.splitlines()
+        if not line.lstrip().startswith(("%", "!"))
+    ]
+    tree = ast.parse("\n".join(lines))
+    loads, binds = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            (loads if isinstance(node.ctx, ast.Load) else binds).add(node.id)
+        elif isinstance(
+            node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+        ):
+            binds.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            binds |= {
+                (alias.asname or alias.name).split(".")[0]
+                for alias in node.names
+            }
+        elif isinstance(node, ast.arg):
+            binds.add(node.arg)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            binds.add(node.name)
+    return loads, binds
+
+
+def names_taken_from_off_the_path(cells) -> set:
+    """Names a reading-path cell reads that no earlier path cell (nor itself) binds, but a
+    hidden or removed cell does: what a reader of the page sees used and never defined."""
+    on_path, off_path, taken = set(dir(builtins)), set(), set()
+    for cell in cells:
+        if cell["cell_type"] != "code":
+            continue
+        loads, binds = _loads_and_definitions("".join(cell["source"]))
+        if OFF_PATH & set(cell["metadata"].get("tags", [])):
+            off_path |= binds
+        else:
+            taken |= (loads - on_path - binds) & off_path
+            on_path |= binds
+    return taken
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=ids)
+def test_a_chapter_reads_top_to_bottom_on_its_own(path):
+    """Every name a visible cell uses is defined or imported in a visible cell."""
+    taken = names_taken_from_off_the_path(read_notebook(path)["cells"])
+    known = TAKEN_FROM_OFF_THE_PATH.get(path.stem, set())
+    assert taken <= known, (
+        f"{path.name}: visible cells use {sorted(taken - known)}, defined only in hidden "
+        "or removed cells; define or import them in a visible cell"
+    )
+    assert known <= taken, (
+        f"{path.name}: {sorted(known - taken)} no longer come from off the path; remove "
+        "them from TAKEN_FROM_OFF_THE_PATH"
+    )
+
+
+def test_the_top_to_bottom_rule_sees_a_hidden_definition():
+    def cell(source, *tags):
+        return {
+            "cell_type": "code",
+            "source": source,
+            "metadata": {"tags": list(tags)},
+        }
+
+    hidden = [
+        cell("import torch\nx = torch.ones(2)", "hide-cell"),
+        cell("x + 1"),
+    ]
+    assert names_taken_from_off_the_path(hidden) == {"x"}
+    shown = [cell("import torch\nx = torch.ones(2)"), cell("x + 1")]
+    assert names_taken_from_off_the_path(shown) == set()
+    # a name the visible cell binds itself, or a loop variable, is not taken
+    own = [cell("y = 1", "remove-cell"), cell("y = 2\nprint(y)")]
+    assert names_taken_from_off_the_path(own) == set()
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=ids)
+def test_no_fmt_skip_on_the_page(path):
+    """Code on the page is formatted as written; ruff is told nothing per line."""
+    skipped = [
+        line.strip()
+        for cell in code_cells(path)
+        for line in "".join(cell["source"]).splitlines()
+        if "fmt: skip" in line or "fmt: off" in line
+    ]
+    assert not skipped, f"{path.name}: {skipped}"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=ids)

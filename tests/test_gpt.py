@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from helpers.analysis import DispatchCounter, count_parameters
 from helpers.attention import MultiHeadAttention, causal_mask
@@ -1131,3 +1132,62 @@ def test_check_sampling_distribution(wrong, hint):
     )
     with pytest.raises(AssertionError, match=hint):
         check_sampling_distribution(wrong)
+
+
+class _HostReads(TorchDispatchMode):
+    """Counts the reads of a tensor's value back to the host (``.item()``, ``int()``,
+    ``bool()`` of a tensor: ATen's ``_local_scalar_dense``), each a wait for the device."""
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.aten._local_scalar_dense.default:
+            self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def test_the_host_read_counter_sees_a_read():
+    with _HostReads() as reads:
+        int(torch.tensor([3, 1]).max())
+        torch.ones(3).sum()  # stays on the device
+    assert reads.count == 1
+
+
+def test_a_gpt_forward_reads_one_value_back_whatever_its_depth():
+    """The token check compares every id with the vocabulary in one read (it read the
+    minimum and the maximum, 2, before); the layers read nothing."""
+    torch.manual_seed(0)
+    tokens = torch.randint(VOCAB, (2, 10))
+    for layers in (1, 4):
+        model = GPT(
+            GPTConfig(vocab_size=VOCAB, context_length=16, num_layers=layers)
+        )
+        with _HostReads() as reads:
+            model(tokens)
+        assert reads.count == 1, (layers, reads.count)
+        with _HostReads() as reads:
+            model(tokens, validate=False)
+        assert reads.count == 0
+    with pytest.raises(
+        ValueError, match=rf"0 \.\. {VOCAB - 1}, got values from 0 to {VOCAB}"
+    ):
+        model(torch.tensor([[0, VOCAB]]))
+
+
+def test_torch_export_takes_the_gpt_as_built():
+    """No validate=False: under tracing the token check reads no value."""
+    torch.manual_seed(0)
+    model = GPT(
+        GPTConfig(vocab_size=VOCAB, context_length=16, num_layers=2)
+    ).eval()
+    tokens = torch.randint(VOCAB, (2, 10))
+    program = torch.export.export(model, (tokens,))
+    other = torch.randint(
+        VOCAB, (2, 10), generator=torch.Generator().manual_seed(1)
+    )
+    torch.testing.assert_close(program.module()(other), model(other))
+    # eagerly, a bad id is still refused
+    with pytest.raises(ValueError, match="tokens must lie in"):
+        model(torch.full((1, 3), VOCAB))

@@ -306,7 +306,7 @@ assert losses[0] > 2.0 and bare_accuracy > 0.95
 # `fit` is the same four steps with what a real run needs around them: the device, a
 # learning-rate schedule stepped after every update, optional gradient clipping, metrics, a
 # validation pass at the end of each epoch, a clear error when the loss stops being a number,
-# and a pandas DataFrame of history. It trains on whatever `device` the setup cell picked: the
+# and a pandas DataFrame of history. It trains on whatever `device` the import cell picked: the
 # CPU here, a GPU on Colab. Its whole source, one click away:
 
 # %% tags=["hide-output"]

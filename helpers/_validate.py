@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import weakref
 from collections.abc import Iterable, Mapping
 
 import torch
@@ -373,6 +374,29 @@ def bool_mask(value) -> None:
         )
 
 
+# Masks whose values passed the check below: id -> (a weak reference, the
+# tensor's version). Each layer of a stack is handed the same mask; its values
+# are read back to the host once, not once per layer (an in-place change bumps
+# the version, and the mask is read again).
+_MASKS_READ: dict[int, tuple] = {}
+
+
+def _values_read_before(value) -> bool:
+    entry = _MASKS_READ.get(id(value))
+    return (
+        entry is not None and entry[0]() is value and entry[1] == value._version
+    )
+
+
+def _remember_values_read(value) -> None:
+    # a tensor made in inference mode keeps no version: it is read each time
+    if value.is_inference():
+        return
+    if len(_MASKS_READ) > 64:
+        _MASKS_READ.clear()
+    _MASKS_READ[id(value)] = (weakref.ref(value), value._version)
+
+
 def attention_mask(value, scores_shape: torch.Size) -> None:
     """A boolean mask (True = may attend) that broadcasts to ``scores_shape``
     (..., Tq, Tk).
@@ -380,7 +404,9 @@ def attention_mask(value, scores_shape: torch.Size) -> None:
     Also refuses the one mask of the opposite convention that can be recognized
     for sure: exactly PyTorch's causal mask ``torch.triu(ones, 1)`` (True =
     blocked), which read as True = may attend blocks every query from itself and
-    leaves the last query no key.
+    leaves the last query no key. That test reads the mask back to the host: once
+    per mask (not once per layer that receives it), and not while torch.export or
+    torch.compile traces.
     """
     bool_mask(value)
     if not _broadcasts_to(value.shape, scores_shape):
@@ -395,7 +421,13 @@ def attention_mask(value, scores_shape: torch.Size) -> None:
             "(1, H, Tq, Tk)"
         )
     size = value.shape[-1]
-    if value.ndim >= 2 and size > 1 and value.shape[-2] == size:
+    if (
+        value.ndim >= 2
+        and size > 1
+        and value.shape[-2] == size
+        and not torch.compiler.is_compiling()
+        and not _values_read_before(value)
+    ):
         pytorch_causal = torch.ones(
             size, size, dtype=torch.bool, device=value.device
         ).triu(1)
@@ -409,6 +441,7 @@ def attention_mask(value, scores_shape: torch.Size) -> None:
                 "~mask, or "
                 "build it with helpers.attention.causal_mask(T)"
             )
+        _remember_values_read(value)
 
 
 # -------------------------------------------------------------------- attention

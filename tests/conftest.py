@@ -205,3 +205,23 @@ def load_script(name: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def host_reads():
+    """A context manager that counts the reads of a tensor's value back to the host
+    (``.item()``, ``int()``, ``bool()`` of a tensor: ATen's ``_local_scalar_dense``), each a
+    wait for the device on a GPU: ``with host_reads() as reads: ...; reads.count``."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class HostReads(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.count = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func is torch.ops.aten._local_scalar_dense.default:
+                self.count += 1
+            return func(*args, **(kwargs or {}))
+
+    return HostReads()

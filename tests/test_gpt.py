@@ -7,8 +7,8 @@ import math
 
 import pytest
 import torch
+from conftest import host_reads
 from torch import nn
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from helpers.analysis import DispatchCounter, count_parameters
 from helpers.attention import MultiHeadAttention, causal_mask
@@ -1134,22 +1134,8 @@ def test_check_sampling_distribution(wrong, hint):
         check_sampling_distribution(wrong)
 
 
-class _HostReads(TorchDispatchMode):
-    """Counts the reads of a tensor's value back to the host (``.item()``, ``int()``,
-    ``bool()`` of a tensor: ATen's ``_local_scalar_dense``), each a wait for the device."""
-
-    def __init__(self):
-        super().__init__()
-        self.count = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func is torch.ops.aten._local_scalar_dense.default:
-            self.count += 1
-        return func(*args, **(kwargs or {}))
-
-
 def test_the_host_read_counter_sees_a_read():
-    with _HostReads() as reads:
+    with host_reads() as reads:
         int(torch.tensor([3, 1]).max())
         torch.ones(3).sum()  # stays on the device
     assert reads.count == 1
@@ -1164,10 +1150,10 @@ def test_a_gpt_forward_reads_one_value_back_whatever_its_depth():
         model = GPT(
             GPTConfig(vocab_size=VOCAB, context_length=16, num_layers=layers)
         )
-        with _HostReads() as reads:
+        with host_reads() as reads:
             model(tokens)
         assert reads.count == 1, (layers, reads.count)
-        with _HostReads() as reads:
+        with host_reads() as reads:
             model(tokens, validate=False)
         assert reads.count == 0
     with pytest.raises(

@@ -371,6 +371,7 @@ def test_the_generic_check_rule_sees_a_copy(tmp_path):
 VALUE_RETURNING_HELPERS = {
     "describe": "formats a wrong value for a message",
     "_broadcasts_to": "a predicate that the mask and the bias checks both ask",
+    "_values_read_before": "whether a mask's values were read already (one read a mask)",
 }
 
 

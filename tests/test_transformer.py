@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import small_config
+from conftest import host_reads, small_config
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
@@ -357,3 +357,45 @@ def test_integer_and_float64_inputs_are_refused(module):
         module(torch.ones(2, 5, 8, dtype=torch.long))
     with pytest.raises(TypeError, match=r"torch\.float64.*torch\.float32"):
         module(torch.ones(2, 5, 8, dtype=torch.float64))
+
+
+def test_a_masked_stack_reads_its_mask_back_once_whatever_its_depth():
+    """The inverted-mask check reads the mask's values once, not once per layer; the
+    same mask is not read again, a mask changed in place is."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 6, 32)
+    mask = causal_mask(6)
+    for layers in (1, 4):
+        encoder = TransformerEncoder(
+            TransformerConfig(d_model=32, num_heads=4, num_layers=layers)
+        )
+        fresh = causal_mask(6)
+        with host_reads() as reads:
+            encoder(x, fresh)
+        assert reads.count == 1, (layers, reads.count)
+        with host_reads() as reads:
+            encoder(x, fresh)
+        assert reads.count == 0
+    encoder(x, mask)
+    mask.copy_(
+        torch.ones(6, 6, dtype=torch.bool).triu(1)
+    )  # PyTorch's convention
+    with pytest.raises(ValueError, match="PyTorch's causal mask"):
+        encoder(x, mask)
+    with pytest.raises(ValueError, match="PyTorch's causal mask"):
+        encoder(x, mask)  # refused every time, not remembered as read
+
+
+def test_a_mask_made_in_inference_mode_is_checked_and_works():
+    """Such a tensor keeps no version counter (reading it raises): it is checked at every
+    call, never remembered."""
+    encoder = TransformerEncoder(
+        TransformerConfig(d_model=32, num_heads=4, num_layers=2)
+    )
+    x = torch.randn(1, 5, 32)
+    with torch.inference_mode():
+        assert encoder(x, causal_mask(5)).shape == (1, 5, 32)
+        inverted = torch.ones(5, 5, dtype=torch.bool).triu(1)
+        for _ in range(2):
+            with pytest.raises(ValueError, match="PyTorch's causal mask"):
+                encoder(x, inverted)

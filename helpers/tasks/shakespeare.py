@@ -475,9 +475,9 @@ class LastLogits(torch.nn.Module):
     """The GPT's next-token logits after the last position: ``tokens (1, T)``
     -> ``(1, V)``, the module ``scripts/export_shakespeare_onnx.py`` exports.
 
-    ``validate=False``: the GPT's input check reads the token values back into
-    Python, which ``torch.export`` cannot trace (the page's script only sends
-    ids of its own vocabulary).
+    Traced by ``torch.export``, the GPT's input check reads no token values
+    (it does when called eagerly); the page's script only sends ids of its own
+    vocabulary.
     """
 
     def __init__(self, model: torch.nn.Module) -> None:
@@ -485,4 +485,4 @@ class LastLogits(torch.nn.Module):
         self.model = model
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        return self.model(tokens, validate=False)[:, -1]
+        return self.model(tokens)[:, -1]

@@ -156,7 +156,7 @@ print(f"weights {tuple(weights.shape)}, predictions {tuple(predictions.shape)}")
 # The book's canonical version is the same computation with input checks and an optional mask
 # (which we will need below); from here on we use it.
 
-# %%
+# %% tags=["hide-output"]
 show_source(nadaraya_watson)
 
 # %% tags=["remove-cell"]

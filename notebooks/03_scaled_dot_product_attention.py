@@ -187,7 +187,7 @@ with expect_error(RuntimeError):
 # The book's version adds input checks, a boolean mask (chapter 2), attention dropout (the end
 # of this chapter) and a defined result for queries that may see no key at all. Its source:
 
-# %%
+# %% tags=["hide-output"]
 show_source(scaled_dot_product_attention)
 
 # %% [markdown]

@@ -377,7 +377,7 @@ assert torch.allclose(weights_fused, weights_per_head, atol=1e-6)
 # `F.scaled_dot_product_attention` kernel unless the weights are asked for with
 # `return_attention=True`.
 
-# %%
+# %% tags=["hide-output"]
 helpers.show_source(MultiHeadAttention)
 
 # %% [markdown]

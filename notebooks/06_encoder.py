@@ -741,10 +741,10 @@ glue("ch6_survival_6", round(survival["misplaced"][6], 2))
 # `num_heads`, `num_layers`, `ffn_width`, `norm_first`, ...) and checking them once; every
 # block of the stack is built from it with keyword arguments:
 
-# %%
+# %% tags=["hide-output"]
 show_source(TransformerStack)
 
-# %%
+# %% tags=["hide-output"]
 show_source(TransformerEncoder)
 
 # %% [markdown]

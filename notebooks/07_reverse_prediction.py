@@ -241,7 +241,7 @@ assert cosine_warmup_factor(0, 0, 1500) == 1.0
 # pass.
 # ```
 
-# %%
+# %% tags=["hide-output"]
 show_source(ReversePredictor)
 
 # %%

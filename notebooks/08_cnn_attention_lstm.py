@@ -415,7 +415,7 @@ for scaled in (True, False):
 # slightly *fewer* parameters than the CNN. Its one attention layer makes every output depend on
 # every input:
 
-# %%
+# %% tags=["hide-output"]
 show_source(make_shapes_attention_model)
 
 # %%
@@ -503,7 +503,7 @@ assert not torch.allclose(in_a_batch, on_its_own) and not torch.allclose(
 # layers of 44 hidden units per direction give {glue:text}`ch8_lstm_parameters:,`
 # parameters, close to the CNN's.
 
-# %%
+# %% tags=["hide-output"]
 show_source(ShapesLSTM)
 
 # %% tags=["remove-cell"]
@@ -648,7 +648,7 @@ assert runs_rising >= 1 and rises.max().max() > 5
 # chapter 7), gradient clipping, batch size and number of epochs. `train_shapes_model` is
 # that recipe:
 
-# %%
+# %% tags=["hide-output"]
 show_source(train_shapes_model)
 
 # %% [markdown]
@@ -1117,7 +1117,7 @@ as_read.round(2)
 # (its own shape, the partner, the other kind, the background) divided by the share of
 # positions that region covers. 1 means "no preference".
 
-# %%
+# %% tags=["hide-output"]
 show_source(attention_enrichment)
 
 # %% tags=["nbval-ignore-output"]

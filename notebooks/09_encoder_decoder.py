@@ -648,7 +648,7 @@ assert plain_mse > 3 * corner_tf
 # both stacks are built from it. (The post's own model has bugs a reader meets as soon as it
 # runs; see [Sources and errata](../book/sources.md).)
 
-# %%
+# %% tags=["hide-output"]
 show_source(EncoderDecoderTransformer)
 
 # %% [markdown]

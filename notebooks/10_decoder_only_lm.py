@@ -438,7 +438,7 @@ assert torch.equal(inputs[1:24], targets[:23])
 #
 # Every size and choice of the model is one configuration (nanoGPT's layout):
 
-# %%
+# %% tags=["hide-output"]
 show_source(GPTConfig)
 
 # %% [markdown]

@@ -252,7 +252,7 @@ glue("shk_nanogpt_seen", f"{2000 * 12 * 64 / 1e6:.1f}")
 # {glue:text}`shk_passes` passes over the training text. The held-out loss is measured five
 # times along the way.
 
-# %%
+# %% tags=["hide-output"]
 show_source(train_shakespeare)
 
 # %% tags=["nbval-ignore-output"]

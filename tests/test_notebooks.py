@@ -306,3 +306,53 @@ def test_make_test_verifies_the_notebooks_under_other_numerics():
         "ATEN_CPU_CAPABILITY=default" in c and "OMP_NUM_THREADS=1" in c
         for c in combined
     )
+
+
+def shown_library_lines(cells) -> int:
+    """Non-blank lines of package source that ``show_source`` prints in reading-path cells (a
+    folded output, tag ``hide-output``, is one click away and not counted)."""
+    lines = 0
+    for cell in cells:
+        tags = set(cell["metadata"].get("tags", []))
+        if (
+            cell["cell_type"] != "code"
+            or "show_source(" not in "".join(cell["source"])
+            or tags & (OFF_PATH | {"hide-output", "remove-output"})
+        ):
+            continue
+        for output in cell.get("outputs", []):
+            data = output.get("data", {})
+            text = (
+                data.get("text/markdown")
+                or data.get("text/plain")
+                or output.get("text", "")
+            )
+            text = "".join(text) if isinstance(text, list) else text
+            lines += sum(
+                1
+                for line in text.splitlines()
+                if line.strip() and not line.startswith("```")
+            )
+    return lines
+
+
+def test_the_reading_path_shows_at_most_1000_lines_of_library_code():
+    """The from-scratch code is the lesson; the package's version is shown where it teaches
+    something more, and folded elsewhere."""
+    per_chapter = {
+        path.stem: shown_library_lines(read_notebook(path)["cells"])
+        for path in NOTEBOOKS
+    }
+    assert sum(per_chapter.values()) <= 1000, per_chapter
+    # the count sees a shown source, and not a folded one
+    shown = {
+        "cell_type": "code",
+        "source": "show_source(f)",
+        "metadata": {"tags": []},
+        "outputs": [
+            {"data": {"text/markdown": "```python\ndef f():\n\n    pass\n```"}}
+        ],
+    }
+    assert shown_library_lines([shown]) == 2
+    folded = {**shown, "metadata": {"tags": ["hide-output"]}}
+    assert shown_library_lines([folded]) == 0

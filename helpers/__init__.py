@@ -82,8 +82,8 @@ def seed_everything(seed: int = 0) -> torch.Generator:
     _validate.non_negative_int("seed", seed)
     if seed >= 2**32:
         raise ValueError(
-            f"seed must be in [0, 2**32), got {seed}; pick a smaller "
-            "non-negative int"
+            f"seed must be in [0, 2**32), got {seed}; pick a "
+            "smaller non-negative int"
         )
     random.seed(seed)
     np.random.seed(seed)  # noqa: NPY002 - seeds the legacy global generator on purpose
@@ -110,8 +110,8 @@ def get_device(prefer: str | None = None) -> torch.device:
         _validate.one_of("prefer", prefer, sorted(available))
         if not available[prefer]:
             raise ValueError(
-                f"device {prefer!r} is not available here; use prefer=None or "
-                "'cpu'"
+                f"device {prefer!r} is not available here; use "
+                "prefer=None or 'cpu'"
             )
         return torch.device(prefer)
     for name in ("cuda", "mps"):
@@ -154,8 +154,7 @@ def show_source(obj, *, without: tuple[str, ...] = ()) -> object:
     except (TypeError, OSError) as error:
         raise TypeError(
             f"cannot show the source of {obj!r}: pass a function, class or "
-            "module "
-            f"defined in Python ({error})"
+            f"module defined in Python ({error})"
         ) from None
     first = max(first, 1)  # a module starts at line 0
     package = pathlib.Path(__file__).resolve().parent
@@ -230,8 +229,8 @@ def glue(name: str, value, display: bool = False) -> None:
         if isinstance(value, torch.Tensor) and value.numel() != 1:
             raise ValueError(
                 f"glue {name!r}: got a tensor of shape {tuple(value.shape)}; "
-                "glue one number "
-                "(call .item() on a one-element tensor) or a string"
+                "glue one number (call .item() on a one-element "
+                "tensor) or a string"
             )
         value = value.item()
     try:

@@ -68,8 +68,8 @@ def positive_int(name: str, value) -> None:
     < 1."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(
-            f"{name} must be a positive int, got {describe(value)}; pass e.g. "
-            f"{name}=8"
+            f"{name} must be a positive int, got {describe(value)}; "
+            f"pass e.g. {name}=8"
         )
     if value < 1:
         raise ValueError(
@@ -92,8 +92,7 @@ def real(name: str, value) -> None:
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(
             f"{name} must be a number, got {describe(value)}; pass an int or a "
-            "float, "
-            f"not a {type(value).__name__}"
+            f"float, not a {type(value).__name__}"
         )
     if not math.isfinite(value):
         raise ValueError(f"{name} must be finite, got {value}")
@@ -144,8 +143,8 @@ def head_width(d_model, num_heads) -> None:
         divisors = [h for h in range(1, d_model + 1) if d_model % h == 0]
         raise ValueError(
             f"d_model={d_model} is not divisible by num_heads={num_heads}; "
-            "each head gets "
-            f"d_model / num_heads features, so pick num_heads among {divisors}"
+            "each head gets d_model / num_heads features, so pick "
+            f"num_heads among {divisors}"
         )
 
 
@@ -190,10 +189,8 @@ def module_dtype(name: str, x: Tensor, module: nn.Module) -> None:
     if parameter is not None and x.dtype != parameter.dtype:
         raise TypeError(
             f"{name} has dtype {x.dtype} but {type(module).__name__}'s "
-            "parameters are "
-            f"{parameter.dtype}; convert the input with "
-            f"{name}.to({parameter.dtype}) "
-            f"or the module with .to({x.dtype})"
+            f"parameters are {parameter.dtype}; convert the input with "
+            f"{name}.to({parameter.dtype}) or the module with .to({x.dtype})"
         )
 
 
@@ -216,23 +213,19 @@ def sequence(
     if x.ndim != 3:
         raise ValueError(
             f"{who} expects {name} of shape (B, T, D={d_model}), got "
-            f"{tuple(x.shape)}; add a "
-            f"batch dimension with {name}.unsqueeze(0) if you have a single "
-            "sequence"
+            f"{tuple(x.shape)}; add a batch dimension with {name}.unsqueeze(0) "
+            "if you have a single sequence"
         )
     if x.shape[-1] != d_model:
         raise ValueError(
             f"{who} was built for d_model={d_model} but {name} has width "
-            f"{x.shape[-1]} "
-            f"(shape {tuple(x.shape)}); project it to {d_model} features "
-            "first, or build the "
-            f"module with d_model={x.shape[-1]}"
+            f"{x.shape[-1]} (shape {tuple(x.shape)}); project it to {d_model} "
+            f"features first, or build the module with d_model={x.shape[-1]}"
         )
     if max_len is not None and x.shape[1] > max_len:
         raise ValueError(
             f"sequence length T={x.shape[1]} exceeds max_len={max_len} of "
-            f"{who}; "
-            f"build it with max_len >= {x.shape[1]} or cut the sequence"
+            f"{who}; build it with max_len >= {x.shape[1]} or cut the sequence"
         )
 
 
@@ -273,8 +266,7 @@ def pairs(keys, values) -> None:
     if keys.shape != values.shape:
         raise ValueError(
             f"keys and values must pair up one to one, got {tuple(keys.shape)} "
-            "keys and "
-            f"{tuple(values.shape)} values"
+            f"keys and {tuple(values.shape)} values"
         )
 
 
@@ -290,8 +282,7 @@ def kernel_width(width) -> None:
     if not (values > 0).all():  # NaN fails this test too
         raise ValueError(
             f"width must be > 0, got {width}; a kernel of width 0 is a hard "
-            "lookup, "
-            "use nearest_neighbour for that"
+            "lookup, use nearest_neighbour for that"
         )
 
 
@@ -367,10 +358,8 @@ def bool_mask(value) -> None:
     if value.dtype != torch.bool:
         raise TypeError(
             "mask must be boolean (True = may attend), got dtype "
-            f"{value.dtype}. "
-            "For a 0/1 indicator mask pass mask.bool(); for an additive mask "
-            "of 0 and -inf "
-            "pass (mask == 0)"
+            f"{value.dtype}. For a 0/1 indicator mask pass mask.bool(); for an "
+            "additive mask of 0 and -inf pass (mask == 0)"
         )
 
 
@@ -412,13 +401,11 @@ def attention_mask(value, scores_shape: torch.Size) -> None:
     if not _broadcasts_to(value.shape, scores_shape):
         raise ValueError(
             f"mask of shape {tuple(value.shape)} cannot broadcast to the "
-            "attention scores of "
-            f"shape {tuple(scores_shape)} (..., Tq, Tk). Use a (Tq, Tk) mask, "
-            "or add size-1 "
-            "dimensions where it is shared: with per-head scores (B, H, Tq, "
-            "Tk) a 3-D mask is "
-            "read as (B, Tq, Tk); write a per-head mask shared by the batch as "
-            "(1, H, Tq, Tk)"
+            f"attention scores of shape {tuple(scores_shape)} (..., Tq, Tk). "
+            "Use a (Tq, Tk) mask, or add size-1 dimensions where it is "
+            "shared: with per-head scores (B, H, Tq, Tk) a 3-D mask is read "
+            "as (B, Tq, Tk); write a per-head mask shared by the batch "
+            "as (1, H, Tq, Tk)"
         )
     size = value.shape[-1]
     if (
@@ -433,13 +420,11 @@ def attention_mask(value, scores_shape: torch.Size) -> None:
         ).triu(1)
         if bool((value == pytorch_causal).all()):
             raise ValueError(
-                "this mask is PyTorch's causal mask torch.triu(ones, 1), where "
-                "True means "
-                "'blocked'; read as this package's True = may attend it lets "
-                "every query see "
-                "only the future and leaves the last query no key at all. Pass "
-                "~mask, or "
-                "build it with helpers.attention.causal_mask(T)"
+                "this mask is PyTorch's causal mask torch.triu(ones, 1), "
+                "where True means 'blocked'; read as this package's True = "
+                "may attend it lets every query see only the future and "
+                "leaves the last query no key at all. Pass ~mask, or build it "
+                "with helpers.attention.causal_mask(T)"
             )
         _remember_values_read(value)
 
@@ -521,8 +506,7 @@ def multi_head_inputs(layer, query, key, value, mask) -> None:
     if mask.ndim not in (2, 3, 4):
         raise ValueError(
             "mask must be 2-D (Tq, Tk), 3-D (B, Tq, Tk) or 4-D (B, H, Tq, "
-            "Tk), got shape "
-            f"{tuple(mask.shape)}"
+            f"Tk), got shape {tuple(mask.shape)}"
         )
     scores = torch.Size(
         (query.shape[0], layer.num_heads, query.shape[1], key.shape[1])
@@ -546,8 +530,7 @@ def loader(name: str, value) -> None:
     if isinstance(value, Tensor) or not isinstance(value, Iterable):
         raise TypeError(
             f"{name} must be an iterable of (inputs..., target) batches such "
-            "as a "
-            f"torch.utils.data.DataLoader, got {type(value).__name__}; "
+            f"as a torch.utils.data.DataLoader, got {type(value).__name__}; "
             "wrap tensors with DataLoader(TensorDataset(x, y), batch_size=...)"
         )
 
@@ -556,8 +539,8 @@ def loss_function(value) -> None:
     if isinstance(value, type):
         raise TypeError(
             "loss_fn must be a loss function or an instance of a loss class, "
-            "got the class "
-            f"{value.__name__} itself; call it: loss_fn={value.__name__}()"
+            f"got the class {value.__name__} itself; call it: "
+            f"loss_fn={value.__name__}()"
         )
     if not callable(value):
         raise TypeError(
@@ -583,10 +566,9 @@ def optimizer_of(value, for_model: nn.Module | None = None) -> None:
         if mine and not mine & theirs:
             raise ValueError(
                 "the optimizer holds none of this model's parameters (was it "
-                "built for another "
-                "model, or before the model was rebuilt?), so training would "
-                "change nothing; "
-                "build it with torch.optim.AdamW(model.parameters(), ...)"
+                "built for another model, or before the model was rebuilt?), "
+                "so training would change nothing; build it with "
+                "torch.optim.AdamW(model.parameters(), ...)"
             )
 
 
@@ -607,8 +589,7 @@ def metric_functions(value) -> None:
         ):
             raise ValueError(
                 "metric names must be identifiers other than 'loss', got "
-                f"{name!r}; "
-                "rename it, e.g. 'accuracy'"
+                f"{name!r}; rename it, e.g. 'accuracy'"
             )
         if not callable(metric):
             raise TypeError(
@@ -621,11 +602,9 @@ def model_output(output) -> None:
     if isinstance(output, tuple):
         raise TypeError(
             f"the model returned a tuple of {len(output)} items (e.g. output "
-            "and attention "
-            "weights); fit and evaluate need a model that returns one tensor: "
-            "call it without "
-            "return_attention, or wrap it in a module whose forward returns "
-            "output only"
+            "and attention weights); fit and evaluate need a model that "
+            "returns one tensor: call it without return_attention, or wrap it "
+            "in a module whose forward returns output only"
         )
 
 
@@ -635,8 +614,7 @@ def schedule(warmup_steps, total_steps) -> None:
     if not 0 <= warmup_steps <= total_steps:
         raise ValueError(
             f"warmup_steps must be in [0, total_steps={total_steps}], got "
-            f"{warmup_steps}; "
-            "a few percent of total_steps is usual"
+            f"{warmup_steps}; a few percent of total_steps is usual"
         )
 
 
@@ -671,8 +649,8 @@ def seq2seq_generation(
         non_negative_int(name, value)
         if value >= vocab:
             raise ValueError(
-                f"{name}={value} is not a token of the target vocabulary (0 .. "
-                f"{vocab - 1})"
+                f"{name}={value} is not a token of the target vocabulary "
+                f"(0 .. {vocab - 1})"
             )
     positive_int("num_steps", num_steps)
     max_len = model.positional.max_len
@@ -692,10 +670,9 @@ def seq2seq_generation(
     if end_id is not None and (model.pad_id is None or end_id == model.pad_id):
         raise ValueError(
             f"end_id={end_id} needs a padding token, different from it, to "
-            "fill the positions "
-            f"after it; the model has pad_id={model.pad_id}: build it with "
-            "pad_id=..., or "
-            "pass end_id=None"
+            "fill the positions after it; the model has "
+            f"pad_id={model.pad_id}: build it with pad_id=..., "
+            "or pass end_id=None"
         )
 
 
@@ -713,11 +690,9 @@ def cache_window(cache, window: int | None, layer: str) -> None:
         )
         raise ValueError(
             f"a KVCache(window={cache.window}) keeps only the last "
-            f"{cache.window} positions, "
-            f"but this {layer} reads {reads}: the keys it drops would silently "
-            "be missing; "
-            "make the caches with model.new_caches(batch_size), which match "
-            "each layer"
+            f"{cache.window} positions, but this {layer} reads {reads}: the "
+            "keys it drops would silently be missing; make the caches with "
+            "model.new_caches(batch_size), which match each layer"
         )
 
 
@@ -783,8 +758,8 @@ def images(x, channels: int | None, image_size: int | None, who: str) -> None:
     == image_size`` unless those are None."""
     if not isinstance(x, Tensor):
         raise TypeError(
-            f"{who} expects a torch.Tensor of shape (B, C, H, W), got "
-            f"{describe(x)}"
+            f"{who} expects a torch.Tensor of shape (B, C, H, W), "
+            f"got {describe(x)}"
         )
     if not x.is_floating_point():
         raise TypeError(
@@ -795,39 +770,34 @@ def images(x, channels: int | None, image_size: int | None, who: str) -> None:
     if x.ndim == 3 and (channels is None or x.shape[0] == channels):
         raise ValueError(
             f"{who} expects a batch of shape (B, C, H, W), got one image of "
-            "shape "
-            f"{tuple(x.shape)} without a batch dimension; add it with "
+            f"shape {tuple(x.shape)} without a batch dimension; add it with "
             "images.unsqueeze(0)"
         )
     if x.ndim != 4:
         raise ValueError(
             f"{who} expects a batch of shape (B, C={channels or 'C'}, H, W), "
-            "got shape "
-            f"{tuple(x.shape)}; a batch of grey images (B, H, W) needs "
-            "images.unsqueeze(1)"
+            f"got shape {tuple(x.shape)}; a batch of grey images (B, H, W) "
+            "needs images.unsqueeze(1)"
         )
     if channels is not None and x.shape[1] != channels:
         built = f"{who} was built for {channels} channel(s) but the images have {x.shape[1]}"
         if x.shape[-1] == channels:  # (B, H, W, C): channels last
             raise ValueError(
                 f"{built} in dimension 1: shape {tuple(x.shape)} looks "
-                "channels-last "
-                f"(B, H, W, C={channels}); the model reads (B, C, H, W): "
-                "convert them "
-                "with images.permute(0, 3, 1, 2)"
+                f"channels-last (B, H, W, C={channels}); the model reads (B, "
+                "C, H, W): convert them with images.permute(0, 3, 1, 2)"
             )
         raise ValueError(
             f"{built} (shape {tuple(x.shape)}, channels second); build it with "
-            f"channels={x.shape[1]} or convert the images to {channels} "
-            "channel(s)"
+            f"channels={x.shape[1]} or convert the images to "
+            f"{channels} channel(s)"
         )
     height, width = x.shape[-2:]
     if image_size is not None and height != width:
         raise ValueError(
             f"{who} reads square {image_size} x {image_size} images, got "
-            f"{height} x {width}; "
-            f"crop or pad them to a square, then resize them to {image_size} x "
-            f"{image_size}"
+            f"{height} x {width}; crop or pad them to a square, then resize "
+            f"them to {image_size} x {image_size}"
         )
     if image_size is not None and height != image_size:
         raise ValueError(

@@ -78,8 +78,8 @@ def stable_rank(matrix: torch.Tensor) -> float:
     check.tensor("matrix", matrix, floating=True, min_ndim=2)
     if matrix.ndim != 2:
         raise ValueError(
-            f"matrix must be 2-D, got shape {tuple(matrix.shape)}; pick one, "
-            "e.g. x[0]"
+            f"matrix must be 2-D, got shape {tuple(matrix.shape)}; "
+            "pick one, e.g. x[0]"
         )
     singular = torch.linalg.svdvals(matrix.detach().double())
     if singular[0] == 0:

@@ -98,8 +98,7 @@ def check_kernel_regression(
             wrong_axis = (wrong_axis / wrong_axis.sum(0)) @ values
             hint = (
                 "your weights are normalized over the queries (axis 0); "
-                "normalize each "
-                "query's weights over the keys (axis -1)"
+                "normalize each query's weights over the keys (axis -1)"
                 if torch.allclose(got, wrong_axis, atol=1e-5)
                 else "compare your weights with softmax(-|q - k| / width) over the keys"
             )
@@ -149,8 +148,7 @@ def check_attention(fn) -> str:
         except Exception as error:
             hint = (
                 "it works without batch dimensions, so use k.transpose(-2, "
-                "-1), not k.T, "
-                "so that batch dimensions pass through"
+                "-1), not k.T, so that batch dimensions pass through"
                 if batched
                 else "check the shapes: scores q @ k^T are (Tq, Tk), and weights @ v is (Tq, dv)"
             )
@@ -164,8 +162,7 @@ def check_attention(fn) -> str:
         if not isinstance(output, Tensor) or output.shape != expected.shape:
             raise AssertionError(
                 f"expected an output of shape {tuple(expected.shape)} (..., "
-                "Tq, dv), got "
-                f"{_describe(output)}"
+                f"Tq, dv), got {_describe(output)}"
             )
         if torch.allclose(output, expected, atol=1e-5):
             continue
@@ -185,9 +182,8 @@ def check_attention(fn) -> str:
             output, _reference_attention(k, q, v), atol=1e-5
         ):
             raise AssertionError(
-                "queries and keys are swapped: the scores are q @ k^T (one row "
-                "per query), "
-                "not k @ q^T"
+                "queries and keys are swapped: the scores are q @ k^T (one "
+                "row per query), not k @ q^T"
             )
         raise AssertionError(
             "the output differs from softmax(q k^T / sqrt(d)) v; check that "
@@ -228,8 +224,7 @@ def check_sliding_window_mask(fn) -> str:
             wrong = (mask != expected).nonzero()[0].tolist()
             raise AssertionError(
                 f"for T={T}, window={window} entry (query, key)={tuple(wrong)} "
-                "is "
-                f"{bool(mask[tuple(wrong)])}; query t may attend to keys "
+                f"is {bool(mask[tuple(wrong)])}; query t may attend to keys "
                 "t-window+1, ..., t"
             )
     return "Correct: each query sees itself and the window - 1 keys before it."
@@ -265,19 +260,17 @@ def check_split_heads(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> str:
         if not isinstance(got, torch.Tensor) or got.shape != expected.shape:
             raise AssertionError(
                 f"for x of shape {tuple(x.shape)} and num_heads={num_heads} "
-                "expected shape "
-                f"{tuple(expected.shape)} = (B, H, T, d_head), got "
-                f"{_describe(got)}"
+                f"expected shape {tuple(expected.shape)} = (B, H, T, d_head), "
+                f"got {_describe(got)}"
             )
         if not torch.equal(got, expected):
             d_head = d_model // num_heads
             scrambled = x.reshape(batch, num_heads, seq_len, d_head)
             hint = (
-                "you reshaped straight to (B, H, T, d_head): that reinterprets "
-                "the memory "
-                "and mixes positions between heads; view as (B, T, H, d_head) "
-                "first, then "
-                "swap the T and H axes with .transpose(1, 2)"
+                "you reshaped straight to (B, H, T, d_head): that "
+                "reinterprets the memory and mixes positions between heads; "
+                "view as (B, T, H, d_head) first, then swap the T and H axes "
+                "with .transpose(1, 2)"
                 if torch.equal(got, scrambled)
                 else "head h must hold features h*d_head:(h+1)*d_head of every position"
             )
@@ -302,8 +295,8 @@ def check_merge_heads(fn: Callable[[torch.Tensor], torch.Tensor]) -> str:
         if not torch.equal(got, x):
             hint = (
                 "you reshaped (B, H, T, d_head) straight to (B, T, D): move "
-                "the head axis "
-                "next to d_head first with .transpose(1, 2), then reshape"
+                "the head axis next to d_head first with "
+                ".transpose(1, 2), then reshape"
                 if torch.equal(got, heads.reshape(x.shape))
                 else "merge_heads(split_heads(x, H)) must give x back exactly"
             )
@@ -328,16 +321,14 @@ def check_parameter_count(fn: Callable[[int, int, bool], int]) -> str:
                 if fn(d_model, 1, bias) != got:
                     hint = (
                         " Your count changes with num_heads, but the heads "
-                        "split the width "
-                        "d_model between them: more heads, same number of "
-                        "weights."
+                        "split the width d_model between them: more heads, "
+                        "same number of weights."
                     )
                 elif bias and got == expected - 4 * d_model:
                     hint = " With bias=True each of the four projections has d_model biases."
                 raise AssertionError(
                     f"d_model={d_model}, num_heads={num_heads}, bias={bias}: "
-                    "expected "
-                    f"{expected} parameters, got {got}.{hint}"
+                    f"expected {expected} parameters, got {got}.{hint}"
                 )
     return "Correct: your formula matches torch.nn.MultiheadAttention for every case tried."
 
@@ -374,14 +365,13 @@ def _diagnose(got: np.ndarray, num_positions: int, bases: Sequence[int]) -> str:
     known_mistakes = [
         (
             pairs(360 * steps * speeds),
-            "the angles look like degrees (360 / base per position); torch.sin "
-            "and np.sin "
-            "take radians: use 2 * pi / base per position",
+            "the angles look like degrees (360 / base per position); "
+            "torch.sin and np.sin take radians: use 2 * pi / base per position",
         ),
         (
             pairs(2 * np.pi * steps * speeds, np.cos, np.sin),
-            "sine and cosine are swapped: column 2k should be sin, column 2k + "
-            "1 cos",
+            "sine and cosine are swapped: column 2k should be sin, "
+            "column 2k + 1 cos",
         ),
         (
             np.concatenate(
@@ -392,8 +382,7 @@ def _diagnose(got: np.ndarray, num_positions: int, bases: Sequence[int]) -> str:
                 1,
             ),
             "all sines come first and then all cosines; interleave them "
-            "instead: "
-            "sin(base 1), cos(base 1), sin(base 2), cos(base 2), ...",
+            "instead: sin(base 1), cos(base 1), sin(base 2), cos(base 2), ...",
         ),
         (
             pairs(2 * np.pi * (steps + 1) * speeds),
@@ -401,9 +390,8 @@ def _diagnose(got: np.ndarray, num_positions: int, bases: Sequence[int]) -> str:
         ),
         (
             pairs(steps * speeds),
-            "the angle moves 1 / base radian per position, which is not a full "
-            "turn in `base` "
-            "steps: use 2 * pi / base",
+            "the angle moves 1 / base radian per position, which is not a "
+            "full turn in `base` steps: use 2 * pi / base",
         ),
     ]
     for candidate, hint in known_mistakes:
@@ -469,21 +457,16 @@ def check_fixed_base_encoding(
         got, _fixed_base_reference(num_positions, bases), atol=1e-5
     ):
         geometry = (
-            "distances between your positions do depend on the offset only, "
-            "though"
+            "distances between your positions do depend on the offset only, though"
             if offset_only
             else "and distances between your positions depend on more than their offset"
         )
-        raise AssertionError(
-            f"not yet right: {_diagnose(got, num_positions, bases)} "
-            f"({geometry})"
-        )
+        diagnosis = _diagnose(got, num_positions, bases)
+        raise AssertionError(f"not yet right: {diagnosis} ({geometry})")
     return (
         f"Correct: {num_positions} positions x {2 * len(bases)} columns, and "
-        "the distance "
-        "between two positions depends only on their offset (every diagonal of "
-        "the distance "
-        "matrix is constant to within 1e-4)."
+        "the distance between two positions depends only on their offset "
+        "(every diagonal of the distance matrix is constant to within 1e-4)."
     )
 
 
@@ -520,8 +503,8 @@ def check_rms_norm(fn) -> str:
                 centred
                 * torch.rsqrt(centred.pow(2).mean(-1, keepdim=True) + eps)
                 * weight,
-                "you subtract the mean: that is LayerNorm; RMSNorm does not "
-                "centre",
+                "you subtract the mean: that is LayerNorm; "
+                "RMSNorm does not centre",
             ),
             (
                 x / (x.pow(2).mean(-1, keepdim=True).sqrt() + eps) * weight,
@@ -570,13 +553,12 @@ def check_block_parameter_count(fn) -> str:
             without_biases: "add the biases: 4D in attention, F + D in the feed-forward network",
         }.get(
             got,
-            "attention has 4 D x D matrices, the feed-forward network D x F "
-            "and F x D",
+            "attention has 4 D x D matrices, the feed-forward "
+            "network D x F and F x D",
         )
         raise AssertionError(
             f"for d_model={d_model}, ffn_width={ffn_width} the block has "
-            f"{expected:,} "
-            f"parameters, your formula gives {got!r}: {hint}"
+            f"{expected:,} parameters, your formula gives {got!r}: {hint}"
         )
     return "Correct: your formula matches count_parameters(EncoderBlock(...))."
 
@@ -650,14 +632,13 @@ def check_decoder_input(fn) -> str:
     if got.shape == (4, 7):
         raise AssertionError(
             "got shape (4, 7) for a target of shape (4, 6): drop the target's "
-            "last token, "
-            "which no position has to read (it is only ever predicted)"
+            "last token, which no position has to read (it is "
+            "only ever predicted)"
         )
     if got.shape == expected.shape and torch.equal(got[:, :-1], target[:, 1:]):
         raise AssertionError(
-            "you shifted left: position t must read token t - 1, never token t "
-            "+ 1 "
-            "(that is the answer it has to predict)"
+            "you shifted left: position t must read token t - 1, never token "
+            "t + 1 (that is the answer it has to predict)"
         )
     if got.shape == expected.shape and torch.equal(got, target):
         raise AssertionError(
@@ -665,8 +646,7 @@ def check_decoder_input(fn) -> str:
         )
     raise AssertionError(
         f"expected {expected[0].tolist()} for the target {target[0].tolist()} "
-        "and "
-        f"start_id={start_id}, got "
+        f"and start_id={start_id}, got "
         f"{got[0].tolist() if got.ndim == 2 else got.tolist()}"
     )
 
@@ -706,8 +686,8 @@ def check_sampling_distribution(fn) -> str:
         if not torch.allclose(got.sum(-1), torch.ones(3), atol=1e-5):
             raise AssertionError(
                 f"{setting}: each row must sum to 1; divide the logits by the "
-                "temperature "
-                "before the softmax, and cut the tail with -inf before it too"
+                "temperature before the softmax, and cut the tail with "
+                "-inf before it too"
             )
         if temperature != 1.0 and torch.allclose(
             got, (logits * temperature).softmax(-1)
@@ -719,8 +699,8 @@ def check_sampling_distribution(fn) -> str:
         if top_k is not None and not (kept == top_k).all():
             raise AssertionError(
                 f"{setting}: keep exactly the {top_k} largest logits of each "
-                "row (you keep "
-                f"{kept.tolist()} tokens) and give the others probability 0"
+                f"row (you keep {kept.tolist()} tokens) and give the "
+                "others probability 0"
             )
         if temperature != 1.0:
             raise AssertionError(
@@ -775,8 +755,8 @@ def check_softmax_merge(fn) -> str:
         got = fn(first, second)
         if not (isinstance(got, tuple) and len(got) == 3):
             raise AssertionError(
-                "return a tuple (running_max, running_sum, accumulator), got "
-                f"{_describe(got)}"
+                "return a tuple (running_max, running_sum, accumulator), "
+                f"got {_describe(got)}"
             )
         expected = _softmax_state(scores, values)
         masked_sum, masked_accumulator = got[1][3], got[2][3]
@@ -788,22 +768,19 @@ def check_softmax_merge(fn) -> str:
         ):
             raise AssertionError(
                 f"{name}: a query whose keys are all masked must keep "
-                "running_sum 0 and "
-                f"accumulator 0, got {masked_sum.tolist()} and "
-                f"{masked_accumulator.tolist()}; "
-                "both halves have m = -inf there, and exp(-inf - (-inf)) is "
-                "NaN: rescale "
-                "against 0 where the common maximum is -inf, as "
+                f"running_sum 0 and accumulator 0, got {masked_sum.tolist()} "
+                f"and {masked_accumulator.tolist()}; both halves have m = -inf "
+                "there, and exp(-inf - (-inf)) is NaN: rescale against 0 "
+                "where the common maximum is -inf, as "
                 "online_softmax_update does"
             )
         output = got[2][live] / got[1][live]
         if not torch.isfinite(output).all():
             raise AssertionError(
                 f"{name}: the merged output has NaN or inf; rescale each half "
-                "by "
-                "exp(m_half - m) with m the larger of the two maxima (a half "
-                "of masked keys "
-                "has m = -inf, and exp(-inf - m) = 0 is fine)"
+                "by exp(m_half - m) with m the larger of the two maxima (a "
+                "half of masked keys has m = -inf, and exp(-inf "
+                "- m) = 0 is fine)"
             )
         truth = scores[live].softmax(-1) @ values
         if not torch.allclose(output, truth, atol=1e-5):
@@ -811,22 +788,19 @@ def check_softmax_merge(fn) -> str:
             if torch.allclose(output, plain[live], atol=1e-6):
                 raise AssertionError(
                     "you added the sums and accumulators as they are: each "
-                    "half was summed "
-                    "against its own maximum, so rescale both by exp(m_half - "
-                    "m) first"
+                    "half was summed against its own maximum, so rescale both "
+                    "by exp(m_half - m) first"
                 )
             raise AssertionError(
                 f"{name}: accumulator / running_sum should be softmax(scores) "
-                "@ values over "
-                "all the keys, and it is not"
+                "@ values over all the keys, and it is not"
             )
         for index, label in ((0, "running_max"), (1, "running_sum")):
             if not torch.allclose(got[index], expected[index], rtol=1e-5):
                 raise AssertionError(
                     f"{name}: the output is right but {label} is not the state "
-                    "of all the "
-                    "keys; a later merge would go wrong (the max is the larger "
-                    "of the two)"
+                    "of all the keys; a later merge would go wrong (the max "
+                    "is the larger of the two)"
                 )
     return (
         "Correct: two partial softmaxes merge into the softmax of all the keys."
@@ -870,16 +844,15 @@ def check_patchify(fn) -> str:
         except Exception as error:
             hint = (
                 "it ran on one grey image: take the batch size and the "
-                "channels from "
-                "images.shape rather than fixing them"
+                "channels from images.shape rather than fixing them"
                 if number
-                else "split each side with images.reshape(B, C, G, P, G, P), G = S // P, "
-                "then permute"
+                else "split each side with images.reshape(B, C, G, P, G, P), "
+                "G = S // P, then permute"
             )
             raise AssertionError(
                 f"{name}: your function raised {type(error).__name__}: {error} "
-                "on images of "
-                f"shape {tuple(images.shape)} with patch_size={patch}; {hint}"
+                f"on images of shape {tuple(images.shape)} with "
+                f"patch_size={patch}; {hint}"
             ) from None
         # N != C * P * P in both cases: it shows
         transposed = expected.transpose(1, 2)
@@ -890,14 +863,13 @@ def check_patchify(fn) -> str:
         ):
             raise AssertionError(
                 f"{name}: your result is (B, C * P * P, N), the layout "
-                "torch.nn.functional.unfold returns; transpose it with "
-                ".transpose(1, 2)"
+                "torch.nn.functional.unfold returns; transpose it "
+                "with .transpose(1, 2)"
             )
         if not isinstance(got, Tensor) or got.shape != expected.shape:
             raise AssertionError(
                 f"{name}: expected shape {tuple(expected.shape)} (B, number of "
-                "patches, "
-                f"C * P * P), got {_describe(got)}"
+                f"patches, C * P * P), got {_describe(got)}"
             )
         if torch.equal(got, expected):
             continue
@@ -905,10 +877,8 @@ def check_patchify(fn) -> str:
         if torch.equal(got, strips):
             raise AssertionError(
                 f"{name}: your patches are runs of consecutive pixels (a "
-                "reshape alone), not "
-                "squares: split each side into (grid, patch) and permute the "
-                "two grid axes "
-                "before the patch axes"
+                "reshape alone), not squares: split each side into (grid, "
+                "patch) and permute the two grid axes before the patch axes"
             )
         # (B, C, G, G, P, P)
         blocks = images.unfold(2, patch, patch).unfold(3, patch, patch)
@@ -922,8 +892,8 @@ def check_patchify(fn) -> str:
         if torch.equal(got.sort(dim=-1).values, expected.sort(dim=-1).values):
             raise AssertionError(
                 f"{name}: each patch holds the right pixels in another order; "
-                "flatten them as "
-                "(channel, row, column), the order of a Conv2d weight"
+                "flatten them as (channel, row, column), the order "
+                "of a Conv2d weight"
             )
         if torch.equal(got.sort(dim=1).values, expected.sort(dim=1).values):
             raise AssertionError(

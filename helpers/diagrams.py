@@ -79,8 +79,8 @@ class Diagram:
         if not 0 < width <= MAX_WIDTH:
             raise ValueError(
                 f"width={width} inches: a diagram must be at most {MAX_WIDTH} "
-                "inches wide to "
-                "stay legible on a phone; stack its parts vertically instead"
+                "inches wide to stay legible on a phone; stack its parts "
+                "vertically instead"
             )
         if height <= 0:
             raise ValueError(f"height must be positive, got {height}")

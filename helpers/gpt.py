@@ -567,8 +567,7 @@ class GPT(nn.Module):
         if not isinstance(config, GPTConfig):
             raise TypeError(
                 f"GPT takes one GPTConfig, got {type(config).__name__}; build "
-                "it as "
-                "GPT(GPTConfig(vocab_size=..., context_length=..., "
+                "it as GPT(GPTConfig(vocab_size=..., context_length=..., "
                 "d_model=..., ...))"
             )
         self.config = config
@@ -818,11 +817,9 @@ def _check_kv_heads(num_heads: int, num_kv_heads) -> None:
         divisors = [h for h in range(1, num_heads + 1) if num_heads % h == 0]
         raise ValueError(
             f"num_heads={num_heads} is not divisible by "
-            f"num_kv_heads={num_kv_heads}: each "
-            "key/value head serves a group of num_heads / num_kv_heads query "
-            "heads, so pick "
-            f"num_kv_heads among {divisors} (1 is multi-query attention, "
-            f"{num_heads} plain "
+            f"num_kv_heads={num_kv_heads}: each key/value head serves a group "
+            "of num_heads / num_kv_heads query heads, so pick num_kv_heads "
+            f"among {divisors} (1 is multi-query attention, {num_heads} plain "
             "multi-head attention)"
         )
 
@@ -835,8 +832,8 @@ def _check_cache_entries(cache, keys, values) -> None:
         check.tensor(name, x, floating=True)
         if x.ndim != 4:
             raise ValueError(
-                f"a KVCache holds {name} of shape (B, H_kv, T, d_head), got "
-                f"{tuple(x.shape)}"
+                f"a KVCache holds {name} of shape (B, H_kv, T, d_head), "
+                f"got {tuple(x.shape)}"
             )
     if keys.shape != values.shape:
         raise ValueError(
@@ -851,10 +848,9 @@ def _check_cache_entries(cache, keys, values) -> None:
     ):
         raise ValueError(
             f"the cache holds keys of shape {tuple(held)} (B, H_kv, T, "
-            "d_head), the new "
-            f"ones are {tuple(keys.shape)}: batch, heads and width must match; "
-            "use a "
-            "fresh cache (model.new_caches(batch_size)) for another batch"
+            f"d_head), the new ones are {tuple(keys.shape)}: batch, heads and "
+            "width must match; use a fresh cache "
+            "(model.new_caches(batch_size)) for another batch"
         )
     recorded = torch.is_grad_enabled() and (
         keys.requires_grad or values.requires_grad
@@ -879,8 +875,7 @@ def _check_self_attention_input(
     if cache is not None and not isinstance(cache, cache_type):
         raise TypeError(
             f"cache must be a {cache_type.__module__}.{cache_type.__name__} or "
-            "None, got "
-            f"{type(cache).__name__}; make one per layer with "
+            f"None, got {type(cache).__name__}; make one per layer with "
             "model.new_caches(batch_size)"
         )
     if cache is not None:
@@ -903,9 +898,8 @@ def _check_residual_init(value) -> None:
     if value not in RESIDUAL_INITS:
         raise ValueError(
             "residual_init must be None (every weight from N(0, 0.02^2)) or "
-            "'gpt2' (the "
-            "residual projections at std 0.02 / sqrt(2 * num_layers)), got "
-            f"{value!r}"
+            "'gpt2' (the residual projections at std 0.02 / sqrt(2 * "
+            f"num_layers)), got {value!r}"
         )
 
 
@@ -913,8 +907,7 @@ def _check_model_positions(positions, choices: tuple) -> None:
     """How a decoder-only model knows positions: one of ``choices``."""
     hint = (
         "'learned' and 'sinusoidal' are added to the token embeddings, 'rope' "
-        "and 'alibi' act "
-        "inside attention, 'none' leaves only the causal mask"
+        "and 'alibi' act inside attention, 'none' leaves only the causal mask"
     )
     check.one_of("positions", positions, choices, hint)
 
@@ -944,10 +937,9 @@ def _check_gpt_input(model, tokens_in, caches) -> None:
             raise ValueError(
                 "caches holds the same KVCache object more than once (as "
                 "[KVCache()] * num_layers makes): every layer would write its "
-                "keys into one "
-                "cache; make one per layer with model.new_caches(batch_size) "
-                "or "
-                "[KVCache() for _ in range(num_layers)]"
+                "keys into one cache; make one per layer with "
+                "model.new_caches(batch_size) or [KVCache() for _ in "
+                "range(num_layers)]"
             )
         for index, (cache, block) in enumerate(
             zip(caches, model.blocks, strict=True)
@@ -960,8 +952,8 @@ def _check_gpt_input(model, tokens_in, caches) -> None:
         if len(lengths) != 1:
             raise ValueError(
                 f"the caches hold different lengths {sorted(lengths)}; they "
-                "must advance "
-                "together: start again from model.new_caches(batch_size)"
+                "must advance together: start again from "
+                "model.new_caches(batch_size)"
             )
         cached = lengths.pop()
     length = cached + tokens_in.shape[1]
@@ -988,8 +980,8 @@ def _check_generation(model, prompt, max_new_tokens, greedy, use_cache) -> None:
     check.tokens(prompt, model.vocab_size)
     if prompt.shape[1] == 0:
         raise ValueError(
-            "the prompt is empty; start from at least one token (e.g. a BOS "
-            "token)"
+            "the prompt is empty; start from at least one token "
+            "(e.g. a BOS token)"
         )
     check.positive_int("max_new_tokens", max_new_tokens)
     check.boolean("greedy", greedy)

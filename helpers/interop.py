@@ -52,8 +52,8 @@ def load_multihead_attention(module, torch_mha: nn.MultiheadAttention):
         )
     if torch_mha.in_proj_weight is None:
         raise ValueError(
-            "torch_mha has separate q/k/v widths (kdim/vdim); it cannot be "
-            "fused"
+            "torch_mha has separate q/k/v widths (kdim/vdim); "
+            "it cannot be fused"
         )
     if (torch_mha.embed_dim, torch_mha.num_heads) != (
         module.d_model,
@@ -61,10 +61,8 @@ def load_multihead_attention(module, torch_mha: nn.MultiheadAttention):
     ):
         raise ValueError(
             f"size mismatch: torch_mha has embed_dim={torch_mha.embed_dim}, "
-            "num_heads="
-            f"{torch_mha.num_heads}; this module has d_model={module.d_model}, "
-            "num_heads="
-            f"{module.num_heads}"
+            f"num_heads={torch_mha.num_heads}; this module has "
+            f"d_model={module.d_model}, num_heads={module.num_heads}"
         )
     if (torch_mha.in_proj_bias is None) != (module.qkv_proj.bias is None):
         raise ValueError(
@@ -134,19 +132,16 @@ def _check_same_layout(block, layer, torch_class: type) -> None:
     if layer.linear1.weight.shape != block.ffn.linear1.weight.shape:
         raise ValueError(
             "feed-forward shape mismatch: torch "
-            f"{tuple(layer.linear1.weight.shape)}, "
-            f"this block {tuple(block.ffn.linear1.weight.shape)} (ffn_width, "
-            "d_model)"
+            f"{tuple(layer.linear1.weight.shape)}, this block "
+            f"{tuple(block.ffn.linear1.weight.shape)} (ffn_width, d_model)"
         )
     if not layer.self_attn.batch_first:
         # the weights are the same either way, so copying is fine; comparing
         # outputs is not
         warnings.warn(
             "the torch layer was built with batch_first=False, so it expects "
-            "(T, B, D) "
-            "inputs while this block takes (B, T, D); to compare their "
-            "outputs, build it "
-            f"with nn.{name}(..., batch_first=True)",
+            "(T, B, D) inputs while this block takes (B, T, D); to compare "
+            f"their outputs, build it with nn.{name}(..., batch_first=True)",
             stacklevel=4,
         )
 
@@ -220,10 +215,9 @@ def _gpt2_prefix(state_dict) -> str:
             return prefix
     raise ValueError(
         "the state dict has no 'transformer.wte.weight' (nor 'wte.weight'): "
-        "load_gpt2 "
-        "reads the layout of transformers' GPT2LMHeadModel "
-        "('transformer.h.0.attn.c_attn."
-        "weight', ...) or GPT2Model ('h.0.attn.c_attn.weight', ...)"
+        "load_gpt2 reads the layout of transformers' GPT2LMHeadModel "
+        "('transformer.h.0.attn.c_attn.weight', ...) or GPT2Model "
+        "('h.0.attn.c_attn.weight', ...)"
     )
 
 
@@ -233,10 +227,9 @@ def _gpt2_heads(config, num_heads) -> int:
     if config is None and num_heads is None:
         raise TypeError(
             "load_gpt2 needs the checkpoint's configuration, which a state "
-            "dict does not "
-            "record: pass config=GPT2Config (e.g. GPT2LMHeadModel.config) to "
-            "have all of it "
-            "checked, or at least num_heads=<its n_head> (GPT-2 small: 12)"
+            "dict does not record: pass config=GPT2Config (e.g. "
+            "GPT2LMHeadModel.config) to have all of it checked, or at least "
+            "num_heads=<its n_head> (GPT-2 small: 12)"
         )
     if config is None:
         return num_heads
@@ -247,8 +240,8 @@ def _gpt2_heads(config, num_heads) -> int:
         )
     if num_heads is not None and num_heads != config.n_head:
         raise ValueError(
-            f"num_heads={num_heads} contradicts config.n_head={config.n_head}; "
-            "pass one"
+            f"num_heads={num_heads} contradicts "
+            f"config.n_head={config.n_head}; pass one"
         )
     return config.n_head
 
@@ -295,8 +288,7 @@ def _check_gpt2_config(model, config) -> None:
         if theirs != mine:
             raise ValueError(
                 f"{name} mismatch: the checkpoint's config has {theirs!r}, the "
-                "model "
-                f"{mine!r}; {fix}"
+                f"model {mine!r}; {fix}"
             )
 
 
@@ -323,8 +315,8 @@ def _gpt2_plan(
     if num_heads != block.self_attn.num_heads:
         raise ValueError(
             f"num_heads mismatch: the checkpoint has {num_heads} heads, the "
-            "model "
-            f"{block.self_attn.num_heads}; build it with num_heads={num_heads}"
+            f"model {block.self_attn.num_heads}; build it with "
+            f"num_heads={num_heads}"
         )
     ours = {
         "layers": (len(model.blocks), len(layers)),
@@ -336,11 +328,9 @@ def _gpt2_plan(
         if mine != theirs:
             raise ValueError(
                 f"{name} mismatch: the state dict has {theirs}, the model "
-                f"{mine}; build the "
-                "GPT with the checkpoint's configuration (GPT-2 small: "
-                "GPT(GPTConfig("
-                "vocab_size=50_257, context_length=1024, d_model=768, "
-                "num_layers=12, "
+                f"{mine}; build the GPT with the checkpoint's configuration "
+                "(GPT-2 small: GPT(GPTConfig(vocab_size=50_257, "
+                "context_length=1024, d_model=768, num_layers=12, "
                 "num_heads=12, ...)))"
             )
     gpt2_like = "build it as GPT(GPTConfig(..., bias=True, norm='layer', activation='gelu_tanh'))"
@@ -356,8 +346,8 @@ def _gpt2_plan(
     ):
         raise ValueError(
             "attention mismatch: GPT-2 has as many key/value heads as query "
-            "heads "
-            "and no window; build the model with num_kv_heads=None, window=None"
+            "heads and no window; build the model with "
+            "num_kv_heads=None, window=None"
         )
     if block.self_attn.qkv_proj.bias is None:
         raise ValueError(
@@ -374,17 +364,16 @@ def _gpt2_plan(
         )
     if config is None and model.config.activation != "gelu_tanh":
         raise ValueError(
-            f"activation mismatch: GPT-2's feed-forward network applies GELU's "
-            f"tanh approximation, the model {model.config.activation!r}; "
-            f"{gpt2_like}"
+            "activation mismatch: GPT-2's feed-forward network applies GELU's "
+            "tanh approximation, the model "
+            f"{model.config.activation!r}; {gpt2_like}"
         )
     if config is not None:
         _check_gpt2_config(model, config)
     if model.head.weight is not model.token_embedding.weight:
         raise ValueError(
             "head mismatch: GPT-2's output head is tied to its token "
-            "embedding, "
-            "the model's is not; build it with tie_weights=True"
+            "embedding, the model's is not; build it with tie_weights=True"
         )
     head = state_dict.get("lm_head.weight")
     if head is not None and not torch.equal(
@@ -431,10 +420,8 @@ def _gpt2_plan(
         if tensor.shape != param.shape:
             raise ValueError(
                 f"shape mismatch at {key}: {tuple(state_dict[key].shape)} (as "
-                "Conv1D's (in, "
-                f"out)) does not fit the model's {name} {tuple(param.shape)}: "
-                "check ffn_width"
-                " and num_heads"
+                f"Conv1D's (in, out)) does not fit the model's {name} "
+                f"{tuple(param.shape)}: check ffn_width and num_heads"
             )
         pairs.append((name, param, tensor))
     return pairs

@@ -187,8 +187,8 @@ def _check_lengths(lengths, max_len) -> None:
             lengths, Sequence
         ):
             raise TypeError(
-                "lengths must be a 1-D integer tensor or a list of ints, got "
-                f"{lengths!r}"
+                "lengths must be a 1-D integer tensor or a list of "
+                f"ints, got {lengths!r}"
             )
         if not all(
             isinstance(n, int) and not isinstance(n, bool) for n in lengths

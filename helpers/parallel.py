@@ -66,9 +66,8 @@ def run_in_processes(
     if in_notebook or "<locals>" in function.__qualname__:
         raise ValueError(
             f"{function.__qualname__} is defined in a notebook (or inside a "
-            "function), so a "
-            "fresh worker process cannot import it; move it into a module, or "
-            "pass workers=1"
+            "function), so a fresh worker process cannot import it; move it "
+            "into a module, or pass workers=1"
         )
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(

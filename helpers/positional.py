@@ -242,8 +242,8 @@ def apply_rotary(
         )
         raise ValueError(
             f"positions must be a tensor of shape (T,) = ({seq_len},) for x of "
-            "shape "
-            f"{tuple(x.shape)}, got {shape}; pass e.g. torch.arange({seq_len})"
+            f"shape {tuple(x.shape)}, got {shape}; pass e.g. "
+            f"torch.arange({seq_len})"
         )
     # Angles in float64 on the CPU (MPS has no float64), then cast and moved to
     # x. (T, D/2)
@@ -274,10 +274,8 @@ def _check_even_width(d_model) -> None:
         )
         raise ValueError(
             "d_model must be even: sine/cosine encodings fill the width in "
-            "(sin, cos) pairs, "
-            f"got d_model={d_model}; use d_model={nearest} or project the "
-            "input to an even "
-            "width first"
+            f"(sin, cos) pairs, got d_model={d_model}; use d_model={nearest} "
+            "or project the input to an even width first"
         )
 
 
@@ -286,6 +284,6 @@ def _check_encoding_base(base) -> None:
     if base <= 1.0:
         raise ValueError(
             "base must be a finite number > 1 (the angular speeds are base ** "
-            "(-2j / D)), "
-            f"got base={float(base)}; the original Transformer uses 10000.0"
+            f"(-2j / D)), got base={float(base)}; the original "
+            "Transformer uses 10000.0"
         )

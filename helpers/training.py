@@ -357,8 +357,8 @@ def load_checkpoint(
     )
     if not isinstance(state, dict) or "model" not in state:
         raise ValueError(
-            f"{os.fspath(path)!r} is not a checkpoint written by "
-            "save_checkpoint"
+            f"{os.fspath(path)!r} is not a checkpoint written "
+            "by save_checkpoint"
         )
     model.load_state_dict(state["model"])
     if optimizer is not None:
@@ -503,7 +503,6 @@ def _check_finite_loss(loss: torch.Tensor, epoch: int, step: int) -> None:
     if not torch.isfinite(loss):
         raise FloatingPointError(
             f"the training loss is {loss.item()} at epoch {epoch}, step "
-            f"{step}; "
-            "lower the learning rate, clip gradients (clip_grad_norm=1.0) "
-            "or check the data for NaNs"
+            f"{step}; lower the learning rate, clip gradients "
+            "(clip_grad_norm=1.0) or check the data for NaNs"
         )

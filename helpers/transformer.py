@@ -737,11 +737,9 @@ def _check_decoder_inputs(
     ):
         raise ValueError(
             f"{who} was built for d_model={block.d_model} but memory (the "
-            "encoder's output) "
-            f"has width {memory.shape[-1]} (shape {tuple(memory.shape)}); the "
-            "encoder and the "
-            f"decoder must share d_model, or project memory to {block.d_model} "
-            "features first"
+            f"encoder's output) has width {memory.shape[-1]} (shape "
+            f"{tuple(memory.shape)}); the encoder and the decoder must share "
+            f"d_model, or project memory to {block.d_model} features first"
         )
     check.sequence("memory", memory, block.d_model, who)
     check.same_dtype(target=target, memory=memory)
@@ -749,8 +747,7 @@ def _check_decoder_inputs(
     if target.shape[0] != memory.shape[0]:
         raise ValueError(
             "target and memory must hold the same batch of B sequences, got "
-            "target "
-            f"{tuple(target.shape)} and memory {tuple(memory.shape)}"
+            f"target {tuple(target.shape)} and memory {tuple(memory.shape)}"
         )
     target_len, source_len = target.shape[1], memory.shape[1]
     _check_decoder_mask(
@@ -780,8 +777,7 @@ def _check_decoder_mask(
     if mask.ndim < 2:
         raise ValueError(
             f"{who}'s {name} must have at least 2 dimensions (..., Tq, Tk), "
-            "got shape "
-            f"{tuple(mask.shape)}"
+            f"got shape {tuple(mask.shape)}"
         )
     if _mask_fits(mask, *fits):
         return
@@ -790,10 +786,8 @@ def _check_decoder_mask(
     if fits != swapped and _mask_fits(mask, *swapped):
         hint = (
             " It fits the sequences the other way round: did you swap target "
-            "and memory? "
-            "The decoder takes forward(target, memory, ...): target is the "
-            "sequence it writes, "
-            "memory the encoder's output."
+            "and memory? The decoder takes forward(target, memory, ...): "
+            "target is the sequence it writes, memory the encoder's output."
         )
     expected = (
         f"(Tt, Tt) = ({queries}, {queries}); build it with "
@@ -828,10 +822,9 @@ def _check_seq2seq_vocabularies(
     if tie_embeddings and source_vocab != target_vocab:
         raise ValueError(
             "tie_embeddings=True shares one embedding matrix, so it needs one "
-            "vocabulary; got "
-            f"source_vocab={source_vocab} and target_vocab={target_vocab}. "
-            "Build a shared "
-            "vocabulary (as Vaswani et al. do with byte-pair encoding) or set "
+            f"vocabulary; got source_vocab={source_vocab} and "
+            f"target_vocab={target_vocab}. Build a shared vocabulary (as "
+            "Vaswani et al. do with byte-pair encoding) or set "
             "tie_embeddings=False"
         )
     if pad_id is not None:

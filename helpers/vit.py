@@ -324,8 +324,8 @@ def attention_rollout(
     """
     if not isinstance(maps, (list, tuple)) or not maps:
         raise TypeError(
-            "maps must be a non-empty list of (B, H, T, T) weights, "
-            "one per block"
+            "maps must be a non-empty list of (B, H, T, T) "
+            "weights, one per block"
         )
     check.real("residual", residual)
     if not 0.0 <= residual <= 1.0:

@@ -646,3 +646,49 @@ def test_the_stored_shown_code_check_sees_a_moved_function(tmp_path):
         )
         + ": show_source(fit)"
     ]
+
+
+def short_string_pieces(source: str, limit: int = 16) -> list[str]:
+    """``line: piece`` of every piece of an implicit string concatenation (``"a " "b"``)
+    whose text is ``limit`` characters or fewer: what rewrapping a message leaves behind."""
+    import io
+    import tokenize
+
+    found, run = [], []
+
+    def flush():
+        if len(run) > 1:
+            for token in run:
+                body = token.string.lstrip("rbfuRBFU")
+                quote = body[:3] if body[:3] in ('"""', "'''") else body[0]
+                if len(body) - 2 * len(quote) <= limit:
+                    found.append(f"{token.start[0]}: {token.string}")
+        run.clear()
+
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type == tokenize.STRING:
+            run.append(token)
+        elif token.type not in (tokenize.NL, tokenize.COMMENT):
+            flush()
+    flush()
+    return found
+
+
+def test_messages_are_not_left_in_short_pieces():
+    found = {
+        str(path.relative_to(PACKAGE)): short_string_pieces(path.read_text())
+        for path in sorted(PACKAGE.rglob("*.py"))
+    }
+    found = {path: pieces for path, pieces in found.items() if pieces}
+    assert not found, (
+        f"message pieces of 16 characters or fewer: {found}; rejoin the message "
+        "at a sentence or word boundary"
+    )
+
+
+def test_the_short_piece_rule_sees_a_rewrapped_message():
+    source = (
+        'raise ValueError(\n    "build "\n    "it as GPT(GPTConfig(...))"\n)\n'
+    )
+    assert short_string_pieces(source) == ['2: "build "']
+    assert short_string_pieces('x = "a short string on its own"\n') == []

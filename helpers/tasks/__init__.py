@@ -19,8 +19,8 @@ def shipped_table(name: str, how_to_make: str) -> pd.DataFrame:
     """
     path = shipped_file(
         name,
-        f"run `{how_to_make}`, or reinstall the package from the book's "
-        "repository",
+        f"run `{how_to_make}`, or reinstall the package from the "
+        "book's repository",
     )
     with resources.as_file(path) as file:
         return pd.read_csv(file)

@@ -297,8 +297,7 @@ def packed_generator_loss(
     if missing:
         raise ValueError(
             "no row of the reference strings starts with a string of length "
-            f"{missing}; "
-            "pass more reference strings"
+            f"{missing}; pass more reference strings"
         )
     total = 0.0
     for text, room in zip(
@@ -328,8 +327,7 @@ def make_rows(strings: Sequence[str], context_length: int) -> TensorDataset:
     if longest > context_length:
         raise ValueError(
             f"a string of {longest - 1} characters needs context_length >= "
-            f"{longest}, "
-            f"got {context_length}"
+            f"{longest}, got {context_length}"
         )
     rows, row = [], NEWLINE
     for text in strings:

@@ -114,8 +114,7 @@ def make_retrieval_data(
     if seq_len % 2 or vocab_size < seq_len // 2:
         raise ValueError(
             "repeated=True needs an even seq_len and vocab_size >= seq_len / "
-            "2 (distinct "
-            f"tokens in each half), got seq_len={seq_len}, "
+            f"2 (distinct tokens in each half), got seq_len={seq_len}, "
             f"vocab_size={vocab_size}"
         )
     noise = torch.rand(num_sequences, vocab_size, generator=generator)
@@ -197,8 +196,8 @@ def _rescale(
     elif scale == "encoding":
         if positions != "sinusoidal":
             raise ValueError(
-                "scale='encoding' needs positions='sinusoidal', got "
-                f"{positions!r}"
+                "scale='encoding' needs positions='sinusoidal', "
+                f"got {positions!r}"
             )
         table = model.position_embedding.pe
         # the tokens' initial size, 0.02

@@ -537,8 +537,7 @@ def train_reverse(
         if config.epochs != 1 or max_steps > config.total_steps():
             raise ValueError(
                 f"max_steps={max_steps} needs a one-epoch config with at least "
-                "that many "
-                f"steps (epochs={config.epochs}, "
+                f"that many steps (epochs={config.epochs}, "
                 f"total_steps()={config.total_steps()})"
             )
     model, optimizer, scheduler, loader = build_reverse_training(

@@ -61,8 +61,8 @@ def load_text() -> str:
     package."""
     path = shipped_file(
         TEXT_FILE,
-        "reinstall the book's helpers package from its repository (the text "
-        "ships with it)",
+        "reinstall the book's helpers package from its repository (the "
+        "text ships with it)",
     )
     return path.read_text(encoding="utf-8")
 
@@ -89,8 +89,8 @@ class CharTokenizer:
         if unknown:
             raise ValueError(
                 f"characters {unknown} are not in the vocabulary of "
-                f"{self.vocab_size}: write the prompt with characters of the "
-                "text"
+                f"{self.vocab_size}: write the prompt with "
+                "characters of the text"
             )
         return torch.tensor([self.index[c] for c in text], dtype=torch.long)
 

@@ -363,8 +363,8 @@ def _check_signal(x: torch.Tensor, channels: int, who: str) -> None:
     if x.dim() != 3 or x.shape[1] != channels:
         raise ValueError(
             f"{who} expects input of shape [B, {channels}, T] (Conv1d layout), "
-            f"got {tuple(x.shape)}; add the channel axis with x.unsqueeze(1) "
-            "if it is missing"
+            f"got {tuple(x.shape)}; add the channel axis with "
+            "x.unsqueeze(1) if it is missing"
         )
 
 
@@ -375,8 +375,8 @@ def _check_conv_sizes(**sizes: int) -> None:
     kernel_size = sizes.get("kernel_size", 1)
     if kernel_size % 2 == 0:
         raise ValueError(
-            "kernel_size must be odd so that padding keeps the length, got "
-            f"{kernel_size}"
+            "kernel_size must be odd so that padding keeps the length, "
+            f"got {kernel_size}"
         )
 
 

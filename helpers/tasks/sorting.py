@@ -316,9 +316,9 @@ def permutation_hits(
     repeated = source.sort(dim=-1).values.diff(dim=-1) == 0
     if repeated.any() or (source == PAD).any():
         raise ValueError(
-            "permutation_hits needs sources of distinct digits and no padding: "
-            "make_sorting_dataset(n, max_len, generator, min_len=max_len, "
-            "distinct=True)"
+            "permutation_hits needs sources of distinct digits and no "
+            "padding: make_sorting_dataset(n, max_len, generator, "
+            "min_len=max_len, distinct=True)"
         )
     order = source.argsort(dim=-1)  # order[b, t]: where the t-th smallest sits
     cross = model.get_attention_maps(source, decoder_input)["cross"]

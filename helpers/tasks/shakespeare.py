@@ -229,8 +229,9 @@ class KneserNeyModel:
         self.raw[order] = self.counts[order]
         for k in range(1, order):
             table = defaultdict(Counter)
-            for i in range(len(text) - k + 1):
-                table[text[i : i + k - 1]][text[i + k - 1]] += 1
+            kgrams = Counter(text[i : i + k] for i in range(len(text) - k + 1))
+            for gram, count in kgrams.items():
+                table[gram[:-1]][gram[-1]] += count
             self.raw[k] = dict(table)
         self.totals = [
             {h: (sum(row.values()), len(row)) for h, row in table.items()}

@@ -116,13 +116,10 @@ def test_first_code_cell_is_the_hidden_setup_cell(path):
 OFF_PATH = {"remove-cell", "remove-input", "hide-input", "hide-cell"}
 
 # Names a visible cell still takes from a hidden one: the chapter's known debt, which may only
-# shrink (a fixed one must leave this list). Chapter 5's is the "Your turn" solution, kept
-# folded so that the reader writes it first.
+# shrink (a fixed one must leave this list).
 TAKEN_FROM_OFF_THE_PATH = {
     "01_kernel_regression": {"best"},
     "02_masking": {"show_mask_and_weights"},
-    "05_positional_encoding": {"fixed_base_encoding"},
-    "10_decoder_only_lm": {"fitting_text"},
 }
 
 

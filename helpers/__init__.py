@@ -36,7 +36,7 @@ reads the chapters from the table below), and no two modules import each other.
 | 8 triangles and boxes | ``tasks.shapes`` (data, models, local oracle, training recipe) |
 | 8 runs side by side | ``parallel`` (``run_in_processes``) |
 | 9 encoder-decoder | ``transformer`` (decoder side), ``tasks.corners``, ``tasks.sorting`` |
-| 10 decoder-only model | ``gpt`` (GPT, sampling, key/value cache), ``tasks.brackets`` |
+| 10 decoder-only model | ``gpt`` (GPT, sampling), ``kv_cache`` (its cache), ``tasks.brackets`` |
 | 11 what generation costs | ``interop`` (``load_gpt2``), ``analysis`` (``DispatchCounter``) |
 | 12 Shakespeare | ``tasks.shakespeare`` (the text, characters, n-grams, training) |
 | 13 long sequences | ``efficient`` (tiled attention, window reach, costs), ``tasks.retrieval`` |

@@ -20,11 +20,13 @@ Where a check lives:
   code too.
 
 A check only checks: it raises, or it returns None. It never hands back a
-converted value, a default or a reshaped tensor; what a value becomes (a 3-D
-mask read as ``mask[:, None]``, the position a cache continues from, a default
-padding token) is computed in the code that uses it, where a chapter shows it
-(``tests/test_structure.py`` fails on a ``return <value>`` here or in a
-``_check_<name>``).
+converted value, a default or a reshaped tensor; what a value becomes (the
+position a cache continues from, a default padding token) is computed in the
+code that uses it, where a chapter shows it (``tests/test_structure.py`` fails
+on a ``return <value>`` here or in a ``_check_<name>``). One rule lives here
+because the checks and the kernel must read a mask alike:
+:func:`mask_for_scores`, the 3-D mask rule, which the attention kernel calls
+too.
 
 A value is checked once, where it enters the package (a constructor, a public
 function, the first line of a ``forward``). One rule for the exception type:
@@ -363,6 +365,20 @@ def bool_mask(value) -> None:
         )
 
 
+def mask_for_scores(mask: Tensor | None, scores_ndim: int) -> Tensor | None:
+    """The package's one 3-D mask rule: against per-head scores (B, H, Tq, Tk)
+    (``scores_ndim == 4``) a 3-D mask is (B, Tq, Tk), one mask per sequence
+    shared by the heads, read as ``mask[:, None]`` (B, 1, Tq, Tk); any other
+    mask (or None) is returned as it is, to broadcast from the right.
+
+    Not a check: the attention kernel and the mask checks both read a mask
+    through it, so they agree on its shape.
+    """
+    if mask is not None and mask.ndim == 3 and scores_ndim == 4:
+        return mask[:, None]
+    return mask
+
+
 # Masks whose values passed the check below: id -> (a weak reference, the
 # tensor's version). Each layer of a stack is handed the same mask; its values
 # are read back to the host once, not once per layer (an in-place change bumps
@@ -424,7 +440,7 @@ def attention_mask(value, scores_shape: torch.Size) -> None:
                 "where True means 'blocked'; read as this package's True = "
                 "may attend it lets every query see only the future and "
                 "leaves the last query no key at all. Pass ~mask, or build it "
-                "with helpers.attention.causal_mask(T)"
+                "with helpers.masks.causal_mask(T)"
             )
         _remember_values_read(value)
 
@@ -478,9 +494,7 @@ def attention_arguments(
     if mask is not None:
         scores_shape = torch.Size((*batch_shape, q.shape[-2], k.shape[-2]))
         bool_mask(mask)
-        # with 4-D q the kernel reads a 3-D mask (B, Tq, Tk) as (B, 1, Tq, Tk)
-        per_sequence = mask.ndim == 3 and q.ndim == 4
-        attention_mask(mask[:, None] if per_sequence else mask, scores_shape)
+        attention_mask(mask_for_scores(mask, q.ndim), scores_shape)
     if bias is not None:
         scores_shape = torch.Size((*batch_shape, q.shape[-2], k.shape[-2]))
         tensor("bias", bias, floating=True)
@@ -511,8 +525,7 @@ def multi_head_inputs(layer, query, key, value, mask) -> None:
     scores = torch.Size(
         (query.shape[0], layer.num_heads, query.shape[1], key.shape[1])
     )
-    # a 3-D mask is (B, Tq, Tk), shared by the heads
-    attention_mask(mask[:, None] if mask.ndim == 3 else mask, scores)
+    attention_mask(mask_for_scores(mask, len(scores)), scores)
 
 
 # --------------------------------------------------------------------- training

@@ -10,9 +10,7 @@ Shapes: ``B`` batch, ``H`` heads, ``Tq`` query length, ``Tk`` key/value length,
 Masks follow the one convention of the package, documented in
 :mod:`helpers.masks` (their home): boolean, ``True`` = this query may attend to
 this key, as in ``torch.nn.functional.scaled_dot_product_attention``; against
-per-head scores (B, H, Tq, Tk), a 3-D mask is (B, Tq, Tk). ``causal_mask``,
-``padding_mask`` and ``additive_mask`` are importable from here too, where
-chapters 2 to 4 introduce them.
+per-head scores (B, H, Tq, Tk), a 3-D mask is (B, Tq, Tk).
 
 A query row whose keys are all masked has nothing to attend to. Here its
 attention weights are all zero and its output is the zero vector (no NaN, no
@@ -36,13 +34,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from helpers import _validate as check
-from helpers.masks import additive_mask, causal_mask, padding_mask
+from helpers._validate import mask_for_scores
 
 __all__ = [
     "scaled_dot_product_attention",
-    "causal_mask",
-    "padding_mask",
-    "additive_mask",
     "MultiHeadAttention",
     "SingleHeadAttention",
     "PerHeadMultiHeadAttention",
@@ -98,8 +93,8 @@ def scaled_dot_product_attention(
         check.attention_arguments(
             q, k, v, mask, dropout_p, training, scale, bias=bias
         )
-    if mask is not None and mask.ndim == 3 and q.ndim == 4:
-        mask = mask[:, None]  # (B, Tq, Tk) -> (B, 1, Tq, Tk): shared by heads
+    # a 3-D mask (B, Tq, Tk) against 4-D q: (B, 1, Tq, Tk), shared by heads
+    mask = mask_for_scores(mask, q.ndim)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     scores = (q @ k.transpose(-2, -1)) * scale  # (..., Tq, Tk)
     if bias is not None:  # e.g. ALiBi's distance penalty
@@ -171,8 +166,7 @@ def attend_heads(
     module that calls it has checked its own.
     """
     batch, num_heads, length, _ = q.shape
-    if mask is not None and mask.ndim == 3:  # (B, Tq, Tk): shared by heads
-        mask = mask[:, None]
+    mask = mask_for_scores(mask, 4)  # a 3-D mask (B, Tq, Tk): shared by heads
     group = num_heads // k.shape[1]  # query heads per key/value head
     if group > 1:  # each group of query heads folded onto its key/value head
         q = _fold_groups(q, group, length)

@@ -35,13 +35,11 @@ from torch import Tensor
 from helpers import _validate as check
 from helpers.analysis import peak_cpu_bytes
 from helpers.attention import scaled_dot_product_attention
-from helpers.masks import position_mask, sliding_window_mask
+from helpers.masks import position_mask
 
 __all__ = [
     "online_softmax_update",
     "tiled_attention",
-    "position_mask",
-    "sliding_window_mask",
     "receptive_field",
     "attention_cost",
     "kv_cache_bytes",

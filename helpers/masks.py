@@ -21,8 +21,7 @@ turns a boolean mask into the additive kind).
   windows, the tiles of :func:`helpers.efficient.tiled_attention` and
   :class:`helpers.gpt.CausalSelfAttention`.
 
-Every chapter's module imports its masks from here; :mod:`helpers.attention` and
-:mod:`helpers.efficient` re-export the ones their chapters introduce.
+Every chapter and every module imports its masks from here, their one home.
 """
 
 from __future__ import annotations

@@ -12,9 +12,16 @@ import matplotlib as mpl
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
+from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import MaxNLocator
 
-__all__ = ["ROLE_COLOURS", "use_book_style", "heatmap", "to_numpy"]
+__all__ = [
+    "ROLE_COLOURS",
+    "use_book_style",
+    "heatmap",
+    "to_numpy",
+    "show_mask_and_weights",
+]
 
 #: One colour per role, in every plot and diagram of the book (matplotlib's default cycle:
 #: C0 blue, C1 orange, C2 green, C7 grey, C4 purple). Defined here and nowhere else.
@@ -97,3 +104,65 @@ def heatmap(
     if colorbar:
         ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
     return ax
+
+
+HIDDEN = "#d0d0d0"  # masked pairs: weight exactly zero
+
+
+def show_mask_and_weights(masks, weights, titles) -> None:
+    """Chapter 2's figure: one column per example, a (T, T) boolean mask on
+    top, the (T, T) weights it gives below, the pairs it hides hatched grey."""
+    columns = len(masks)
+    fig, axes = plt.subplots(
+        2, columns, figsize=(6.2, 5.6), squeeze=False, layout="constrained"
+    )
+    for column, (mask_2d, weights_2d, title) in enumerate(
+        zip(masks, weights, titles, strict=True)
+    ):
+        allowed = to_numpy(mask_2d)
+        top, bottom = axes[0, column], axes[1, column]
+        top.imshow(
+            np.where(allowed, 1.0, np.nan), cmap="Greens", vmin=0, vmax=2.5
+        )
+        image = bottom.imshow(
+            to_numpy(weights_2d), cmap="viridis", vmin=0, vmax=1
+        )
+        for ax, name in ((top, f"mask: {title}"), (bottom, "weights")):
+            _hatch_hidden(ax, allowed)
+            ax.set(title=name, xlabel="key position", ylabel="query position")
+            ax.set_xticks(range(allowed.shape[1]))
+            ax.set_yticks(range(allowed.shape[0]))
+            ax.grid(False)
+    fig.colorbar(image, ax=axes[1, :], shrink=0.9, label="attention weight")
+    fig.legend(
+        handles=[
+            Patch(facecolor=plt.cm.Greens(0.4), label="may attend"),
+            Patch(
+                facecolor=HIDDEN,
+                hatch="///",
+                edgecolor="white",
+                label="masked: weight exactly 0",
+            ),
+        ],
+        loc="outside upper center",
+        ncols=2,
+        frameon=False,
+    )
+    plt.show()
+
+
+def _hatch_hidden(ax: plt.Axes, allowed: np.ndarray) -> None:
+    """Cover every cell where ``allowed`` is False with a hatched grey
+    square."""
+    for i, j in zip(*np.nonzero(~allowed), strict=True):
+        ax.add_patch(
+            Rectangle(
+                (j - 0.5, i - 0.5),
+                1,
+                1,
+                facecolor=HIDDEN,
+                hatch="///",
+                edgecolor="white",
+                lw=0,
+            )
+        )

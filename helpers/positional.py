@@ -38,6 +38,7 @@ __all__ = [
     "alibi_slopes",
     "alibi_bias",
     "apply_rotary",
+    "fixed_base_encoding",
 ]
 
 
@@ -105,12 +106,15 @@ class SinusoidalPositionalEncoding(nn.Module):
     """Add the fixed sinusoidal encoding to a batch of sequences: ``x +
     PE[:T]``.
 
-    ``forward(x)``: x of shape (B, T, D) with T <= ``max_len`` and D =
-    ``d_model``; returns the same shape and dtype. The table ``pe`` of shape
-    (max_len, D) is a *buffer*: it is saved in the ``state_dict`` and moves with
-    ``.to(device)``, but it is not a parameter, so no optimizer ever changes it.
-    ``d_model`` must be even (the table is made of sin/cos pairs). The input is
-    not rescaled; multiply by ``sqrt(d_model)`` before if a model needs that.
+    ``forward(x, offset=0)``: x of shape (B, T, D), D = ``d_model``, whose
+    positions are ``offset .. offset + T - 1`` (at most ``max_len - 1``: a
+    decoder with a key/value cache continues from ``offset``); returns ``x +
+    PE[offset : offset + T]``, the same shape and dtype. The table ``pe`` of
+    shape (max_len, D) is a *buffer*: it is saved in the ``state_dict`` and
+    moves with ``.to(device)``, but it is not a parameter, so no optimizer ever
+    changes it. ``d_model`` must be even (the table is made of sin/cos pairs).
+    The input is not rescaled; multiply by ``sqrt(d_model)`` before if a model
+    needs that.
     """
 
     pe: torch.Tensor
@@ -124,9 +128,9 @@ class SinusoidalPositionalEncoding(nn.Module):
         self.max_len = max_len
         self.register_buffer("pe", sinusoidal_encoding(max_len, d_model, base))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        check.sequence("x", x, self.d_model, type(self).__name__, self.max_len)
-        return x + self.pe[: x.shape[1]].to(x.dtype)
+    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        _check_rows(self, x, offset)
+        return x + self.pe[offset : offset + x.shape[1]].to(x.dtype)
 
     def extra_repr(self) -> str:
         return f"d_model={self.d_model}, max_len={self.max_len}"
@@ -136,12 +140,13 @@ class LearnedPositionalEmbedding(nn.Module):
     """Add one trained vector per position: ``x + W[:T]``, with W of shape
     (max_len, D).
 
-    ``forward(x)``: x of shape (B, T, D) with T <= ``max_len``; returns the same
-    shape. ``W`` is an ``nn.Parameter`` (trained with the model, initialised
-    from N(0, 0.02^2), the scale of GPT-2's token embeddings; GPT-2's own
-    position table starts from N(0, 0.01^2)), so a position the model never saw
-    in training has an untrained vector, and positions past ``max_len`` have
-    none at all.
+    ``forward(x, offset=0)``: x of shape (B, T, D) at positions ``offset ..
+    offset + T - 1`` (at most ``max_len - 1``); returns ``x + W[offset : offset
+    + T]``, the same shape. ``W`` is an ``nn.Parameter`` (trained with the
+    model, initialised from N(0, 0.02^2), the scale of GPT-2's token
+    embeddings; GPT-2's own position table starts from N(0, 0.01^2)), so a
+    position the model never saw in training has an untrained vector, and
+    positions past ``max_len`` have none at all.
     """
 
     def __init__(
@@ -155,9 +160,9 @@ class LearnedPositionalEmbedding(nn.Module):
         self.max_len = max_len
         self.weight = nn.Parameter(torch.randn(max_len, d_model) * init_std)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        check.sequence("x", x, self.d_model, type(self).__name__, self.max_len)
-        return x + self.weight[: x.shape[1]].to(x.dtype)
+    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        _check_rows(self, x, offset)
+        return x + self.weight[offset : offset + x.shape[1]].to(x.dtype)
 
     def extra_repr(self) -> str:
         return f"d_model={self.d_model}, max_len={self.max_len}"
@@ -259,6 +264,26 @@ def apply_rotary(
     return rotated.flatten(-2)
 
 
+# --- clock dials --------------------------------------------------------------
+
+
+def fixed_base_encoding(
+    num_positions: int, bases: tuple[int, ...]
+) -> torch.Tensor:
+    """Chapter 5's clock dials: one hand per period in ``bases``, a float64
+    table of shape (T, 2 * len(bases)), T = ``num_positions``.
+
+    Columns ``2k`` and ``2k + 1`` hold ``sin(2 pi t / bases[k])`` and ``cos(2
+    pi t / bases[k])`` for positions ``t = 0 .. T - 1``: the hand with period
+    ``b`` is back where it started every ``b`` positions.
+    """
+    check.positive_int("num_positions", num_positions)
+    steps = torch.arange(num_positions, dtype=torch.float64)[:, None]  # (T, 1)
+    periods = torch.tensor(bases, dtype=torch.float64)
+    angles = 2 * math.pi * steps / periods  # (T, len(bases))
+    return torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(1)
+
+
 # ------------------------------------------------------------ this module's checks
 # Each has one caller, above; the generic checks are in helpers._validate.
 
@@ -286,4 +311,19 @@ def _check_encoding_base(base) -> None:
             "base must be a finite number > 1 (the angular speeds are base ** "
             f"(-2j / D)), got base={float(base)}; the original "
             "Transformer uses 10000.0"
+        )
+
+
+def _check_rows(table: nn.Module, x, offset) -> None:
+    """``x (B, T, D)`` for a position table, at positions ``offset .. offset +
+    T - 1``, each of which has a row."""
+    who = type(table).__name__
+    check.sequence("x", x, table.d_model, who, table.max_len)
+    check.non_negative_int("offset", offset)
+    if offset + x.shape[1] > table.max_len:
+        raise ValueError(
+            f"positions {offset} .. {offset + x.shape[1] - 1} "
+            f"(offset={offset}, T={x.shape[1]}) run past "
+            f"max_len={table.max_len} of {who}; build it with max_len >= "
+            f"{offset + x.shape[1]} or cut the sequence"
         )

@@ -234,7 +234,7 @@ class EncoderBlock(nn.Module):
         return (x, weights) if return_attention else x
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TransformerConfig:
     """Every size and choice of an encoder, a decoder or the encoder-decoder on
     tokens, checked once, here (as :class:`helpers.gpt.GPTConfig`).

@@ -199,7 +199,7 @@ class Sinusoidal2DPositionalEncoding(nn.Module):
 # -------------------------------------------------------------------- the model
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ViTConfig:
     """Every size of a :class:`VisionTransformer` (the defaults: chapter 14's,
     for 8 x 8 digits).

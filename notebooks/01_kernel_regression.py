@@ -426,8 +426,8 @@ bottom = weights_layer.properties(
 # Draw 40 training sets from the same curve, fit each, and split the mean squared error
 # against the truth into the squared bias of the average fit and the variance of the fits
 # around it. (The average of 40 fits still carries a 40th of their variance; the code
-# subtracts it so that the bias is not inflated where the variance is large.) The two folded
-# cells below hold the code, a table and the figure.
+# subtracts it so that the bias is not inflated where the variance is large.) The cell below
+# holds the code and a table, the folded one after it the figure.
 #
 # Across the 30 widths, the variance (the fit's sensitivity to the noise it happened to see)
 # falls as the kernel widens, down to its minimum at $\sigma \approx$
@@ -440,7 +440,8 @@ bottom = weights_layer.properties(
 # dominates).
 # :::
 
-# %% tags=["hide-cell"]
+# %%
+# squared bias and variance over 40 training sets (Going deeper, above)
 width_grid = torch.logspace(-1.5, 0.7, 30)  # 0.03 ... 5
 num_datasets = 40
 data_generator = torch.Generator().manual_seed(1)

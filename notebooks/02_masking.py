@@ -73,16 +73,15 @@ import textwrap
 import time
 
 import matplotlib.pyplot as plt
-import numpy as np
 import torch
 import torch.nn.functional as F
-from matplotlib.patches import Patch, Rectangle
 
 import helpers
 from helpers import expect_error, glue
 from helpers.attention import scaled_dot_product_attention
 from helpers.checks import check_sliding_window_mask
 from helpers.masks import additive_mask, causal_mask, padding_mask
+from helpers.plotting import show_mask_and_weights
 from helpers.tasks.masking_lm import (
     HALF,
     VOCAB_SIZE,
@@ -320,67 +319,6 @@ assert torch.equal(hide_mask_as_built, ~causal_mask(4))
 # work we draw each one next to the weights it produces for random queries and keys. Cells a
 # mask hides are drawn hatched grey in both rows: there the weight is exactly zero, which the
 # colour scale (for weights that are merely small) never shows.
-
-# %% tags=["hide-input"]
-HIDDEN = "#d0d0d0"  # masked pairs: weight exactly zero
-
-
-def hatch_hidden(ax, allowed):
-    """Cover every cell where `allowed` is False with a hatched grey square."""
-    for i, j in zip(*np.nonzero(~allowed), strict=True):
-        ax.add_patch(
-            Rectangle(
-                (j - 0.5, i - 0.5),
-                1,
-                1,
-                facecolor=HIDDEN,
-                hatch="///",
-                edgecolor="white",
-                lw=0,
-            )
-        )
-
-
-def show_mask_and_weights(masks, weights, titles):
-    """One column per example: the mask on top, the weights it gives below."""
-    columns = len(masks)
-    fig, axes = plt.subplots(
-        2, columns, figsize=(6.2, 5.6), squeeze=False, layout="constrained"
-    )
-    for column, (mask_2d, weights_2d, title) in enumerate(
-        zip(masks, weights, titles, strict=True)
-    ):
-        allowed = mask_2d.numpy()
-        top, bottom = axes[0, column], axes[1, column]
-        top.imshow(
-            np.where(allowed, 1.0, np.nan), cmap="Greens", vmin=0, vmax=2.5
-        )
-        image = bottom.imshow(
-            weights_2d.numpy(), cmap="viridis", vmin=0, vmax=1
-        )
-        for ax, name in ((top, f"mask: {title}"), (bottom, "weights")):
-            hatch_hidden(ax, allowed)
-            ax.set(title=name, xlabel="key position", ylabel="query position")
-            ax.set_xticks(range(allowed.shape[1]))
-            ax.set_yticks(range(allowed.shape[0]))
-            ax.grid(False)
-    fig.colorbar(image, ax=axes[1, :], shrink=0.9, label="attention weight")
-    fig.legend(
-        handles=[
-            Patch(facecolor=plt.cm.Greens(0.4), label="may attend"),
-            Patch(
-                facecolor=HIDDEN,
-                hatch="///",
-                edgecolor="white",
-                label="masked: weight exactly 0",
-            ),
-        ],
-        loc="outside upper center",
-        ncols=2,
-        frameon=False,
-    )
-    plt.show()
-
 
 # %%
 T = 8

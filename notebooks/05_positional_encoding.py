@@ -275,13 +275,9 @@ except AssertionError as message:
 # ````
 
 
-# %% tags=["hide-cell"]
-def fixed_base_encoding(num_positions, bases):
-    steps = torch.arange(num_positions, dtype=torch.float64)[:, None]  # (T, 1)
-    periods = torch.tensor(bases, dtype=torch.float64)
-    angles = 2 * math.pi * steps / periods  # (T, len(bases))
-    return torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(1)
-
+# %%
+# the solution, as the book's package has it
+from helpers.positional import fixed_base_encoding
 
 print(textwrap.fill(check_fixed_base_encoding(fixed_base_encoding), width=78))
 

@@ -80,9 +80,9 @@ import torch.nn.functional as F
 from torch import nn
 
 # %%
+import helpers
 from helpers import expect_error, glue, show_source
 from helpers.analysis import count_parameters, parameter_table
-from helpers.attention import causal_mask
 from helpers.checks import check_sampling_distribution
 from helpers.gpt import (
     GPT,
@@ -92,6 +92,7 @@ from helpers.gpt import (
     next_token_probabilities,
     top_k_filter,
 )
+from helpers.masks import causal_mask
 from helpers.tasks.brackets import (
     ALPHABET,
     OVERFIT,
@@ -139,7 +140,7 @@ def seeded(seed: int) -> torch.Generator:
 # package, which ship with it, so nothing is downloaded.
 
 
-# %% tags=["hide-input", "nbval-ignore-output"]
+# %% tags=["nbval-ignore-output"]
 # The text changes whenever the package's docstrings do: the counts are not
 # compared between runs, and only relations between them are asserted.
 def docstrings(module) -> list[str]:

@@ -91,10 +91,10 @@ from helpers.gpt import (
     GPT,
     CausalSelfAttention,
     GPTConfig,
-    KVCache,
     score_bias,
 )
 from helpers.interop import load_gpt2
+from helpers.kv_cache import KVCache
 from helpers.tasks.brackets import (
     BracketConfig,
     make_rows,
@@ -320,7 +320,8 @@ outputs = [attend_one(x[:, t : t + 1], w_q, w_k, w_v, cache) for t in range(6)]
 print("the cache holds keys of shape", tuple(cache.keys.shape))
 
 # %% tags=["hide-input"]
-from helpers.attention import causal_mask, scaled_dot_product_attention
+from helpers.attention import scaled_dot_product_attention
+from helpers.masks import causal_mask
 
 # the same head over all 6 tokens at once, as in training: a causal mask
 full_pass, _ = scaled_dot_product_attention(

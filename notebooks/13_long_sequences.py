@@ -88,11 +88,12 @@ from helpers.efficient import (
     naive_attention,
     online_softmax_update,
     receptive_field,
-    sliding_window_mask,
     tiled_attention,
     tokens_per_second,
 )
-from helpers.gpt import GPT, CausalSelfAttention, GPTConfig, KVCache
+from helpers.gpt import GPT, CausalSelfAttention, GPTConfig
+from helpers.kv_cache import KVCache
+from helpers.masks import sliding_window_mask
 from helpers.parallel import run_in_processes
 from helpers.plotting import heatmap
 from helpers.positional import LearnedPositionalEmbedding

@@ -48,9 +48,8 @@ from helpers.tasks.reverse import (
     build_reverse_training,
     make_reverse_dataset,
     token_accuracy,
-    token_cross_entropy,
 )
-from helpers.training import evaluate, fit
+from helpers.training import evaluate, fit, token_cross_entropy
 
 THRESHOLD = 0.999
 RECORD_PATH = os.path.join(

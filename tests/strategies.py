@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from hypothesis import strategies as st
 
-from helpers.attention import padding_mask
+from helpers.masks import padding_mask
 
 
 @st.composite

@@ -22,15 +22,13 @@ from helpers.attention import (
     MultiHeadAttention,
     PerHeadMultiHeadAttention,
     SingleHeadAttention,
-    additive_mask,
     attend_heads,
-    causal_mask,
     merge_heads,
-    padding_mask,
     scaled_dot_product_attention,
     split_heads,
 )
 from helpers.interop import fuse_heads, load_multihead_attention
+from helpers.masks import additive_mask, causal_mask, padding_mask
 
 FEW = settings(max_examples=25, deadline=None)
 

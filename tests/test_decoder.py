@@ -9,8 +9,8 @@ from conftest import close, randomize_norms, small_config
 from torch import nn
 
 from helpers.analysis import count_parameters
-from helpers.attention import causal_mask, padding_mask
 from helpers.interop import load_decoder_block, load_encoder_block
+from helpers.masks import causal_mask, padding_mask
 from helpers.transformer import (
     DecoderBlock,
     EncoderDecoderTransformer,

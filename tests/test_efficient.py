@@ -13,17 +13,16 @@ from torch.nn.attention.bias import causal_lower_right
 from torch.utils.flop_counter import FlopCounterMode
 
 from helpers.analysis import peak_cpu_bytes
-from helpers.attention import causal_mask, scaled_dot_product_attention
+from helpers.attention import scaled_dot_product_attention
 from helpers.efficient import (
     attention_cost,
     kv_cache_bytes,
     median_seconds,
     online_softmax_update,
-    position_mask,
     receptive_field,
-    sliding_window_mask,
     tiled_attention,
 )
+from helpers.masks import causal_mask, position_mask, sliding_window_mask
 
 FEW = settings(max_examples=40, deadline=None)
 

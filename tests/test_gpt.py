@@ -11,7 +11,7 @@ from conftest import host_reads
 from torch import nn
 
 from helpers.analysis import DispatchCounter, count_parameters
-from helpers.attention import MultiHeadAttention, causal_mask
+from helpers.attention import MultiHeadAttention
 from helpers.efficient import receptive_field
 from helpers.gpt import (
     GPT,
@@ -19,11 +19,12 @@ from helpers.gpt import (
     CausalSelfAttention,
     GPTBlock,
     GPTConfig,
-    KVCache,
     next_token_probabilities,
     score_bias,
     top_k_filter,
 )
+from helpers.kv_cache import KVCache
+from helpers.masks import causal_mask
 from helpers.positional import alibi_bias, alibi_slopes
 from helpers.training import token_cross_entropy
 from helpers.transformer import EncoderBlock
@@ -326,9 +327,9 @@ def test_cache_holds_keys_and_values_of_the_kv_heads():
 
 def _unchunked_logits(model: GPT, tokens: torch.Tensor) -> torch.Tensor:
     """The model's logits with every layer's T x T scores written out (no cache, no chunks)."""
-    x = model.token_embedding(tokens) + model._position_rows(
-        0, tokens.shape[1], torch.float32
-    )
+    x = model.token_embedding(tokens)
+    if model.position_embedding is not None:
+        x = model.position_embedding(x)
     for block in model.blocks:
         x = x + block.self_attn(block.norm1(x), return_attention=True)[0]
         x = x + block.ffn(block.norm2(x))

@@ -12,13 +12,10 @@ from conftest import close
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from helpers.attention import (
-    MultiHeadAttention,
-    causal_mask,
-    scaled_dot_product_attention,
-)
-from helpers.efficient import kv_cache_bytes, sliding_window_mask
+from helpers.attention import MultiHeadAttention, scaled_dot_product_attention
+from helpers.efficient import kv_cache_bytes
 from helpers.gpt import GPT, CausalSelfAttention, GPTConfig
+from helpers.masks import causal_mask, sliding_window_mask
 
 
 def _layer(

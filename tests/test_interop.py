@@ -14,16 +14,13 @@ from hypothesis import strategies as st
 from strategies import mha_case
 from torch import nn
 
-from helpers.attention import (
-    MultiHeadAttention,
-    PerHeadMultiHeadAttention,
-    causal_mask,
-)
+from helpers.attention import MultiHeadAttention, PerHeadMultiHeadAttention
 from helpers.interop import (
     fuse_heads,
     load_encoder_block,
     load_multihead_attention,
 )
+from helpers.masks import causal_mask
 from helpers.transformer import (
     EncoderBlock,
     TransformerConfig,

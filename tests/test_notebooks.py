@@ -115,15 +115,9 @@ def test_first_code_cell_is_the_hidden_setup_cell(path):
 # A cell is on the reading path unless one of these tags hides or removes its code.
 OFF_PATH = {"remove-cell", "remove-input", "hide-input", "hide-cell"}
 
-# Names a visible cell still takes from a hidden one: the chapter's known debt, which may only
-# shrink (a fixed one must leave this list). Chapter 5's is the "Your turn" solution, kept
-# folded so that the reader writes it first.
-TAKEN_FROM_OFF_THE_PATH = {
-    "01_kernel_regression": {"best"},
-    "02_masking": {"show_mask_and_weights"},
-    "05_positional_encoding": {"fixed_base_encoding"},
-    "10_decoder_only_lm": {"fitting_text"},
-}
+# Names a visible cell takes from a hidden one, by chapter: none. (Chapter 5's "Your turn"
+# solution stays folded in its dropdown; the cell after it imports the package's version.)
+TAKEN_FROM_OFF_THE_PATH: dict[str, set[str]] = {}
 
 
 def _loads_and_definitions(source: str) -> tuple[set, set]:

@@ -521,3 +521,22 @@ def test_integer_sequences_are_refused(module):
 def test_the_wrong_kind_of_argument_is_a_type_error(build, error, pattern):
     with pytest.raises(error, match=pattern):
         build()
+
+
+def test_fixed_base_encoding_turns_one_hand_per_period():
+    from helpers.checks import check_fixed_base_encoding
+    from helpers.positional import fixed_base_encoding
+
+    table = fixed_base_encoding(10, (4, 5))
+    assert table.shape == (10, 4) and table.dtype == torch.float64
+    # the hand with period 4 is back at 12 o'clock (sin 0, cos 1) at t = 4 and 8
+    for t in (0, 4, 8):
+        assert torch.allclose(
+            table[t, :2], torch.tensor([0.0, 1.0], dtype=torch.float64)
+        )
+    assert not torch.allclose(table[5, :2], table[0, :2])
+    check_fixed_base_encoding(
+        fixed_base_encoding
+    )  # the exercise's checker agrees
+    with pytest.raises(ValueError, match="num_positions"):
+        fixed_base_encoding(0, (4,))

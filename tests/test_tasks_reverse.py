@@ -36,11 +36,11 @@ from helpers.tasks.reverse import (
     schedule_results,
     steps_to_accuracy,
     token_accuracy,
-    token_cross_entropy,
     train_and_test,
     train_reverse,
     whole_sequence_accuracy,
 )
+from helpers.training import token_cross_entropy
 from helpers.transformer import TransformerConfig
 
 # The command column records what produced a file: files written before release 0.6.0 name

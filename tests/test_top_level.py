@@ -156,10 +156,11 @@ def test_the_unit_tests_run_pytorch_on_one_thread():
 
 
 def test_show_source_names_a_methods_class_and_leaves_out_methods():
-    from helpers.gpt import GPT, KVCache
+    from helpers.gpt import GPT
+    from helpers.kv_cache import KVCache
 
     method = helpers.show_source(KVCache.append).data.splitlines()
-    assert method[1].startswith("# helpers/gpt.py, lines ")
+    assert method[1].startswith("# helpers/kv_cache.py, lines ")
     assert method[2] == "# KVCache.append"
     assert method[3].startswith("def append(self")
     # a plain function has no class line

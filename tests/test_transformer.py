@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 from helpers.analysis import count_parameters
-from helpers.attention import causal_mask, padding_mask
+from helpers.masks import causal_mask, padding_mask
 from helpers.transformer import (
     EncoderBlock,
     FeedForward,

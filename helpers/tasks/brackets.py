@@ -557,7 +557,7 @@ def sample_strings(
 # --------------------------------------------------------------------- training
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BracketConfig:
     """One training run on the language: the model (a :class:`GPTConfig`; the
     default is :class:`GPTConfig`'s own, width 64, 2 layers of 4 heads, learned

@@ -222,7 +222,7 @@ class CornerTransformer(nn.Module):
         }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CornerConfig:
     """Every choice of one square-corner training run: the model's ``model``
     and ``residual``, then the training's."""

@@ -39,7 +39,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from helpers import _validate as check
 from helpers.tasks import shipped_table
-from helpers.training import cosine_warmup_schedule, evaluate, fit
+from helpers.training import adamw_cosine, evaluate, fit
 from helpers.vit import VisionTransformer, ViTConfig, patch_attention, patchify
 
 __all__ = [
@@ -200,7 +200,7 @@ def make_digits_model(name: str, vit: ViTConfig = DIGITS_VIT) -> nn.Module:
 # --------------------------------------------------------------------- training
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DigitsTrainConfig:
     """The recipe of every run: ``steps`` AdamW steps of ``batch_size`` images
     (fewer if the training set is smaller), a linear warm-up over a
@@ -279,10 +279,10 @@ def train_digits(
     torch.manual_seed(seed)
     network = make_digits_model(model, vit)
     batches = _batches(data, config, torch.Generator().manual_seed(seed))
-    optimizer = torch.optim.AdamW(network.parameters(), lr=config.lr,
-                                  weight_decay=config.weight_decay)  # fmt: skip
     warmup_steps = math.ceil(config.warmup_fraction * config.steps)
-    schedule = cosine_warmup_schedule(optimizer, warmup_steps, config.steps)
+    optimizer, schedule = adamw_cosine(
+        network, config.lr, warmup_steps, config.steps, config.weight_decay
+    )
     start = time.perf_counter()
     history = fit(network, batches, loss_fn=nn.functional.cross_entropy, optimizer=optimizer,
                   epochs=1, scheduler=schedule,

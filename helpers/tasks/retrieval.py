@@ -130,7 +130,7 @@ def make_retrieval_data(
     return tokens, retrieval_targets(tokens)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RetrievalConfig:
     """The model and the training budget of chapter 13's length-generalization
     runs.

@@ -186,7 +186,7 @@ def bag_oracle_accuracy(inputs: torch.Tensor, num_classes: int) -> float:
     return (best / (inputs.shape[1] - 1)).mean().item()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ReverseConfig:
     """Every choice of one reversal training run (task, model and optimization).
 

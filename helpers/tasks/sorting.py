@@ -346,7 +346,7 @@ SORTING_MODEL = TransformerConfig(
 one shared vocabulary with tied embeddings."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SortingConfig:
     """Every choice of one sorting run: the task (sources of at most
     ``max_len`` digits, ``num_train`` of them), the ``model``

@@ -391,7 +391,7 @@ class ConvSelfAttention(nn.Module):
     ``1/sqrt(key_channels)``, as source 004 does. No mask by default: every
     position may attend to every position; ``window=w`` lets position i attend
     only to positions less than w away, |i - j| < w (chapter 13's local
-    attention, :func:`helpers.efficient.sliding_window_mask`).
+    attention, :func:`helpers.masks.sliding_window_mask`).
     """
 
     def __init__(

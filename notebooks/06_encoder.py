@@ -511,7 +511,7 @@ final = grid.pivot_table(
 assert (final[("pre-LN", 0)] > 0.95).all() and (
     final[("pre-LN", 100)] > 0.95
 ).all()
-# post-LN without warm-up never learns it (chance is 0.1, one seed starts at 0.36)...
+# post-LN without warm-up never learns it (chance is 0.1, one seed ends at 0.36)...
 assert final[("post-LN", 0)].max() < 0.5
 # ...and learns with it on most seeds, every seed above every run without
 assert final[("post-LN", 100)].median() > 0.95
@@ -551,8 +551,8 @@ plt.show()
 # %% [markdown]
 # **Figure.** Left: the training loss of this page's two runs without warm-up; the post-LN
 # stack (red) never leaves chance, the pre-LN stack (blue) learns the task. Right: the test
-# accuracy of {glue:text}`ch6_warm_seeds` seeds of each setting, trained by a longer run of
-# the same code shipped with the book.
+# accuracy of {glue:text}`ch6_warm_seeds` seeds of each setting, trained by the same code
+# over more seeds (`scripts/warmup_runs.py`) and shipped with the book.
 #
 # Pre-LN learns the task on every seed, with or without warm-up (test accuracy at least
 # {glue:text}`ch6_pre_cold`). Post-LN without warm-up never does (at most

@@ -385,8 +385,7 @@ def cosine_warmup_factor(
     reaches 1), then a cosine decay from 1 at ``step = warmup_steps`` to 0 at
     ``step = total_steps``; 0 after that.
     """
-    check.schedule(warmup_steps, total_steps)
-    check.non_negative_int("step", step)
+    _check_step(step, warmup_steps, total_steps)
     if step < warmup_steps:
         return (step + 1) / warmup_steps
     if step >= total_steps:
@@ -435,15 +434,25 @@ def adamw_cosine(
     warmup_steps: int,
     total_steps: int,
     weight_decay: float = 0.01,
+    *,
+    decay: bool = True,
 ) -> tuple[torch.optim.AdamW, torch.optim.lr_scheduler.LambdaLR]:
     """AdamW on every parameter of ``model`` (``weight_decay``: AdamW's own
-    default unless given) and its :func:`cosine_warmup_schedule`: the optimizer
-    of the book's training tasks."""
+    default unless given; 0 is Adam) and its :func:`cosine_warmup_schedule`:
+    the optimizer of every training task in the book. ``decay=False`` keeps
+    the rate constant after the warm-up instead (chapter 7's schedule
+    experiment)."""
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=lr, weight_decay=weight_decay
     )
-    return optimizer, cosine_warmup_schedule(
-        optimizer, warmup_steps, total_steps
+    if decay:
+        return optimizer, cosine_warmup_schedule(
+            optimizer, warmup_steps, total_steps
+        )
+    check.schedule(warmup_steps, total_steps)
+    warmup = max(warmup_steps, 1)
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: min(1.0, (step + 1) / warmup)
     )
 
 
@@ -486,6 +495,12 @@ def _check_fit_arguments(
     if seed is not None:
         check.non_negative_int("seed", seed)
     check.metric_functions(metrics)
+
+
+def _check_step(step: int, warmup_steps: int, total_steps: int) -> None:
+    """A step of :func:`cosine_warmup_factor` and its schedule."""
+    check.schedule(warmup_steps, total_steps)
+    check.non_negative_int("step", step)
 
 
 def _check_first_batch(batch) -> None:

@@ -552,7 +552,7 @@ plt.show()
 # **Figure.** Left: the training loss of this page's two runs without warm-up; the post-LN
 # stack (red) never leaves chance, the pre-LN stack (blue) learns the task. Right: the test
 # accuracy of {glue:text}`ch6_warm_seeds` seeds of each setting, trained by the same code
-# over more seeds (`scripts/warmup_runs.py`) and shipped with the book.
+# over more seeds (`scripts/margins.py encoder`) and shipped with the book.
 #
 # Pre-LN learns the task on every seed, with or without warm-up (test accuracy at least
 # {glue:text}`ch6_pre_cold`). Post-LN without warm-up never does (at most

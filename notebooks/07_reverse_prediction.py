@@ -100,7 +100,6 @@ from helpers.tasks.reverse import (
     schedule_results,
     steps_to_accuracy,
     token_accuracy,
-    token_cross_entropy,
     train_and_test,
     train_reverse,
     whole_sequence_accuracy,
@@ -111,6 +110,7 @@ from helpers.training import (
     fit,
     load_checkpoint,
     save_checkpoint,
+    token_cross_entropy,
 )
 
 # This model is so small that splitting each matrix product over several CPU
@@ -247,16 +247,16 @@ show_source(ReversePredictor)
 
 # %%
 torch.manual_seed(config.seed)
-model = ReversePredictor(num_classes, config.model_config())
+model = ReversePredictor(num_classes, config.model)
 parameter_table(model)
 
 # %% tags=["remove-cell"]
 table = parameter_table(model)
-d, c, f = config.d_model, num_classes, config.ffn_width
+d, c, f = config.model.d_model, num_classes, config.model.ffn_width
 block = (4 * d * d + 4 * d) + (2 * d * f + f + d) + 4 * d
 expected = {
     "embedding": c * d,
-    "encoder": config.num_layers * block + 2 * d,
+    "encoder": config.model.num_layers * block + 2 * d,
     "classifier": d * c + c,
 }
 expected["total"] = sum(expected.values())
@@ -285,7 +285,7 @@ print("logits", tuple(logits.shape), "for one sequence of", seq_len, "tokens")
 
 # %% tags=["nbval-ignore-output"]
 torch.manual_seed(config.seed)
-bare_model = ReversePredictor(num_classes, config.model_config())
+bare_model = ReversePredictor(num_classes, config.model)
 optimizer = torch.optim.Adam(bare_model.parameters(), lr=0.01)
 loader = DataLoader(train_set, batch_size=config.batch_size, shuffle=True)
 losses = []
@@ -365,7 +365,13 @@ recipe_columns = [
     "num_layers",
 ]
 recipe_table = pd.DataFrame(
-    {"source notebook": vars(SOURCE_000_CONFIG), "this chapter": vars(config)}
+    {
+        "source notebook": {
+            **vars(SOURCE_000_CONFIG),
+            **vars(SOURCE_000_CONFIG.model),
+        },
+        "this chapter": {**vars(config), **vars(config.model)},
+    }
 ).T[recipe_columns]
 glue("ch7_recipe_table", recipe_table, display=False)
 
@@ -469,7 +475,7 @@ plt.show()
 with tempfile.TemporaryDirectory() as folder:
     path = pathlib.Path(folder) / "reverse.pt"
     save_checkpoint(path, model, optimizer, step=int(history["step"].iloc[-1]))
-    restored = ReversePredictor(num_classes, config.model_config())
+    restored = ReversePredictor(num_classes, config.model)
     extra = load_checkpoint(path, restored)
 restored.to(device).eval()
 batch = test_inputs[:100].to(device)
@@ -509,8 +515,8 @@ best_block, best_head, mass, count_mirror_reads = mirror_routing(
 )
 mass_table = pd.DataFrame(
     mass.numpy(),
-    index=[f"block {b + 1}" for b in range(config.num_layers)],
-    columns=[f"head {h + 1}" for h in range(config.num_heads)],
+    index=[f"block {b + 1}" for b in range(config.model.num_layers)],
+    columns=[f"head {h + 1}" for h in range(config.model.num_heads)],
 )
 mass_table.round(2)
 
@@ -523,7 +529,7 @@ assert mass.max() > 0.5
 sequence = test_inputs[0]
 labels = sequence.tolist()
 fig, axes = plt.subplots(
-    config.num_layers, config.num_heads, figsize=(6.2, 6.0)
+    config.model.num_layers, config.model.num_heads, figsize=(6.2, 6.0)
 )
 for b, row in enumerate(axes):
     for h, ax in enumerate(row):
@@ -882,12 +888,18 @@ glue("ch7_mirror_reads_seeds_min", int(mirror_seeds.min().min()))
 
 # %%
 experiment_steps, experiment_seeds = 250, (0, 1)
+schedule_runs = {
+    name: config.replace(**changes)
+    for name, changes in SCHEDULE_EXPERIMENT.items()
+}
 pd.DataFrame(
-    {
-        name: vars(config.replace(**changes))
-        for name, changes in SCHEDULE_EXPERIMENT.items()
-    }
-).T[["lr", "warmup_steps", "cosine_decay", "norm_first"]]
+    [
+        [run.lr, run.warmup_steps, run.cosine_decay, run.model.norm_first]
+        for run in schedule_runs.values()
+    ],
+    index=list(schedule_runs),
+    columns=["lr", "warmup_steps", "cosine_decay", "norm_first"],
+)
 
 # %% tags=["remove-cell"]
 glue("ch7_experiment_steps", experiment_steps)

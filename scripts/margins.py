@@ -3,14 +3,15 @@
     python scripts/margins.py CHAPTER [--part PART] [--seeds N] [--first-seed S]
         [--workers W] [--out CSV] [the chapter's own options]
 
-CHAPTER is ``reverse`` (7), ``shapes`` (8), ``encoder-decoder`` (9), ``lm`` (10) or ``long``
-(13); ``python scripts/margins.py CHAPTER --help`` lists its parts and options. Each run uses
-one PyTorch thread per process (``--workers`` training processes side by side where a part
-trains several runs, ``helpers.parallel``) and prints every quantity's min, median and max
-over the seeds; ``--out`` also writes the table, one row per run, with the ``numerics``
-(``machine default``, or ``scalar`` under ``ATEN_CPU_CAPABILITY=default``), the ``machine`` and
-the ``command`` that produced it. The recipes are the chapters' (the same helpers,
-configurations and data); only the seed (initialization and batch order) changes.
+CHAPTER is ``encoder`` (6), ``reverse`` (7), ``shapes`` (8), ``encoder-decoder`` (9), ``lm``
+(10), ``shakespeare`` (12) or ``long`` (13); ``python scripts/margins.py CHAPTER --help``
+lists its parts and options. Each run uses one PyTorch thread per process (``--workers``
+training processes side by side where a part trains several runs, ``helpers.parallel``) and
+prints every quantity's min, median and max over the seeds; ``--out`` also writes the table,
+one row per run, with the ``numerics`` (``machine default``, or ``scalar`` under
+``ATEN_CPU_CAPABILITY=default``), the ``machine`` and the ``command`` that produced it. The
+recipes are the chapters' (the same helpers, configurations and data); only the seed
+(initialization and batch order) changes.
 
 Run it under each numerics configuration of `make test-portability` (for example `env
 ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=SSE4_2 ONEDNN_MAX_CPU_ISA=SSE41 python
@@ -22,6 +23,19 @@ Files written before release 0.6.0 name the per-chapter scripts this one replace
 ``scripts/margins_<chapter>.py``, whose options carry over under ``scripts/margins.py
 <chapter>`` (long's ``--parts`` and ``--csv`` are now ``--part`` and ``--out``; lm's seed list
 is ``--seeds``/``--first-seed``, its ``--quick`` is ``--part quick``).
+
+Chapter 6, encoder (``helpers.tasks.warmup.train_stack``: 12 blocks, Adam at a constant 0.005
+after an optional 100-step linear warm-up, 300 steps)::
+
+    python scripts/margins.py encoder --seeds 5 --out helpers/tasks/warmup_runs.csv
+
+One row per run: the norm's place, the warm-up, the seed, the learning rate, the final
+training loss and the test accuracy (``helpers.tasks.warmup.shipped_runs``; the chapter
+asserts that its live runs fall among them). The shipped rows were written on the book's
+Intel machine by ``scripts/warmup_runs.py``, the script this part replaced (same runs, same
+options). Post-LN training is sensitive to float bits: on an AMD EPYC the same command ends 3
+of the 20 runs differently (seed 4's post-LN run with warm-up, at 0.66 in the shipped file,
+reaches 1.0 there).
 
 Chapter 7, reverse (``helpers.tasks.reverse``; the chapter's ``BOOK_CONFIG`` and data)::
 
@@ -128,6 +142,19 @@ validity and accuracy, and the overfitting run's validation-loss rise and final 
 ``quick`` stops after the samples (no n-gram baseline, no overfitting run). The margins
 measured (seeds 0-3 default numerics, 0-2 scalar) sit in comments beside the chapter's asserts.
 
+Chapter 12, shakespeare (``helpers.tasks.shakespeare.train_shakespeare``, the chapter's
+``ShakespeareConfig``)::
+
+    python scripts/margins.py shakespeare --workers 3 --out helpers/tasks/shakespeare_runs.csv
+
+``recipe``: the chapter's run on each seed, one row per held-out evaluation (``step``,
+``train_loss``, ``val_loss`` in nats per character, and the run's length ``steps``), the last
+with ``known_words``, the share of known words in the chapter's samples of the trained model;
+``--steps`` stretches the schedule to another length. ``shipped_runs`` reads the shipped file;
+the chapter asserts that every seed ends at 1.60 or below and that its own run falls among
+them. The weights that ship with the book come from
+``scripts/train_shakespeare_weights.py``.
+
 Chapter 13, long (``helpers.efficient``, ``helpers.gpt``, ``helpers.tasks.retrieval``)::
 
     python scripts/margins.py long --part cost
@@ -212,6 +239,15 @@ from helpers.tasks.reverse import (
     train_reverse,
     whole_sequence_accuracy,
 )
+from helpers.tasks.shakespeare import (
+    CharTokenizer,
+    ShakespeareConfig,
+    known_word_fraction,
+    load_text,
+    split_text,
+    train_shakespeare,
+    words,
+)
 from helpers.tasks.shapes import (
     SHAPES_MODELS,
     attention_enrichment,
@@ -232,6 +268,7 @@ from helpers.tasks.sorting import (
     train_sorting,
 )
 from helpers.tasks.sorting import sequence_accuracy as sorting_accuracy
+from helpers.tasks.warmup import train_stack
 
 # ---------------------------------------------------------------------------------------------
 # Chapter 7: reverse
@@ -779,6 +816,73 @@ def long_retrieval(args, seeds) -> pd.DataFrame:
 
 
 # ---------------------------------------------------------------------------------------------
+# Chapter 6: encoder
+
+
+def encoder_warmup(args, seeds) -> pd.DataFrame:
+    """The deep stacks, post-LN and pre-LN, with and without warm-up: one row per run."""
+    jobs = [
+        dict(norm_first=norm_first, warmup_steps=warmup, seed=seed, lr=args.lr)
+        for seed in seeds
+        for norm_first in (False, True)
+        for warmup in (0, 100)
+    ]
+    results = run_in_processes(train_stack, jobs, workers=args.workers)
+    return pd.DataFrame(
+        {
+            "norm": "pre-LN" if job["norm_first"] else "post-LN",
+            "warmup": job["warmup_steps"],
+            "seed": job["seed"],
+            "lr": job["lr"],
+            "final_loss": round(result["losses"][-1], 4),
+            "accuracy": round(result["accuracy"], 4),
+        }
+        for job, result in zip(jobs, results, strict=True)
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Chapter 12: shakespeare
+
+
+def shakespeare_run(seed: int, steps: int, evaluations: int) -> pd.DataFrame:
+    """The chapter's recipe stretched to ``steps``: a row per held-out evaluation; the last
+    also has the share of known words in the chapter's samples (four of 500 characters at
+    temperature 1, sampling seed 2)."""
+    text = load_text()
+    tokenizer = CharTokenizer(text)
+    train_text, held_text = split_text(text)
+    config = ShakespeareConfig(steps=steps, seed=seed, evaluations=evaluations)
+    model, history = train_shakespeare(
+        config, tokenizer.encode(train_text), tokenizer.encode(held_text)
+    )
+    rows = history[history["val_loss"].notna()]
+    rows = rows[["step", "train_loss", "val_loss"]].assign(
+        steps=steps, seed=seed
+    )
+    samples = model.generate(
+        tokenizer.encode("\n")[None].repeat(4, 1),
+        500,
+        generator=torch.Generator().manual_seed(2),
+    )
+    written = "".join(tokenizer.decode(sample) for sample in samples)
+    share = known_word_fraction(written, set(words(train_text)))
+    return rows.assign(known_words=[None] * (len(rows) - 1) + [share])
+
+
+def shakespeare_recipe(args, seeds) -> pd.DataFrame:
+    """Every seed of the recipe, seeds side by side."""
+    runs = run_in_processes(
+        shakespeare_run,
+        [{"seed": seed} for seed in seeds],
+        workers=args.workers,
+        steps=args.steps or ShakespeareConfig().steps,
+        evaluations=args.evaluations,
+    )
+    return pd.concat(runs, ignore_index=True).round(4)
+
+
+# ---------------------------------------------------------------------------------------------
 # The command line, shared by every chapter
 
 CHAPTERS = {
@@ -800,6 +904,7 @@ CHAPTERS = {
             "overfit": (shapes_overfit, ["model", "step"]),
         },
     ),
+    "encoder": (6, 5, {"warmup": (encoder_warmup, ["norm", "warmup"])}),
     "encoder-decoder": (9, 5, {"seeds": (encoder_decoder_seeds, [])}),
     "lm": (10, 3, {"all": (lm_all, []), "quick": (lm_quick, [])}),
     "long": (
@@ -811,6 +916,7 @@ CHAPTERS = {
             "retrieval": (long_retrieval, ["positions", "scale"]),
         },
     ),
+    "shakespeare": (12, 3, {"recipe": (shakespeare_recipe, ["step"])}),
 }
 
 
@@ -861,6 +967,22 @@ def build_parser() -> argparse.ArgumentParser:
             )
             sub.add_argument(
                 "--epochs", type=int, default=3, help="the chapter's epochs"
+            )
+        if name == "encoder":
+            sub.add_argument(
+                "--lr", type=float, default=0.005, help="the peak learning rate"
+            )
+        if name == "shakespeare":
+            sub.add_argument(
+                "--steps",
+                type=int,
+                help="default: the chapter's (the schedule stretched)",
+            )
+            sub.add_argument(
+                "--evaluations",
+                type=int,
+                default=5,
+                help="held-out losses per run",
             )
         if name == "long":
             sub.add_argument(

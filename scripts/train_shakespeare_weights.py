@@ -1,10 +1,11 @@
-"""Train the Shakespeare chapter's GPT for longer and ship its weights with the package.
+"""Train a deeper Shakespeare GPT for longer and ship its weights with the package.
 
     python scripts/train_shakespeare_weights.py --steps 10000 --seed 0 --threads 1
 
-The chapter's recipe (``helpers.tasks.shakespeare.ShakespeareConfig``: the same model, AdamW
-with warm-up and cosine decay, batches of 24 random 64-character windows) with the schedule
-stretched to ``--steps``. Writes two files into ``helpers/tasks/``:
+The chapter's recipe (``helpers.tasks.shakespeare.ShakespeareConfig``: AdamW with warm-up
+and cosine decay, batches of 24 random 64-character windows) with its model ``--layers``
+deep (default 4; the chapter's live model has 2), a peak learning rate of ``--lr`` (default
+2e-3) and the schedule stretched to ``--steps``. Writes two files into ``helpers/tasks/``:
 
 - ``shakespeare_gpt.safetensors``: the weights (float32, safetensors, the tied embedding
   stored once), which ``helpers.tasks.shakespeare.pretrained()`` loads;
@@ -43,14 +44,31 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 OUT = ROOT / "helpers" / "tasks"
 
 
-def main(argv: list[str] | None = None) -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=10_000)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--evaluations", type=int, default=10)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", type=pathlib.Path, default=OUT)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def recipe(args: argparse.Namespace) -> ShakespeareConfig:
+    """The chapter's configuration with the command line's depth, rate, steps and seed."""
+    return ShakespeareConfig(
+        model=ShakespeareConfig().model.replace(num_layers=args.layers),
+        lr=args.lr,
+        steps=args.steps,
+        seed=args.seed,
+        evaluations=args.evaluations,
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     torch.set_num_threads(args.threads)
     command = "python scripts/train_shakespeare_weights.py " + shlex.join(
         sys.argv[1:] if argv is None else argv
@@ -58,9 +76,7 @@ def main(argv: list[str] | None = None) -> None:
     text = load_text()
     tokenizer = CharTokenizer(text)
     train_text, held_text = split_text(text)
-    config = ShakespeareConfig(
-        steps=args.steps, seed=args.seed, evaluations=args.evaluations
-    )
+    config = recipe(args)
     start = time.perf_counter()
     model, history = train_shakespeare(
         config, tokenizer.encode(train_text), tokenizer.encode(held_text)

@@ -12,16 +12,20 @@ from conftest import load_script, run_script
 
 import helpers.tasks.retrieval
 import helpers.tasks.reverse
+import helpers.tasks.shakespeare
 import helpers.tasks.shapes
 import helpers.tasks.sorting
+import helpers.tasks.warmup
 
 margins = load_script("margins.py")
 CHAPTERS = {
+    "encoder": 6,
     "reverse": 7,
     "shapes": 8,
     "encoder-decoder": 9,
     "lm": 10,
     "long": 13,
+    "shakespeare": 12,
 }
 
 
@@ -58,9 +62,13 @@ def test_the_parser_knows_every_chapter_by_name_and_number():
         5,
         5,
         5,
+        5,
+        3,
         3,
         3,
     ]
+    assert parser.parse_args(["12", "--steps", "30"]).steps == 30
+    assert parser.parse_args(["6"]).lr == 0.005
 
 
 def test_the_parts_reproduce_every_measurement_of_the_old_scripts():
@@ -68,11 +76,13 @@ def test_the_parts_reproduce_every_measurement_of_the_old_scripts():
         name: list(chapter[2]) for name, chapter in margins.CHAPTERS.items()
     }
     assert parts == {
+        "encoder": ["warmup"],
         "reverse": ["chapter", "schedules", "ablations"],
         "shapes": ["seeds", "overfit"],
         "encoder-decoder": ["seeds"],
         "lm": ["all", "quick"],
         "long": ["cost", "shapes", "retrieval"],
+        "shakespeare": ["recipe"],
     }
 
 
@@ -115,8 +125,14 @@ def test_the_label_names_the_numerics_the_machine_and_the_command(
 def shipped_commands(monkeypatch) -> list[str]:
     """Every ``how_to_make`` command of the shipped results' readers in helpers.tasks."""
     commands = []
-    for module in (helpers.tasks.reverse, helpers.tasks.shapes, helpers.tasks.sorting,
-                   helpers.tasks.retrieval):  # fmt: skip
+    for module in (
+        helpers.tasks.reverse,
+        helpers.tasks.shapes,
+        helpers.tasks.sorting,
+        helpers.tasks.retrieval,
+        helpers.tasks.warmup,
+        helpers.tasks.shakespeare,
+    ):
         monkeypatch.setattr(
             module, "shipped_table", lambda _, command: commands.append(command)
         )
@@ -133,7 +149,8 @@ def test_every_shipped_files_command_parses(monkeypatch):
     commands = [
         c for c in shipped_commands(monkeypatch) if "scripts/margins" in c
     ]
-    assert len(commands) == 6  # reverse 2, shapes 2, encoder-decoder 1, long 1
+    # encoder 1, reverse 2, shapes 2, encoder-decoder 1, shakespeare 1, long 1
+    assert len(commands) == 8
     parser = margins.build_parser()
     for command in commands:
         python, script, *argv = shlex.split(command)

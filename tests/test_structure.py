@@ -721,10 +721,7 @@ def reexports(package=PACKAGE) -> list[str]:
 
 
 # Second homes still there, each with its reason: a debt that may only shrink.
-KNOWN_SECOND_HOMES = {
-    "helpers/tasks/reverse: token_cross_entropy": "chapter 7 imports it from here; "
-    "dropping it shifts the chapter's shown code, to re-execute with it",
-}
+KNOWN_SECOND_HOMES: dict[str, str] = {}
 
 
 def test_every_public_name_has_one_import_home():

@@ -261,14 +261,15 @@ def test_bag_oracle_bounds_every_position_blind_rule():
 
 def test_source_configuration_is_source_000s():
     config = SOURCE_000_CONFIG
-    assert (config.d_model, config.num_heads, config.num_layers) == (32, 2, 2)
+    model = config.model
+    assert (model.d_model, model.num_heads, model.num_layers) == (32, 2, 2)
     assert (
         config.batch_size,
         config.lr,
         config.warmup_steps,
         config.epochs,
     ) == (32, 1e-3, 100, 3)
-    assert config.dropout == 0.1
+    assert config.model.dropout == 0.1
     assert config.total_steps() == 4686  # "about 4,700 optimizer steps"
 
 
@@ -313,7 +314,7 @@ def test_train_reverse_is_build_then_fit():
 
 
 def test_schedule_experiment_changes_only_known_fields():
-    fields = set(vars(BOOK_CONFIG))
+    fields = set(vars(BOOK_CONFIG)) | set(vars(BOOK_CONFIG.model))
     assert (
         SCHEDULE_EXPERIMENT[next(iter(SCHEDULE_EXPERIMENT))] == {}
     )  # the book's run first
@@ -600,10 +601,9 @@ def test_train_and_test_scores_the_trained_model_in_eval_mode():
         batch_size=32,
         seq_len=6,
         num_classes=5,
-        d_model=16,
         warmup_steps=1,
         epochs=1,
-    )
+    ).replace(d_model=16)
     train_set = make_reverse_dataset(64, 6, 5, generator(0))
     test_set = make_reverse_dataset(40, 6, 5, generator(1))
     loader = torch.utils.data.DataLoader(test_set, batch_size=16)

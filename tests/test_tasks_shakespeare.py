@@ -235,8 +235,31 @@ def test_the_shipped_record_names_its_recipe_and_machine():
     for key in ("commit", "machine", "command", "train_seconds", "recipe"):
         assert record[key], key
     chapter = ShakespeareConfig()
-    assert record["recipe"]["model"]["d_model"] == chapter.model.d_model
+    # the chapter's model, deeper: only the depth differs
+    shipped_model = record["recipe"]["model"]
+    assert shipped_model["num_layers"] > chapter.model.num_layers
+    assert {**shipped_model, "num_layers": chapter.model.num_layers} == vars(
+        chapter.model
+    )
     assert record["recipe"]["batch_size"] == chapter.batch_size
     assert (
         record["recipe"]["steps"] > chapter.steps
     )  # longer than the chapter's
+
+
+def test_the_weights_script_rebuilds_the_recorded_recipe_from_its_command():
+    """The shipped weights' command, run today, trains the recipe their record names (the
+    chapter's live model is shallower; the script's defaults keep the shipped depth)."""
+    import dataclasses
+    import shlex
+
+    from conftest import load_script
+
+    from helpers.tasks.shakespeare import pretrained_record
+
+    record = pretrained_record()
+    script = load_script("train_shakespeare_weights.py")
+    python, path, *argv = shlex.split(record["command"])
+    assert (python, path) == ("python", "scripts/train_shakespeare_weights.py")
+    config = script.recipe(script.build_parser().parse_args(argv))
+    assert dataclasses.asdict(config) == record["recipe"]

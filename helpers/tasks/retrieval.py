@@ -34,7 +34,7 @@ from helpers import _validate as check
 from helpers.gpt import GPT, GPTConfig
 from helpers.masks import earlier_mask
 from helpers.tasks import shipped_table
-from helpers.training import cosine_warmup_schedule, fit, token_cross_entropy
+from helpers.training import adamw_cosine, fit, token_cross_entropy
 
 __all__ = [
     "IGNORE",
@@ -256,11 +256,21 @@ def train_retrieval(
     )
     sizes = config.batch_size
     batches = list(zip(tokens.split(sizes), targets.split(sizes), strict=True))
-    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
     warmup = math.ceil(config.warmup_fraction * config.steps)
-    fit(model, batches, loss_fn=token_cross_entropy, optimizer=optimizer, epochs=1,
-        scheduler=cosine_warmup_schedule(optimizer, warmup, config.steps),
-        clip_grad_norm=1.0, progress=False, log_every=config.steps)  # fmt: skip
+    optimizer, scheduler = adamw_cosine(  # weight decay 0: Adam
+        model, config.lr, warmup, config.steps, 0.0
+    )
+    fit(
+        model,
+        batches,
+        loss_fn=token_cross_entropy,
+        optimizer=optimizer,
+        epochs=1,
+        scheduler=scheduler,
+        clip_grad_norm=1.0,
+        progress=False,
+        log_every=config.steps,
+    )
     accuracy = {
         length: retrieval_accuracy(
             model,

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pandas as pd
 import torch
@@ -29,7 +29,7 @@ from helpers import _validate as check
 from helpers.positional import SinusoidalPositionalEncoding
 from helpers.tasks import shipped_table
 from helpers.training import (
-    cosine_warmup_schedule,
+    adamw_cosine,
     evaluate,
     fit,
     shuffled_loader,
@@ -40,7 +40,6 @@ from helpers.transformer import TransformerConfig, TransformerEncoder
 __all__ = [
     "make_reverse_dataset",
     "ReversePredictor",
-    "token_cross_entropy",  # helpers.training's, imported here by chapter 7
     "token_accuracy",
     "bag_oracle_accuracy",
     "ReverseConfig",
@@ -70,6 +69,13 @@ def _check_num_classes(num_classes) -> None:
             "num_classes must be at least 2 (with one token every sequence is "
             f"its own reversal), got {num_classes}"
         )
+
+
+def _check_predictor(num_classes, config, positions) -> None:
+    """The arguments of :class:`ReversePredictor`."""
+    _check_num_classes(num_classes)
+    check.instance("config", config, TransformerConfig)
+    check.one_of("positions", positions, ("sinusoidal", "none"))
 
 
 def make_reverse_dataset(
@@ -108,7 +114,7 @@ class ReversePredictor(nn.Module):
     sequence. ``positions="none"`` leaves the positional encoding out (an
     ablation: the model then cannot tell positions apart);
     ``config.norm_first=False`` makes the encoder post-LN (chapter 6).
-    :meth:`ReverseConfig.model_config` is the config of a training run.
+    ``ReverseConfig.model`` is the config of a training run.
     """
 
     def __init__(
@@ -118,9 +124,7 @@ class ReversePredictor(nn.Module):
         positions: str = "sinusoidal",
     ) -> None:
         super().__init__()
-        _check_num_classes(num_classes)
-        check.instance("config", config, TransformerConfig)
-        check.one_of("positions", positions, ("sinusoidal", "none"))
+        _check_predictor(num_classes, config, positions)
         self.num_classes = num_classes
         self.embedding = nn.Embedding(num_classes, config.d_model)
         self.positional = (
@@ -188,23 +192,24 @@ def bag_oracle_accuracy(inputs: torch.Tensor, num_classes: int) -> float:
 
 @dataclass(frozen=True, kw_only=True)
 class ReverseConfig:
-    """Every choice of one reversal training run (task, model and optimization).
+    """Every choice of one reversal training run: the task, the encoder
+    (``model``, a :class:`TransformerConfig`) and the optimization.
 
     The schedule is a linear warm-up over ``warmup_steps`` (0: none), then a
     cosine decay to zero over the run (``cosine_decay=True``) or a constant
-    learning rate (``False``). ``norm_first=False`` trains a post-LN encoder.
+    learning rate (``False``). ``config.replace(dropout=0.1)`` changes a field
+    of the run or of its model, by name.
     """
 
     seq_len: int = 16
     num_classes: int = 10
     num_train: int = 50_000
-    d_model: int = 32
-    num_heads: int = 2
-    num_layers: int = 2
-    ffn_width: int = 64
-    dropout: float = 0.0
+    model: TransformerConfig = field(
+        default_factory=lambda: TransformerConfig(
+            d_model=32, num_heads=2, num_layers=2, ffn_width=64, max_len=64
+        )
+    )
     positions: str = "sinusoidal"
-    norm_first: bool = True
     batch_size: int = 32
     lr: float = 1e-3
     weight_decay: float = 0.0
@@ -214,6 +219,15 @@ class ReverseConfig:
     clip_grad_norm: float | None = 5.0
     seed: int = 0
 
+    def __post_init__(self) -> None:
+        check.instance("model", self.model, TransformerConfig)
+        if self.model.max_len < self.seq_len:
+            raise ValueError(
+                f"model.max_len={self.model.max_len} is shorter than "
+                f"seq_len={self.seq_len}; build the model for longer "
+                f"sequences: config.replace(max_len={self.seq_len})"
+            )
+
     def steps_per_epoch(self) -> int:
         # the loader drops the last partial batch
         return self.num_train // self.batch_size
@@ -221,26 +235,18 @@ class ReverseConfig:
     def total_steps(self) -> int:
         return self.epochs * self.steps_per_epoch()
 
-    def model_config(self) -> TransformerConfig:
-        """The encoder's :class:`TransformerConfig`: this run's sizes, for
-        sequences of up to ``max(64, seq_len)`` tokens."""
-        return TransformerConfig(
-            d_model=self.d_model,
-            num_heads=self.num_heads,
-            num_layers=self.num_layers,
-            ffn_width=self.ffn_width,
-            dropout=self.dropout,
-            norm_first=self.norm_first,
-            max_len=max(64, self.seq_len),
-        )
-
     def replace(self, **changes) -> ReverseConfig:
-        """A copy with some fields changed, e.g.
-        ``config.replace(dropout=0.5)``."""
-        return dataclasses.replace(self, **changes)
+        """A copy with some fields changed, the run's or its model's, e.g.
+        ``config.replace(dropout=0.5, lr=1e-2)``."""
+        own = {f.name for f in dataclasses.fields(self)}
+        to_model = {k: changes.pop(k) for k in list(changes) if k not in own}
+        model = changes.pop("model", self.model)
+        if to_model:
+            model = model.replace(**to_model)
+        return dataclasses.replace(self, model=model, **changes)
 
 
-SOURCE_000_CONFIG = ReverseConfig(dropout=0.1)
+SOURCE_000_CONFIG = ReverseConfig().replace(dropout=0.1)
 """Source 000's hyper-parameters (batch 32, lr 1e-3, 100 warm-up steps, 3
 epochs, dropout 0.1).
 
@@ -497,21 +503,15 @@ def build_reverse_training(config: ReverseConfig, train_set: TensorDataset):
             f"make_reverse_dataset({config.num_train}, ...)"
         )
     torch.manual_seed(config.seed)
-    model = ReversePredictor(
-        config.num_classes, config.model_config(), config.positions
+    model = ReversePredictor(config.num_classes, config.model, config.positions)
+    optimizer, scheduler = adamw_cosine(
+        model,
+        config.lr,
+        config.warmup_steps,
+        config.total_steps(),
+        config.weight_decay,
+        decay=config.cosine_decay,
     )
-    optimizer = torch.optim.AdamW(
-        model.parameters(), lr=config.lr, weight_decay=config.weight_decay
-    )
-    if config.cosine_decay:
-        scheduler = cosine_warmup_schedule(
-            optimizer, config.warmup_steps, config.total_steps()
-        )
-    else:  # linear warm-up, then constant
-        warmup = max(config.warmup_steps, 1)
-        scheduler = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lambda step: min(1.0, (step + 1) / warmup)
-        )
     loader = shuffled_loader(train_set, config.batch_size, config.seed)
     return model, optimizer, scheduler, loader
 
@@ -594,7 +594,7 @@ def bare_loop(
     ``val_set`` afterwards.
     """
     torch.manual_seed(config.seed)
-    model = ReversePredictor(config.num_classes, config.model_config())
+    model = ReversePredictor(config.num_classes, config.model)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
     loader = DataLoader(train_set, batch_size=config.batch_size, shuffle=True)
     losses = []

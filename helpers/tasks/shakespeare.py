@@ -28,7 +28,7 @@ from helpers import _validate as check
 from helpers.gpt import GPT, GPTConfig
 from helpers.tasks import shipped_file, shipped_table
 from helpers.training import (
-    cosine_warmup_schedule,
+    adamw_cosine,
     evaluate,
     fit,
     token_cross_entropy,
@@ -352,19 +352,30 @@ class ShakespeareConfig:
             vocab_size=76,
             context_length=64,
             d_model=128,
-            num_layers=4,
+            num_layers=2,
             num_heads=4,
             norm="layer",
             activation="gelu",
         )
     )
     batch_size: int = 24
-    lr: float = 2e-3
+    lr: float = 4e-3
     weight_decay: float = 0.1
     warmup_steps: int = 100
-    steps: int = 1500
+    steps: int = 3600
     evaluations: int = 5
     seed: int = 0
+
+
+def _check_config(config: ShakespeareConfig) -> None:
+    """A run's configuration: evaluations evenly spaced over the steps."""
+    check.instance("config", config, ShakespeareConfig)
+    check.positive_int("evaluations", config.evaluations)
+    if config.steps % config.evaluations:
+        raise ValueError(
+            f"steps={config.steps} must be a multiple of "
+            f"evaluations={config.evaluations}"
+        )
 
 
 def train_shakespeare(
@@ -381,13 +392,7 @@ def train_shakespeare(
     :func:`helpers.training.fit`'s history). Trains on ``device``; the model
     comes back on the CPU, in eval mode.
     """
-    check.instance("config", config, ShakespeareConfig)
-    check.positive_int("evaluations", config.evaluations)
-    if config.steps % config.evaluations:
-        raise ValueError(
-            f"steps={config.steps} must be a multiple of "
-            f"evaluations={config.evaluations}"
-        )
+    _check_config(config)
     torch.manual_seed(config.seed)
     model = GPT(config.model)
     T = config.model.context_length
@@ -399,11 +404,8 @@ def train_shakespeare(
         torch.Generator().manual_seed(config.seed),
     )
     held = DataLoader(held_out_windows(held_ids, T), batch_size=256)
-    optimizer = torch.optim.AdamW(
-        model.parameters(), lr=config.lr, weight_decay=config.weight_decay
-    )
-    scheduler = cosine_warmup_schedule(
-        optimizer, config.warmup_steps, config.steps
+    optimizer, scheduler = adamw_cosine(
+        model, config.lr, config.warmup_steps, config.steps, config.weight_decay
     )
     history = fit(
         model,
@@ -429,8 +431,7 @@ def shipped_runs() -> pd.DataFrame:
     """
     return shipped_table(
         RUNS_FILE,
-        f"python scripts/shakespeare_runs.py --steps 1500 --seeds 0 1 2 --out "
-        f"helpers/tasks/{RUNS_FILE}",
+        f"python scripts/margins.py shakespeare --out helpers/tasks/{RUNS_FILE}",
     )
 
 

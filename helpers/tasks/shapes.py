@@ -38,7 +38,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from helpers import _validate as check
 from helpers.masks import sliding_window_mask
 from helpers.tasks import shipped_table
-from helpers.training import cosine_warmup_schedule, evaluate, fit
+from helpers.training import adamw_cosine, evaluate, fit
 
 __all__ = [
     "SHAPES_HEIGHT_RANGE",
@@ -380,6 +380,20 @@ def _check_conv_sizes(**sizes: int) -> None:
         )
 
 
+def _check_attention_layer(
+    in_channels, out_channels, key_channels, scaled, window
+):
+    """The arguments of :class:`ConvSelfAttention`."""
+    _check_conv_sizes(
+        in_channels=in_channels,
+        out_channels=out_channels,
+        key_channels=key_channels,
+    )
+    check.boolean("scaled", scaled)
+    if window is not None:
+        check.positive_int("window", window)
+
+
 class ConvSelfAttention(nn.Module):
     """Single-head self-attention on a ``[B, C, T]`` signal, 1x1 convs as Q/K/V.
 
@@ -403,14 +417,9 @@ class ConvSelfAttention(nn.Module):
         window: int | None = None,
     ):
         super().__init__()
-        _check_conv_sizes(
-            in_channels=in_channels,
-            out_channels=out_channels,
-            key_channels=key_channels,
+        _check_attention_layer(
+            in_channels, out_channels, key_channels, scaled, window
         )
-        check.boolean("scaled", scaled)
-        if window is not None:
-            check.positive_int("window", window)
         self.query = nn.Conv1d(
             in_channels, key_channels, kernel_size=1, bias=False
         )
@@ -525,8 +534,7 @@ class ShapesLSTM(nn.Module):
 
     def __init__(self, hidden_size: int = 44, num_layers: int = 2):
         super().__init__()
-        check.positive_int("hidden_size", hidden_size)
-        check.positive_int("num_layers", num_layers)
+        _check_conv_sizes(hidden_size=hidden_size, num_layers=num_layers)
         self.lstm = nn.LSTM(
             input_size=1,
             hidden_size=hidden_size,
@@ -577,6 +585,22 @@ class BatchAxisLSTM(nn.Module):
 # ------------------------------------------------------------ reading attention
 
 
+def _check_weights_and_ids(
+    weights: torch.Tensor, shape_ids: torch.Tensor
+) -> None:
+    """The arguments of :func:`attention_enrichment`: ``[N, T, T]`` and ``[N, T]``."""
+    check.tensor("weights", weights, floating=True)
+    if (
+        weights.dim() != 3
+        or shape_ids.shape != weights.shape[:2]
+        or weights.shape[1] != weights.shape[2]
+    ):
+        raise ValueError(
+            "weights must be [N, T, T] and shape_ids [N, T], got "
+            f"{tuple(weights.shape)} and {tuple(shape_ids.shape)}"
+        )
+
+
 def attention_enrichment(
     weights: torch.Tensor, shape_ids: torch.Tensor
 ) -> pd.DataFrame:
@@ -590,16 +614,7 @@ def attention_enrichment(
     region covers, which is what uniform attention would give: 1 is no
     preference.
     """
-    check.tensor("weights", weights, floating=True)
-    if (
-        weights.dim() != 3
-        or shape_ids.shape != weights.shape[:2]
-        or weights.shape[1] != weights.shape[2]
-    ):
-        raise ValueError(
-            "weights must be [N, T, T] and shape_ids [N, T], got "
-            f"{tuple(weights.shape)} and {tuple(shape_ids.shape)}"
-        )
+    _check_weights_and_ids(weights, shape_ids)
     # -1 background, 0 triangle, 1 box
     kinds = torch.div(shape_ids, 2, rounding_mode="floor")
     query_ids, key_ids = shape_ids[:, :, None], shape_ids[:, None, :]
@@ -631,6 +646,18 @@ SHAPES_MODELS = {
 }
 
 
+def _check_run(name: str, seed: int, window: int | None) -> None:
+    """The model, seed and window of :func:`train_shapes_model`."""
+    check.one_of("name", name, sorted(SHAPES_MODELS))
+    check.non_negative_int("seed", seed)
+    if window is not None and name != "CNN + attention":
+        raise ValueError(
+            f"window={window} applies to the attention layer of "
+            f"'CNN + attention' only, got name={name!r}; leave window=None "
+            "for the other models"
+        )
+
+
 def train_shapes_model(
     name: str,
     seed: int,
@@ -660,14 +687,7 @@ def train_shapes_model(
     ``window`` (only for "CNN + attention") makes its attention local, as in
     chapter 13; None, the default, is chapter 8's model.
     """
-    check.one_of("name", name, sorted(SHAPES_MODELS))
-    check.non_negative_int("seed", seed)
-    if window is not None and name != "CNN + attention":
-        raise ValueError(
-            f"window={window} applies to the attention layer of "
-            f"'CNN + attention' only, got name={name!r}; leave window=None "
-            "for the other models"
-        )
+    _check_run(name, seed, window)
     torch.manual_seed(seed)
     model = (
         SHAPES_MODELS[name]()
@@ -676,10 +696,9 @@ def train_shapes_model(
     )
     order = torch.Generator().manual_seed(seed)
     loader = DataLoader(train_set, batch_size, shuffle=True, generator=order)
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     total_steps = epochs * len(loader)
-    schedule = cosine_warmup_schedule(
-        optimizer, round(warmup_fraction * total_steps), total_steps
+    optimizer, schedule = adamw_cosine(  # weight decay 0: Adam
+        model, lr, round(warmup_fraction * total_steps), total_steps, 0.0
     )
     history = fit(
         model,

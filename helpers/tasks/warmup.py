@@ -6,7 +6,7 @@ an embedding, learned positions, a :class:`~helpers.transformer.TransformerEncod
 of 12 blocks of width 32, and a readout. :func:`train_stack` trains it with Adam,
 a constant learning rate after an optional linear warm-up, the same batches for
 every setting of a seed. :func:`shipped_runs` reads the grid that
-``scripts/warmup_runs.py`` trained: post-LN and pre-LN, with and without warm-up,
+``scripts/margins.py encoder`` trained: post-LN and pre-LN, with and without warm-up,
 over seeds.
 """
 
@@ -86,7 +86,10 @@ def train_stack(
 
 
 def shipped_runs() -> pd.DataFrame:
-    """The grid of ``scripts/warmup_runs.py``: one row per run (``norm``,
-    ``warmup``, ``seed``, ``lr``, ``final_loss``, ``accuracy``, ``machine``,
-    ``command``)."""
-    return shipped_table(RUNS_FILE, "python scripts/warmup_runs.py")
+    """The grid of ``scripts/margins.py encoder``: one row per run (``norm``,
+    ``warmup``, ``seed``, ``lr``, ``final_loss``, ``accuracy``, ``numerics``,
+    ``machine``, ``command``)."""
+    return shipped_table(
+        RUNS_FILE,
+        f"python scripts/margins.py encoder --out helpers/tasks/{RUNS_FILE}",
+    )

@@ -373,8 +373,10 @@ STREAMING = ("rope", "alibi", "none")  # relative positions, or none
 @pytest.mark.parametrize(
     "dtype, tolerance",
     [(torch.float64, dict(atol=1e-10, rtol=0)),  # the exact equivalence
-     # logits up to about 20: float32's rounding, along two orders of sums
-     (torch.float32, dict(atol=5e-5, rtol=1e-5))],
+     # logits up to about 20: float32's rounding, along two orders of sums (measured at
+     # most 1.03e-4 on an AMD EPYC, rope, and 7.8e-5 there under scalar numerics; 5e-5
+     # held on the book's Intel Xeon)
+     (torch.float32, dict(atol=3e-4, rtol=1e-5))],
     ids=["float64", "float32"],
 )  # fmt: skip
 @pytest.mark.parametrize("positions", STREAMING)

@@ -91,6 +91,14 @@ def _allowed(
     return None if bool(allowed.all()) else allowed
 
 
+def _check_tiled(q, k, v, causal, window, block_size, scale) -> None:
+    check.attention_arguments(q, k, v, None, 0.0, False, scale)
+    check.boolean("causal", causal)
+    check.positive_int("block_size", block_size)
+    if window is not None:
+        check.positive_int("window", window)
+
+
 def tiled_attention(
     q: Tensor,
     k: Tensor,
@@ -124,11 +132,7 @@ def tiled_attention(
     ``torch.nn.attention.bias.causal_lower_right`` is its bottom-right mask.
     With more queries than keys the first ``Tq - Tk`` queries see no key.
     """
-    check.attention_arguments(q, k, v, None, 0.0, False, scale)
-    check.boolean("causal", causal)
-    check.positive_int("block_size", block_size)
-    if window is not None:
-        check.positive_int("window", window)
+    _check_tiled(q, k, v, causal, window, block_size, scale)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     # keys at 0 .. Tk - 1, queries at the last Tq positions (bottom right)
     k_positions = torch.arange(k.shape[-2], device=q.device)

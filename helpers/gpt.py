@@ -350,12 +350,7 @@ class GPT(nn.Module):
 
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
-        if not isinstance(config, GPTConfig):
-            raise TypeError(
-                f"GPT takes one GPTConfig, got {type(config).__name__}; build "
-                "it as GPT(GPTConfig(vocab_size=..., context_length=..., "
-                "d_model=..., ...))"
-            )
+        _check_gpt_config(config)
         self.config = config
         self.vocab_size = config.vocab_size
         self.context_length = config.context_length
@@ -398,19 +393,22 @@ class GPT(nn.Module):
             nn.init.zeros_(module.bias)
 
     def forward(
-        self,
-        tokens: Tensor,
-        caches: list[KVCache] | None = None,
-        validate: bool = True,
+        self, tokens: Tensor, caches: list[KVCache] | None = None
     ) -> Tensor:
-        """Logits ``(B, T, V)`` for token ids ``(B, T)``.
+        """Logits ``(B, T, V)`` for token ids ``(B, T)``, checked first.
 
         With ``caches`` (one :class:`KVCache` per layer), the tokens continue
-        the cached ones. ``validate=False`` skips the check of the tokens, which
-        reads their values back (``generate`` checks its prompt once).
+        the cached ones.
         """
-        if validate:
-            _check_gpt_input(self, tokens, caches)
+        _check_gpt_input(self, tokens, caches)
+        return self.logits(tokens, caches)
+
+    def logits(
+        self, tokens: Tensor, caches: list[KVCache] | None = None
+    ) -> Tensor:
+        """``forward`` without the check of the tokens (which reads their values
+        back): for a caller that checked them, as ``generate`` checks its prompt
+        once."""
         # the position of the first token: the caches hold the ones before it
         offset = 0 if caches is None else caches[0].length
         x = self.token_embedding(tokens)  # (B, T, D)
@@ -523,7 +521,7 @@ class GPT(nn.Module):
                 step_input = tokens[:, position - context : position]
                 caches = None
             # the last position's logits (B, V); the prompt was checked above
-            logits = self(step_input, caches, validate=False)[:, -1]
+            logits = self.logits(step_input, caches)[:, -1]
             if greedy:
                 next_token = logits.argmax(dim=-1, keepdim=True)
             else:
@@ -548,6 +546,12 @@ class GPT(nn.Module):
         return tokens
 
 
+def _check_top_k(logits: Tensor, k: int | None) -> None:
+    check.tensor("logits", logits, floating=True, min_ndim=1)
+    if k is not None:
+        check.positive_int("k", k)
+
+
 def top_k_filter(logits: Tensor, k: int | None) -> Tensor:
     """``logits (..., V)`` with all but the ``k`` largest of each row set to
     ``-inf``.
@@ -555,9 +559,7 @@ def top_k_filter(logits: Tensor, k: int | None) -> Tensor:
     Ties at the k-th largest are kept; a softmax afterwards renormalizes over
     what is left. ``k`` None (or at least ``V``) keeps every logit.
     """
-    check.tensor("logits", logits, floating=True, min_ndim=1)
-    if k is not None:
-        check.positive_int("k", k)
+    _check_top_k(logits, k)
     if k is None or k >= logits.shape[-1]:
         return logits
     kth_best = logits.topk(k, dim=-1).values[..., -1:]
@@ -651,6 +653,15 @@ def _check_norm(kind, choices: tuple) -> None:
     """A normalization layer's name: one of ``choices``."""
     hint = "'rms' (RMSNorm, the book's default) or 'layer' (LayerNorm, GPT-2's)"
     check.one_of("norm", kind, choices, hint)
+
+
+def _check_gpt_config(config) -> None:
+    if not isinstance(config, GPTConfig):
+        raise TypeError(
+            f"GPT takes one GPTConfig, got {type(config).__name__}; "
+            "build it as GPT(GPTConfig(vocab_size=..., context_length=..., "
+            "d_model=..., ...))"
+        )
 
 
 def _check_gpt_input(model, tokens_in, caches) -> None:

@@ -124,6 +124,13 @@ class LearnedWidthRegression(nn.Module):
         return nadaraya_watson(queries, keys, values, self.width, mask=mask)
 
 
+def _check_fit(x, y, steps, lr, leave_one_out) -> None:
+    check.pairs(x, y)
+    check.positive_int("steps", steps)
+    check.positive_number("lr", lr)
+    check.boolean("leave_one_out", leave_one_out)
+
+
 def fit_width(
     x: torch.Tensor,
     y: torch.Tensor,
@@ -138,10 +145,7 @@ def fit_width(
     is minimized by a width shrinking towards zero (every point predicts its own
     noisy label). Returns the model and the per-step losses and widths.
     """
-    check.pairs(x, y)
-    check.positive_int("steps", steps)
-    check.positive_number("lr", lr)
-    check.boolean("leave_one_out", leave_one_out)
+    _check_fit(x, y, steps, lr, leave_one_out)
     model = LearnedWidthRegression(initial_width).to(x.device)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     mask = (

@@ -202,7 +202,7 @@ def alibi_bias(
     equals ``-m_h * (i - j)``: combine it with a causal mask for a decoder.
     """
     check.positive_int("seq_len", seq_len)
-    slopes = alibi_slopes(num_heads).to(device)  # validates num_heads
+    slopes = alibi_slopes(num_heads).to(device)
     positions = torch.arange(seq_len, device=device)
     # (T, T)
     distance = (positions[:, None] - positions[None, :]).abs().to(torch.float32)
@@ -211,6 +211,30 @@ def alibi_bias(
 
 
 # --- RoPE ---------------------------------------------------------------------
+
+
+def _check_rotary(x, positions, base) -> None:
+    check.tensor("x", x, floating=True)
+    if x.dim() < 2:
+        raise ValueError(
+            "apply_rotary expects x of shape (..., T, D), got shape "
+            f"{tuple(x.shape)}; add a sequence dimension"
+        )
+    seq_len, width = x.shape[-2], x.shape[-1]
+    angular_speeds(width, base)  # width even, base above 1
+    if positions is None:
+        return
+    if not isinstance(positions, torch.Tensor) or positions.shape != (seq_len,):
+        shape = (
+            tuple(positions.shape)
+            if isinstance(positions, torch.Tensor)
+            else positions
+        )
+        raise ValueError(
+            f"positions must be a tensor of shape (T,) = ({seq_len},) for x of "
+            f"shape {tuple(x.shape)}, got {shape}; pass e.g. "
+            f"torch.arange({seq_len})"
+        )
 
 
 def apply_rotary(
@@ -228,28 +252,11 @@ def apply_rotary(
     k_n`` depends on the positions only through ``n - m``. Returns the same
     shape and dtype as x; norms are preserved.
     """
-    check.tensor("x", x, floating=True)
-    if x.dim() < 2:
-        raise ValueError(
-            "apply_rotary expects x of shape (..., T, D), got shape "
-            f"{tuple(x.shape)}; "
-            "add a sequence dimension"
-        )
+    _check_rotary(x, positions, base)
     seq_len, width = x.shape[-2], x.shape[-1]
-    speeds = angular_speeds(width, base)  # validates width (even) and base
+    speeds = angular_speeds(width, base)
     if positions is None:
         positions = torch.arange(seq_len)
-    if not isinstance(positions, torch.Tensor) or positions.shape != (seq_len,):
-        shape = (
-            tuple(positions.shape)
-            if isinstance(positions, torch.Tensor)
-            else positions
-        )
-        raise ValueError(
-            f"positions must be a tensor of shape (T,) = ({seq_len},) for x of "
-            f"shape {tuple(x.shape)}, got {shape}; pass e.g. "
-            f"torch.arange({seq_len})"
-        )
     # Angles in float64 on the CPU (MPS has no float64), then cast and moved to
     # x. (T, D/2)
     angles = (

@@ -68,6 +68,11 @@ NORMS = ("layer", "rms")
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh")
 
 
+def _check_norm(d_model: int, eps: float) -> None:
+    check.positive_int("d_model", d_model)
+    check.positive_number("eps", eps, "1e-5 is usual")
+
+
 class RMSNorm(nn.Module):
     """Root-mean-square normalization (Zhang and Sennrich, 2019): no centring,
     no bias.
@@ -81,8 +86,7 @@ class RMSNorm(nn.Module):
 
     def __init__(self, d_model: int, eps: float = 1e-5) -> None:
         super().__init__()
-        check.positive_number("eps", eps, "1e-5 is usual")
-        check.positive_int("d_model", d_model)
+        _check_norm(d_model, eps)
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(d_model))
 
@@ -105,8 +109,7 @@ def make_norm(
 
     ``bias`` only concerns LayerNorm (RMSNorm has none).
     """
-    check.positive_int("d_model", d_model)
-    check.positive_number("eps", eps, "1e-5 is usual")
+    _check_norm(d_model, eps)
     check.one_of("norm", kind, NORMS)
     if kind == "layer":
         return nn.LayerNorm(d_model, eps=eps, bias=bias)
@@ -173,6 +176,11 @@ def _attend(attention: nn.Module, query, memory, mask, return_attention: bool):
     return attention(query, memory, memory, mask=mask), None
 
 
+def _check_block_input(block: nn.Module, x: torch.Tensor) -> None:
+    check.sequence("x", x, block.d_model, type(block).__name__)
+    check.module_dtype("x", x, block)
+
+
 class EncoderBlock(nn.Module):
     """One encoder block: self-attention and a feed-forward network, each with a
     residual.
@@ -216,8 +224,7 @@ class EncoderBlock(nn.Module):
         self.dropout2 = nn.Dropout(dropout)
 
     def forward(self, x, mask=None, return_attention=False):
-        check.sequence("x", x, self.d_model, "EncoderBlock")
-        check.module_dtype("x", x, self)
+        _check_block_input(self, x)
         if self.norm_first:
             h = self.norm1(x)
             attended, weights = _attend(

@@ -81,14 +81,25 @@ def patchify(images: Tensor, patch_size: int) -> Tensor:
     )
 
 
+def _check_patching(patch_size: int, channels: int) -> None:
+    check.positive_int("patch_size", patch_size)
+    check.positive_int("channels", channels)
+
+
+def _check_patch_input(embedding: nn.Module, images: Tensor) -> None:
+    name = type(embedding).__name__
+    check.images(images, embedding.channels, None, name)
+    # else a stride drops pixels
+    _square_grid(images, embedding.patch_size, name)
+
+
 class LinearPatchEmbedding(nn.Module):
     """Flatten each patch and apply one ``nn.Linear``: ``(B, C, S, S) -> (B, N,
     D)``."""
 
     def __init__(self, patch_size: int, channels: int, d_model: int) -> None:
         super().__init__()
-        check.positive_int("patch_size", patch_size)
-        check.positive_int("channels", channels)
+        _check_patching(patch_size, channels)
         self.patch_size, self.channels = patch_size, channels
         self.proj = nn.Linear(channels * patch_size * patch_size, d_model)
 
@@ -105,17 +116,14 @@ class ConvPatchEmbedding(nn.Module):
 
     def __init__(self, patch_size: int, channels: int, d_model: int) -> None:
         super().__init__()
-        check.positive_int("patch_size", patch_size)
-        check.positive_int("channels", channels)
+        _check_patching(patch_size, channels)
         self.patch_size, self.channels = patch_size, channels
         self.proj = nn.Conv2d(
             channels, d_model, kernel_size=patch_size, stride=patch_size
         )
 
     def forward(self, images: Tensor) -> Tensor:
-        check.images(images, self.channels, None, type(self).__name__)
-        # else a stride drops pixels
-        _square_grid(images, self.patch_size, type(self).__name__)
+        _check_patch_input(self, images)
         # (B, D, G, G) -> (B, N, D)
         return self.proj(images).flatten(2).transpose(1, 2)
 
@@ -243,6 +251,14 @@ class ViTConfig:
         return self.grid**2 + (self.pool == "cls")
 
 
+def _check_vit_input(model: nn.Module, images: Tensor) -> None:
+    config = model.config
+    check.images(
+        images, config.channels, config.image_size, type(model).__name__
+    )
+    check.module_dtype("images", images, model)  # float64 into float32
+
+
 class VisionTransformer(nn.Module):
     """Patches, positions, chapter 6's encoder and a head: images to logits.
 
@@ -286,11 +302,7 @@ class VisionTransformer(nn.Module):
 
     def tokens(self, images: Tensor) -> Tensor:
         """The encoder's input: patches plus positions (after a class token)."""
-        config = self.config
-        check.images(
-            images, config.channels, config.image_size, type(self).__name__
-        )
-        check.module_dtype("images", images, self)  # float64 into float32
+        _check_vit_input(self, images)
         x = self.positions(self.patch_embedding(images))  # (B, N, D)
         if self.cls_token is not None:
             x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
@@ -310,22 +322,11 @@ class VisionTransformer(nn.Module):
 # ------------------------------------------------------------ reading attention
 
 
-def attention_rollout(
-    maps: list[Tensor] | tuple[Tensor, ...], residual: float = 0.5
-) -> Tensor:
-    """Attention rollout (Abnar and Zuidema, 2020): ``(B, T, T)``, how much each
-    output token draws on each input token through all the blocks.
-
-    Each block's weights ``(B, H, T, T)`` are averaged over the heads and mixed
-    with the identity for the residual connection,
-    ``A = (1 - residual) * mean_h(W) + residual * I``; the rollout is the
-    product ``A_L ... A_2 A_1``. Every ``A`` is row-stochastic, so every row of
-    the rollout sums to 1.
-    """
+def _check_rollout(maps, residual) -> None:
     if not isinstance(maps, (list, tuple)) or not maps:
         raise TypeError(
-            "maps must be a non-empty list of (B, H, T, T) "
-            "weights, one per block"
+            "maps must be a non-empty list of (B, H, T, T) weights, "
+            "one tensor for each block"
         )
     check.real("residual", residual)
     if not 0.0 <= residual <= 1.0:
@@ -344,6 +345,22 @@ def attention_rollout(
                 "every block's weights must have the same shape (B, H, T, T), "
                 f"got {tuple(weights.shape)} after {tuple(shape)}"
             )
+
+
+def attention_rollout(
+    maps: list[Tensor] | tuple[Tensor, ...], residual: float = 0.5
+) -> Tensor:
+    """Attention rollout (Abnar and Zuidema, 2020): ``(B, T, T)``, how much each
+    output token draws on each input token through all the blocks.
+
+    Each block's weights ``(B, H, T, T)`` are averaged over the heads and mixed
+    with the identity for the residual connection,
+    ``A = (1 - residual) * mean_h(W) + residual * I``; the rollout is the
+    product ``A_L ... A_2 A_1``. Every ``A`` is row-stochastic, so every row of
+    the rollout sums to 1.
+    """
+    _check_rollout(maps, residual)
+    shape = maps[0].shape
     identity = torch.eye(shape[-1], dtype=maps[0].dtype, device=maps[0].device)
     rollout = identity.expand(shape[0], -1, -1)
     for weights in maps:

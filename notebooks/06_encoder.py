@@ -204,9 +204,10 @@ torch.testing.assert_close(scratch.ffn(x), per_position)
 # matrix product instead of several small sequential ones.
 #
 # The book's canonical block computes the same function, with input checks, an optional
-# RMSNorm (below) and a way to return the attention weights:
+# RMSNorm (below) and a way to return the attention weights (its code is folded: open the
+# cell's output to read it):
 
-# %%
+# %% tags=["hide-output"]
 show_source(EncoderBlock)
 
 # %% tags=["remove-input"]

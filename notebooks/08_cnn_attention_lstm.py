@@ -383,7 +383,7 @@ def conv_self_attention(x, w_query, w_key, w_value, scaled=True):
 # The book's version, `ConvSelfAttention`, holds the three projections as `Conv1d` layers
 # (it also takes a `window`, for a later chapter); it must agree with the lines above.
 
-# %%
+# %% tags=["hide-output"]
 show_source(ConvSelfAttention)
 
 # %%

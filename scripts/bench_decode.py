@@ -98,18 +98,16 @@ def _step_seconds(
         else None
     )
     # the prompt's pass: not timed
-    logits = model(prompt, caches, validate=False)[:, -1]
+    logits = model.logits(prompt, caches)[:, -1]
     tokens[:, context : context + 1] = logits.argmax(dim=-1, keepdim=True)
     times = []
     for position in range(context + 1, context + steps + 1):
         _synchronize(device)
         start = time.perf_counter()
         if use_cache:
-            logits = model(
-                tokens[:, position - 1 : position], caches, validate=False
-            )
+            logits = model.logits(tokens[:, position - 1 : position], caches)
         else:
-            logits = model(tokens[:, :position], validate=False)
+            logits = model.logits(tokens[:, :position])
         tokens[:, position : position + 1] = logits[:, -1].argmax(
             dim=-1, keepdim=True
         )

@@ -330,6 +330,58 @@ def shown_library_lines(cells) -> int:
     return lines
 
 
+CHECK_LINE = re.compile(r"\bcheck\.|_check_|validate|raise \w*Error")
+
+
+def check_lines_per_function(text: str) -> dict[str, int]:
+    """Lines that check arguments (``check.*``, ``_check_*``, ``validate``, ``raise
+    ...Error``) in shown code, per function or method (``def`` line to the next)."""
+    counts, current = {}, "<class body>"
+    for line in text.splitlines():
+        match = re.match(r"\s*def (\w+)", line)
+        if match:
+            current = match.group(1)
+        elif CHECK_LINE.search(line):
+            counts[current] = counts.get(current, 0) + 1
+    return counts
+
+
+def shown_outputs(cells):
+    """``(source, text)`` of every reading-path ``show_source`` output (folded ones
+    excluded)."""
+    for cell in cells:
+        tags = set(cell["metadata"].get("tags", []))
+        if (
+            cell["cell_type"] != "code"
+            or "show_source(" not in "".join(cell["source"])
+            or tags & (OFF_PATH | {"hide-output", "remove-output"})
+        ):
+            continue
+        for output in cell.get("outputs", []):
+            text = output.get("data", {}).get("text/markdown", "")
+            yield "".join(cell["source"]), "".join(text)
+
+
+def test_shown_code_calls_its_checks_in_one_line_per_function():
+    """Issue 49: the package's code on the page shows the computation, with at most one
+    line that checks the arguments in each function or method; the checks themselves
+    live in a ``_check_*`` function beside it."""
+    crowded = [
+        f"{path.stem}: {source.strip()} {name} ({count})"
+        for path in NOTEBOOKS
+        for source, text in shown_outputs(read_notebook(path)["cells"])
+        for name, count in check_lines_per_function(text).items()
+        if count > 1
+    ]
+    assert not crowded, crowded
+    # the count sees checks written out one by one
+    assert check_lines_per_function(
+        "def f(x, k):\n    check.tensor('x', x)\n    if k < 1:\n"
+        "        raise ValueError('k')\n    return x\n"
+        "def g(x):\n    _check_g(x)\n"
+    ) == {"f": 2, "g": 1}
+
+
 def test_the_reading_path_shows_at_most_1000_lines_of_library_code():
     """The from-scratch code is the lesson; the package's version is shown where it teaches
     something more, and folded elsewhere."""

@@ -368,7 +368,7 @@ def _check_signal(x: torch.Tensor, channels: int, who: str) -> None:
         )
 
 
-def _check_conv_sizes(**sizes: int) -> None:
+def _check_sizes(**sizes: int) -> None:
     """Positive sizes, and an odd ``kernel_size`` (padding keeps the length)."""
     for name, value in sizes.items():
         check.positive_int(name, value)
@@ -384,7 +384,7 @@ def _check_attention_layer(
     in_channels, out_channels, key_channels, scaled, window
 ):
     """The arguments of :class:`ConvSelfAttention`."""
-    _check_conv_sizes(
+    _check_sizes(
         in_channels=in_channels,
         out_channels=out_channels,
         key_channels=key_channels,
@@ -475,7 +475,7 @@ def make_shapes_cnn(channels: int = 64, kernel_size: int = 5) -> nn.Sequential:
     62,337 parameters with the defaults. Each output position depends on
     ``5 * (kernel_size - 1) + 1`` input positions (21).
     """
-    _check_conv_sizes(channels=channels, kernel_size=kernel_size)
+    _check_sizes(channels=channels, kernel_size=kernel_size)
     return nn.Sequential(
         _conv(1, channels, kernel_size),
         nn.ReLU(),
@@ -504,7 +504,7 @@ def make_shapes_attention_model(
     gives the attention weights. ``window`` makes the attention local (see
     :class:`ConvSelfAttention`); the parameters are the same.
     """
-    _check_conv_sizes(
+    _check_sizes(
         channels=channels, kernel_size=kernel_size, key_channels=key_channels
     )
     return nn.Sequential(
@@ -534,7 +534,7 @@ class ShapesLSTM(nn.Module):
 
     def __init__(self, hidden_size: int = 44, num_layers: int = 2):
         super().__init__()
-        _check_conv_sizes(hidden_size=hidden_size, num_layers=num_layers)
+        _check_sizes(hidden_size=hidden_size, num_layers=num_layers)
         self.lstm = nn.LSTM(
             input_size=1,
             hidden_size=hidden_size,

@@ -206,11 +206,11 @@ bench: $(STAMP)
 	$(if $(BENCH_$(WHAT)),,$(error make bench WHAT=$(WHAT): choose book, reverse or decode))
 	$(BENCH_$(WHAT))
 
-# A chapter's asserted claims over seeds (scripts/margins.py: CHAPTER is reverse, shapes,
-# encoder-decoder, lm or long, or the chapter's number; ARGS its options, `--help` lists them).
+# A chapter's asserted claims over seeds (scripts/margins.py: CHAPTER is encoder, reverse, shapes,
+# encoder-decoder, lm, shakespeare, long or digits, or the chapter's number; ARGS its options, `--help` lists them).
 # At full scale most parts take hours.
 margins: $(STAMP)
-	$(if $(CHAPTER),,$(error make margins CHAPTER=...: reverse, shapes, encoder-decoder, lm or long))
+	$(if $(CHAPTER),,$(error make margins CHAPTER=...: encoder, reverse, shapes, encoder-decoder, lm, shakespeare, long or digits))
 	$(BIN)/python scripts/margins.py $(CHAPTER) $(ARGS)
 
 # A release: write CHANGELOG.md's entry first, then `make release VERSION=x.y.z` (the version in

@@ -4,14 +4,14 @@
         [--workers W] [--out CSV] [the chapter's own options]
 
 CHAPTER is ``encoder`` (6), ``reverse`` (7), ``shapes`` (8), ``encoder-decoder`` (9), ``lm``
-(10), ``shakespeare`` (12) or ``long`` (13); ``python scripts/margins.py CHAPTER --help``
-lists its parts and options. Each run uses one PyTorch thread per process (``--workers``
-training processes side by side where a part trains several runs, ``helpers.parallel``) and
-prints every quantity's min, median and max over the seeds; ``--out`` also writes the table,
-one row per run, with the ``numerics`` (``machine default``, or ``scalar`` under
-``ATEN_CPU_CAPABILITY=default``), the ``machine`` and the ``command`` that produced it. The
-recipes are the chapters' (the same helpers, configurations and data); only the seed
-(initialization and batch order) changes.
+(10), ``shakespeare`` (12), ``long`` (13) or ``digits`` (14); ``python scripts/margins.py
+CHAPTER --help`` lists its parts and options. Each run uses one PyTorch thread per process
+(``--workers`` training processes side by side where a part trains several runs,
+``helpers.parallel``) and prints every quantity's min, median and max over the seeds; ``--out``
+also writes the table, one row per run, with the ``numerics`` (``machine default``, or
+``scalar`` under ``ATEN_CPU_CAPABILITY=default``), the ``machine`` (the GPU where a part trains
+on ``--device cuda``) and the ``command`` that produced it. The recipes are the chapters' (the
+same helpers, configurations and data); only the seed (initialization and batch order) changes.
 
 Run it under each numerics configuration of `make test-portability` (for example `env
 ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=SSE4_2 ONEDNN_MAX_CPU_ISA=SSE41 python
@@ -22,7 +22,11 @@ configurations: a threshold in a chapter must sit clear of it (CONTRIBUTING.md, 
 Files written before release 0.6.0 name the per-chapter scripts this one replaced,
 ``scripts/margins_<chapter>.py``, whose options carry over under ``scripts/margins.py
 <chapter>`` (long's ``--parts`` and ``--csv`` are now ``--part`` and ``--out``; lm's seed list
-is ``--seeds``/``--first-seed``, its ``--quick`` is ``--part quick``).
+is ``--seeds``/``--first-seed``, its ``--quick`` is ``--part quick``). The shipped
+``digits_seeds.csv``, ``digits_attention.csv`` and ``shapes_full.csv`` record the commands of
+``scripts/reproduce_digits.py``, ``scripts/reproduce_digits_attention.py`` and
+``scripts/reproduce_shapes.py``, the scripts that ``digits``, ``digits --part attention`` and
+``shapes --part full`` replaced (same runs, same options: the commands below rebuild them).
 
 Chapter 6, encoder (``helpers.tasks.warmup.train_stack``: 12 blocks, Adam at a constant 0.005
 after an optional 100-step linear warm-up, 300 steps)::
@@ -60,6 +64,7 @@ Chapter 8, shapes (``helpers.tasks.shapes.train_shapes_model``, the chapter's ep
         --out helpers/tasks/shapes_seeds.csv
     python scripts/margins.py shapes --part overfit --seeds 3 \\
         --out helpers/tasks/shapes_overfit.csv
+    python scripts/margins.py shapes --part full --out helpers/tasks/shapes_full.csv
 
 ``seeds``: every model on every seed (the bidirectional LSTM on ``--lstm-seeds``), one row per
 seed: each model's test MSE, the ratios and attention enrichments the chapter asserts, the
@@ -67,6 +72,30 @@ sanity check's final / first loss (``seed_results``). ``overfit``: source 004's 
 check as its code states it (Adam at 1e-3 for 5,000 steps on the first 20 training sequences,
 the loss logged every 1,000) on the three proper models, one row per model, seed and logged
 step (``overfit_results``).
+
+``full``: chapter 8 at the blog post's scale, outside CI (3 seeds and 50 epochs unless
+``--seeds`` and ``--epochs`` say). ``--protocol source`` (the default) is source 004's training
+as its code states it: 25,000 sequences (``--num-train``), normalized with their own mean and
+standard deviation, split at random 80/20 (fastai's ``RandomSplitter(valid_pct=0.2)``: 20,000
+to train on, 5,000 to validate), batches of 128 (``--batch-size``; the last, incomplete
+training batch dropped, as fastai's training loader does), 50 epochs at a flat learning rate
+of 1e-3 (``--lr``; ``Learner.fit(50, 1e-3)``) with fastai's default optimizer, Adam with
+decoupled weight decay 0.01, betas (0.9, 0.99) and eps 1e-5 (here ``torch.optim.AdamW`` with
+those values), and the batch-axis LSTM's state cleared before each epoch and each evaluation
+(fastai's ``ModelReseter``). ``--protocol book`` is the part's first protocol: plain
+``torch.optim.Adam`` on all 25,000 sequences, no validation split. The source states no error
+per epoch; the part measures the MSE on the validation split (``source`` only) and on the
+book's test set after every epoch, for the book's data (noise-free targets, both kinds with
+distinct heights) and models (``--models``, all four unless it says), one row per model, seed
+and epoch with the seconds so far (``full_scale_results`` reads the shipped file). On a 2-core
+CPU the protocol takes hours, on a GPU (``--workers 1 --device cuda``) minutes. Each run's
+rows are saved after every epoch in a ``.partial`` folder beside ``--out`` (which the part
+requires); ``--collect`` merges them after an interruption, and the same command run again
+skips every run it finished before, so that the CPU protocol can be run in parts, a few runs
+per sitting (the command a row records leaves out ``--models`` and ``--collect``, which pick
+among the same runs). The shipped file is the whole ``--protocol source`` run (four models,
+three seeds, fifty epochs), made in three sittings on a 2-core CPU; its ``seconds`` column
+says how long each run trained (on a machine that was not always quiet).
 
 Chapter 9, encoder-decoder (``helpers.tasks.corners`` and ``helpers.tasks.sorting``)::
 
@@ -172,20 +201,52 @@ chapter 8's attention model with a small and a full window, test MSE / local ora
 for sinusoidal positions with the two fixes of their scale (``train_retrieval(scale=)``;
 ``--runs`` keeps some of them), one row per run (``helpers.tasks.retrieval.seed_results``).
 The margins measured sit in comments beside the chapter's asserts.
+
+Chapter 14, digits (``helpers.tasks.digits.train_digits``, the chapter's recipe and split)::
+
+    python scripts/margins.py digits --out helpers/tasks/digits_seeds.csv
+    python scripts/margins.py digits --part attention --out helpers/tasks/digits_attention.csv
+
+``seeds``: the ViT and the CNN over seeds, outside the page's budget, one row per run (test
+and training accuracy, training seconds, tokens, parameters;
+``helpers.tasks.digits.seed_results`` reads the shipped file), four experiments on every seed:
+
+* ``models``: the ViT (class token, learned positions, patches of 2 pixels) and the CNN on
+  the whole training set;
+* ``size``: both on the first ``--sizes`` images (50, 100 and 300) of the balanced training
+  order, and the ViT with patches of 4 pixels too;
+* ``variant``: the ViT with mean pooling, with 2-D sinusoidal positions, with no positions;
+* ``patch``: the ViT with patches of 1 and 4 pixels.
+
+With ``--resume``, the rows of ``--out`` that the same command wrote on the same machine are
+kept and only the missing runs are trained (a run is deterministic given its seed and machine;
+the command a row records leaves out ``--resume``); the file is written whole, in the order of
+``digits_jobs``. ``attention``: the chapter's attention readings with the shuffled-label
+control; for each seed, three ViTs of the chapter (class token, learned positions, patches of
+2 pixels): ``trained``, with the chapter's recipe and split; ``shuffled labels``, trained the
+same way on the training labels permuted at random (the control: a claim about what learning
+the digits does to attention must not hold for it too); ``untrained``, the trained one's
+initialization. Each is read by ``helpers.tasks.digits.attention_readings`` on the test
+images, one row per ViT (``helpers.tasks.digits.attention_results`` reads the shipped file).
+Both parts train on ``--device`` (a GPU: ``--workers 1 --device cuda``).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
+from pathlib import Path
 
 import pandas as pd
 import torch
 import torch.nn.functional as F
-from torch.utils.data import DataLoader
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
 
+from helpers.analysis import count_parameters
 from helpers.efficient import (
     kernel_costs,
     naive_attention,
@@ -222,6 +283,12 @@ from helpers.tasks.corners import (
     teacher_forcing_split,
     train_corners,
 )
+from helpers.tasks.digits import (
+    attention_readings,
+    make_digits_data,
+    make_digits_model,
+    train_digits,
+)
 from helpers.tasks.retrieval import RetrievalConfig, train_retrieval
 from helpers.tasks.reverse import (
     ABLATIONS,
@@ -254,6 +321,7 @@ from helpers.tasks.shapes import (
     local_oracle_mse,
     make_shapes_dataset,
     overfit_curve,
+    source_split,
     standardize,
     train_shapes_model,
 )
@@ -269,6 +337,8 @@ from helpers.tasks.sorting import (
 )
 from helpers.tasks.sorting import sequence_accuracy as sorting_accuracy
 from helpers.tasks.warmup import train_stack
+from helpers.training import evaluate
+from helpers.vit import ViTConfig
 
 # ---------------------------------------------------------------------------------------------
 # Chapter 7: reverse
@@ -460,6 +530,7 @@ SOURCE_OVERFIT = {"steps": 5001, "lr": 1e-3, "log_every": 1000}
 """Source 004's single-batch check: ``for epoch in range(5001)`` with Adam at lr 1e-3."""
 
 PROPER_MODELS = ("CNN", "CNN + attention", "bidirectional LSTM")
+SEEDS_EPOCHS = 3  # the chapter's, for --part seeds
 
 
 def shapes_seeds(args, seeds) -> pd.DataFrame:
@@ -471,9 +542,10 @@ def shapes_seeds(args, seeds) -> pd.DataFrame:
         dict(name=n, seed=s) for s in seeds for n in ("CNN + attention", "CNN")
     ]
     jobs += [dict(name="batch-axis LSTM", seed=s) for s in seeds]
+    epochs = SEEDS_EPOCHS if args.epochs is None else args.epochs
     trained = run_in_processes(train_shapes_model, jobs, workers=args.workers,
                                train_set=train_set, val_set=val_set, test_set=test_set,
-                               epochs=args.epochs)  # fmt: skip
+                               epochs=epochs)  # fmt: skip
     results = {
         (job["name"], job["seed"]): out
         for job, out in zip(jobs, trained, strict=True)
@@ -524,6 +596,200 @@ def shapes_overfit(args, seeds) -> pd.DataFrame:
         for job, curve in zip(jobs, curves, strict=True)
         for step, loss in curve.items()
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Chapter 8 at full scale: shapes --part full
+
+FULL_EPOCHS = 50  # the blog post's, for --part full
+PROTOCOLS = ("source", "book")
+
+
+def make_optimizer(
+    protocol: str, parameters, lr: float
+) -> torch.optim.Optimizer:
+    """fastai's default Adam for the source's protocol; plain Adam for the book's."""
+    if protocol == "source":
+        return torch.optim.AdamW(
+            parameters, lr=lr, betas=(0.9, 0.99), eps=1e-5, weight_decay=0.01
+        )
+    return torch.optim.Adam(parameters, lr=lr)
+
+
+def reset_state(model: nn.Module) -> None:
+    """Clear a stateful model's memory (the batch-axis LSTM), as fastai's ModelReseter does."""
+    if hasattr(model, "reset"):
+        model.reset()
+
+
+def mse_on(model, dataset, device) -> float:
+    reset_state(model)
+    loader = DataLoader(dataset, batch_size=1000)
+    return evaluate(model, loader, nn.MSELoss(), device=device)["loss"]
+
+
+def shapes_full_run(
+    name,
+    seed,
+    protocol,
+    train_set,
+    valid_set,
+    test_set,
+    epochs,
+    batch_size,
+    lr,
+    device,
+    partial_dir,
+    label,
+):
+    """One model and seed under ``protocol``: validation and test MSE after every epoch.
+
+    The rows so far are rewritten to ``partial_dir`` after every epoch, so that an interrupted
+    run of several hours keeps what it measured.
+    """
+    partial = partial_path(partial_dir, name, seed)
+    torch.manual_seed(seed)
+    model = SHAPES_MODELS[name]().to(device)
+    order = torch.Generator().manual_seed(seed)
+    loader = DataLoader(
+        train_set,
+        batch_size,
+        shuffle=True,
+        generator=order,
+        drop_last=protocol == "source",
+    )
+    optimizer = make_optimizer(protocol, model.parameters(), lr)
+    rows, start = [], time.perf_counter()
+    for epoch in range(1, epochs + 1):
+        model.train()
+        reset_state(model)
+        for x, y in loader:
+            loss = nn.functional.mse_loss(model(x.to(device)), y.to(device))
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        valid_mse = (
+            mse_on(model, valid_set, device)
+            if valid_set is not None
+            else float("nan")
+        )
+        test_mse = mse_on(model, test_set, device)
+        seconds = time.perf_counter() - start
+        rows.append(
+            dict(
+                model=name,
+                seed=seed,
+                epoch=epoch,
+                valid_mse=valid_mse,
+                test_mse=test_mse,
+                seconds=seconds,
+                **label,
+            )
+        )
+        pd.DataFrame(rows).to_csv(partial, index=False)
+        print(
+            f"{name:20} seed {seed} epoch {epoch:3}: valid {valid_mse:.5f} test {test_mse:.5f}",
+            flush=True,
+        )
+    return rows
+
+
+def partial_path(partial_dir, name: str, seed: int) -> Path:
+    """The file one run's rows are saved to, epoch by epoch."""
+    return Path(partial_dir) / f"{name.replace(' ', '_')}-seed{seed}.csv"
+
+
+def run_is_complete(partial_dir, job: dict, epochs: int, label: dict) -> bool:
+    """Whether an earlier invocation of the same command finished this run (every epoch).
+
+    The protocol takes hours on a CPU, so it can be run in parts: the same command again
+    trains only the runs it has not finished; ``--collect`` merges them. A run saved by
+    another command (another protocol, epochs or data) is trained again, not mixed in.
+    """
+    path = partial_path(partial_dir, job["name"], job["seed"])
+    if not path.is_file():
+        return False
+    rows = pd.read_csv(path)
+    return (
+        list(rows["epoch"]) == list(range(1, epochs + 1))
+        and (rows["command"] == label["command"]).all()
+    )
+
+
+def shapes_full_datasets(protocol: str, num_train: int):
+    """Train, validation (None for the book's protocol) and test sets, normalized as the source
+    does: with the mean and standard deviation of all ``num_train`` sequences, inputs and
+    targets together, computed before the split."""
+    data, test = (
+        make_shapes_dataset(num_train, seed=1),
+        make_shapes_dataset(1000, seed=3),
+    )
+    (all_set, test_set), _ = standardize(data, data, test)
+    if protocol == "book":
+        return all_set, None, test_set
+    inputs, targets = all_set.tensors
+    train_idx, valid_idx = source_split(num_train)
+    train_set = TensorDataset(inputs[train_idx], targets[train_idx])
+    valid_set = TensorDataset(inputs[valid_idx], targets[valid_idx])
+    return train_set, valid_set, test_set
+
+
+def shapes_full(args, seeds) -> pd.DataFrame:
+    """Every model of ``--models`` on every seed under ``--protocol``: one row per model, seed
+    and epoch, each run saved beside ``--out`` as it goes (``--collect`` only merges those)."""
+    epochs = FULL_EPOCHS if args.epochs is None else args.epochs
+    train_set, valid_set, test_set = shapes_full_datasets(
+        args.protocol, args.num_train
+    )
+    # The slowest run first (one LSTM seed), then every seed of the models the chapter's claim
+    # is about, then the LSTMs' other seeds: an interrupted run still has whole seeds of those.
+    lstms = [m for m in args.models if "LSTM" in m]
+    others = [m for m in args.models if m not in lstms]
+    jobs = (
+        [dict(name=m, seed=s) for s in seeds[:1] for m in lstms]
+        + [dict(name=m, seed=s) for m in reversed(others) for s in seeds]
+        + [dict(name=m, seed=s) for s in seeds[1:] for m in lstms]
+    )
+    label = run_label(args)
+    partial_dir = Path(args.out).with_suffix(".partial")
+    done = [
+        job for job in jobs if run_is_complete(partial_dir, job, epochs, label)
+    ]
+    for job in done:
+        print(
+            f"{job['name']} seed {job['seed']}: complete in {partial_dir}, not trained again"
+        )
+    jobs = [job for job in jobs if job not in done]
+    if not args.collect and jobs:
+        partial_dir.mkdir(parents=True, exist_ok=True)
+        run_in_processes(
+            shapes_full_run,
+            jobs,
+            workers=args.workers,
+            protocol=args.protocol,
+            train_set=train_set,
+            valid_set=valid_set,
+            test_set=test_set,
+            epochs=epochs,
+            batch_size=args.batch_size,
+            lr=args.lr,
+            device=args.device,
+            partial_dir=str(partial_dir),
+            label=label,
+        )
+    parts = sorted(partial_dir.glob("*.csv"))
+    if not parts:
+        raise SystemExit(
+            f"no runs in {partial_dir}: run without --collect first"
+        )
+    table = pd.concat([pd.read_csv(part) for part in parts], ignore_index=True)
+    table = table.sort_values(["model", "seed", "epoch"], ignore_index=True)
+    print(
+        table.pivot_table(
+            index="epoch", columns="model", values="test_mse"
+        ).round(5)
+    )
+    return table
 
 
 # ---------------------------------------------------------------------------------------------
@@ -883,10 +1149,200 @@ def shakespeare_recipe(args, seeds) -> pd.DataFrame:
 
 
 # ---------------------------------------------------------------------------------------------
+# Chapter 14: digits
+
+BASE = ViTConfig()
+KEYS = [
+    "experiment",
+    "model",
+    "pool",
+    "positions",
+    "patch_size",
+    "num_train",
+    "seed",
+]
+ATTENTION_KINDS = ("trained", "shuffled labels", "untrained")
+
+
+def digits_run(
+    experiment: str,
+    model: str,
+    seed: int,
+    num_train,
+    vit: dict,
+    device: str,
+    label: dict,
+) -> dict:
+    """One run of the chapter's recipe and split: its row, with ``label``."""
+    config = dataclasses.replace(BASE, **vit)
+    run = train_digits(
+        model, seed, num_train=num_train, vit=config, device=device
+    )
+    return dict(
+        experiment=experiment,
+        model=model,
+        pool=config.pool,
+        positions=config.positions,
+        patch_size=config.patch_size,
+        num_train=run.num_train,
+        seed=seed,
+        test_accuracy=run.test_accuracy,
+        train_accuracy=run.train_accuracy,
+        seconds=round(run.seconds, 3),
+        tokens=config.num_tokens if model == "ViT" else 0,
+        parameters=count_parameters(run.model),
+        **label,
+    )
+
+
+def digits_jobs(seeds, sizes: list[int]) -> list[dict]:
+    """Every run on every seed, the slowest experiment (patches of 1 pixel: 65 tokens) first."""
+    runs = []
+    for patch in (1, 4):
+        runs += [
+            dict(experiment="patch", model="ViT", vit=dict(patch_size=patch))
+        ]
+    for model in ("ViT", "CNN"):
+        runs += [dict(experiment="models", model=model, vit={})]
+        runs += [
+            dict(experiment="size", model=model, vit={}, num_train=n)
+            for n in sizes
+        ]
+    runs += [
+        dict(
+            experiment="size", model="ViT", vit=dict(patch_size=4), num_train=n
+        )
+        for n in sizes
+    ]
+    variants = (
+        dict(pool="mean"),
+        dict(positions="sinusoidal"),
+        dict(positions="none"),
+    )
+    runs += [dict(experiment="variant", model="ViT", vit=v) for v in variants]
+    return [
+        {"num_train": None, **run, "seed": seed}
+        for run in runs
+        for seed in seeds
+    ]
+
+
+def digits_job_key(job: dict, full: int) -> tuple:
+    """The values of :data:`KEYS` that a job's row will have (``full``: all training images)."""
+    config = dataclasses.replace(BASE, **job["vit"])
+    return (
+        job["experiment"],
+        job["model"],
+        config.pool,
+        config.positions,
+        config.patch_size,
+        job["num_train"] or full,
+        job["seed"],
+    )
+
+
+def digits_seeds(args, seeds) -> pd.DataFrame:
+    """Every run of the four experiments: one row per run, in the order of :func:`digits_jobs`.
+
+    With ``--resume``, the rows of ``--out`` that the same command wrote on the same machine
+    are kept and only the missing runs are trained (a run is deterministic given its seed and
+    machine).
+    """
+    label = run_label(args)
+    todo, full = (
+        digits_jobs(seeds, args.sizes),
+        len(make_digits_data().train_labels),
+    )
+    kept = {}
+    if args.resume and Path(args.out).is_file():
+        old = pd.read_csv(args.out)
+        old = old[
+            (old["machine"] == label["machine"])
+            & (old["command"] == label["command"])
+        ]
+        kept = {tuple(row[KEYS]): row.to_dict() for _, row in old.iterrows()}
+    missing = [job for job in todo if digits_job_key(job, full) not in kept]
+    print(
+        f"{len(todo) - len(missing)} runs kept from {args.out}, {len(missing)} to train",
+        flush=True,
+    )
+    new = run_in_processes(
+        digits_run,
+        missing,
+        workers=args.workers,
+        device=args.device,
+        label=label,
+    )
+    made = {
+        digits_job_key(job, full): row
+        for job, row in zip(missing, new, strict=True)
+    }
+    rows = [
+        kept.get(digits_job_key(job, full)) or made[digits_job_key(job, full)]
+        for job in todo
+    ]
+    return pd.DataFrame(rows)
+
+
+def digits_attention_seed(
+    seed: int, shuffled: bool, device: str, label: dict
+) -> list[dict]:
+    """The readings of one training (and, for the true labels, of its initialization)."""
+    data = make_digits_data()
+    run = train_digits("ViT", seed, shuffled_labels=shuffled, device=device)
+    kind = "shuffled labels" if shuffled else "trained"
+    rows = [
+        dict(
+            kind=kind,
+            seed=seed,
+            train_accuracy=run.train_accuracy,
+            **attention_readings(run.model, data),
+            **label,
+        )
+    ]
+    if not shuffled:
+        torch.manual_seed(
+            seed
+        )  # as train_digits does before it builds the model
+        untrained = make_digits_model("ViT").eval()
+        rows.append(
+            dict(
+                kind="untrained",
+                seed=seed,
+                train_accuracy=float("nan"),
+                **attention_readings(untrained, data),
+                **label,
+            )
+        )
+    return rows
+
+
+def digits_attention(args, seeds) -> pd.DataFrame:
+    """A trained, a shuffled-label and an untrained ViT per seed: one row per ViT, by kind."""
+    jobs = [
+        dict(seed=seed, shuffled=shuffled)
+        for seed in seeds
+        for shuffled in (False, True)
+    ]
+    made = run_in_processes(
+        digits_attention_seed,
+        jobs,
+        workers=args.workers,
+        device=args.device,
+        label=run_label(args),
+    )
+    table = pd.DataFrame([row for rows in made for row in rows])
+    table["kind"] = pd.Categorical(table["kind"], ATTENTION_KINDS, ordered=True)
+    table = table.sort_values(["kind", "seed"], ignore_index=True)
+    return table.astype({"kind": str})
+
+
+# ---------------------------------------------------------------------------------------------
 # The command line, shared by every chapter
 
 CHAPTERS = {
-    # name: (chapter number, default number of seeds, {part: (function, columns naming a run)})
+    # name: (chapter number, default number of seeds, {part: (function, columns naming a run)
+    # [, the part's own default number of seeds]})
     "reverse": (
         7,
         5,
@@ -902,6 +1358,7 @@ CHAPTERS = {
         {
             "seeds": (shapes_seeds, []),
             "overfit": (shapes_overfit, ["model", "step"]),
+            "full": (shapes_full, ["model", "epoch"], 3),
         },
     ),
     "encoder": (6, 5, {"warmup": (encoder_warmup, ["norm", "warmup"])}),
@@ -917,13 +1374,31 @@ CHAPTERS = {
         },
     ),
     "shakespeare": (12, 3, {"recipe": (shakespeare_recipe, ["step"])}),
+    "digits": (
+        14,
+        10,
+        {
+            "seeds": (digits_seeds, KEYS[:-1]),
+            "attention": (digits_attention, ["kind"]),
+        },
+    ),
 }
+
+USE_DEVICE = (("shapes", "full"), ("digits", "seeds"), ("digits", "attention"))
+"""The parts that train on ``--device``; the others train on the CPU."""
+
+RUN_PICKERS = ("--models", "--resume", "--collect")
+"""Options that pick which of a command's runs to train, or merge them, without changing a run:
+a table's command leaves them out, so that the runs it names are the same with or without them
+(``shapes --part full`` runs in parts, ``digits --resume`` trains only the runs it lacks)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
-        "--seeds", type=int, help="how many seeds (default: the chapter's)"
+        "--seeds",
+        type=int,
+        help="how many seeds (default: the part's, else the chapter's)",
     )
     common.add_argument(
         "--first-seed", type=int, default=0, help="seeds first-seed, ..."
@@ -939,12 +1414,18 @@ def build_parser() -> argparse.ArgumentParser:
         dest="chapter", required=True, metavar="CHAPTER"
     )
     for name, (number, seeds, parts) in CHAPTERS.items():
+        own = ", ".join(
+            f"{part}: {spec[2]}"
+            for part, spec in parts.items()
+            if len(spec) > 2
+        )
+        own = f" ({own})" if own else ""
         sub = chapters.add_parser(
             name,
             aliases=[str(number)],
             parents=[common],
             help=f"chapter {number}",
-            description=f"Chapter {number}'s margins; {seeds} seeds unless --seeds says.",
+            description=f"Chapter {number}'s margins; {seeds} seeds{own} unless --seeds says.",
         )
         first = next(iter(parts))
         sub.add_argument(
@@ -966,7 +1447,42 @@ def build_parser() -> argparse.ArgumentParser:
                 "--lstm-seeds", type=int, default=5, help="seeds of the LSTM"
             )
             sub.add_argument(
-                "--epochs", type=int, default=3, help="the chapter's epochs"
+                "--epochs",
+                type=int,
+                help=f"epochs per run (default: seeds {SEEDS_EPOCHS}, the chapter's; "
+                f"full {FULL_EPOCHS}, the blog post's)",
+            )
+            full = sub.add_argument_group(
+                "--part full", "chapter 8 at the blog post's scale"
+            )
+            full.add_argument(
+                "--protocol",
+                choices=PROTOCOLS,
+                default="source",
+                help="source 004's training (default) or the book's first",
+            )
+            full.add_argument(
+                "--num-train",
+                type=int,
+                default=25_000,
+                help="sequences, validation split included (default: 25000)",
+            )
+            full.add_argument(
+                "--batch-size", type=int, default=128, help="default: 128"
+            )
+            full.add_argument(
+                "--lr", type=float, default=1e-3, help="default: 0.001"
+            )
+            full.add_argument(
+                "--models",
+                nargs="+",
+                default=list(SHAPES_MODELS),
+                help="default: all four",
+            )
+            full.add_argument(
+                "--collect",
+                action="store_true",
+                help="train nothing: merge the runs saved beside --out into it",
             )
         if name == "encoder":
             sub.add_argument(
@@ -990,7 +1506,48 @@ def build_parser() -> argparse.ArgumentParser:
                 nargs="+",
                 help="retrieval runs only, as kind/scale: alibi/-",
             )
+        if name == "digits":
+            sub.add_argument(
+                "--sizes",
+                type=int,
+                nargs="+",
+                default=[50, 100, 300],
+                help="seeds: the training-set sizes of the size experiment",
+            )
+            sub.add_argument(
+                "--resume",
+                action="store_true",
+                help="seeds: keep the rows of --out that this command made here",
+            )
+        if name in ("shapes", "digits"):
+            parts_on_device = [p for c, p in USE_DEVICE if c == name]
+            sub.add_argument(
+                "--device",
+                default="cpu",
+                help=f"{', '.join(parts_on_device)}: where to train (default: cpu)",
+            )
     return parser
+
+
+def check_options(parser: argparse.ArgumentParser, args) -> None:
+    """Refuse the options a part cannot honour, with the parser's usage."""
+    uses_device = (args.chapter, args.part) in USE_DEVICE
+    if getattr(args, "device", "cpu") != "cpu" and not uses_device:
+        parser.error(
+            f"--device: {args.chapter} --part {args.part} trains on the CPU only"
+        )
+    if args.chapter == "shapes" and args.part == "full":
+        if not args.out:
+            parser.error(
+                "--part full needs --out CSV: its runs are saved beside it as they go"
+            )
+        unknown = sorted(set(args.models) - set(SHAPES_MODELS))
+        if unknown:
+            parser.error(
+                f"unknown models {unknown}: choose from {list(SHAPES_MODELS)}"
+            )
+    if getattr(args, "resume", False) and not args.out:
+        parser.error("--resume needs --out: the file whose rows it keeps")
 
 
 def numerics_label() -> str:
@@ -1003,14 +1560,47 @@ def numerics_label() -> str:
     }.get(capability, capability)
 
 
+def command_line(argv: list[str]) -> str:
+    """``python scripts/margins.py`` and ``argv``, less :data:`RUN_PICKERS` and their values."""
+    words, picking = [], False
+    for word in argv:
+        if word.startswith("--"):
+            picking = word.split("=", 1)[0] in RUN_PICKERS
+        if not picking:
+            words.append(word)
+    return " ".join(["python scripts/margins.py", *words])
+
+
+def label_columns(argv: list[str], workers: int, device: str = "cpu") -> dict:
+    """The numerics, machine (``device``) and command of a run, as a table's columns name them."""
+    return {
+        "numerics": numerics_label(),
+        "machine": machine_label(device, workers),
+        "command": command_line(argv),
+    }
+
+
+def run_label(args) -> dict:
+    """:func:`label_columns` of the command ``main`` parsed into ``args``, for rows a part writes
+    itself (each run of ``shapes --part full`` saves its own as it goes)."""
+    return label_columns(args.argv, args.workers, args.device)
+
+
 def labelled(
-    table: pd.DataFrame, argv: list[str], workers: int
+    table: pd.DataFrame, argv: list[str], workers: int, device: str = "cpu"
 ) -> pd.DataFrame:
-    """``table`` with the numerics, machine and command that produced it as columns."""
+    """``table`` with the numerics, machine and command that produced it as columns.
+
+    A column the table has already is kept: rows a part labels itself (runs kept from an
+    earlier invocation, with ``--resume`` or ``--collect``) name the command that made them.
+    """
+    made = label_columns(argv, workers, device)
     return table.assign(
-        numerics=numerics_label(),
-        machine=machine_label("cpu", workers),
-        command=" ".join(["python scripts/margins.py", *argv]),
+        **{
+            column: value
+            for column, value in made.items()
+            if column not in table
+        }
     )
 
 
@@ -1028,10 +1618,14 @@ def summary(table: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
 
 def main(argv: list[str] | None = None) -> pd.DataFrame:
     argv = sys.argv[1:] if argv is None else argv
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    check_options(parser, args)
+    args.argv, args.device = argv, getattr(args, "device", "cpu")
     torch.set_num_threads(1)  # one thread per run, as the chapters do
     number, default_seeds, parts = CHAPTERS[args.chapter]
-    measure, keys = parts[args.part]
+    measure, keys, *part_seeds = parts[args.part]
+    default_seeds = part_seeds[0] if part_seeds else default_seeds
     num_seeds = default_seeds if args.seeds is None else args.seeds
     seeds = range(args.first_seed, args.first_seed + num_seeds)
     print(
@@ -1045,7 +1639,9 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
         (spread.T if spread.shape[1] > spread.shape[0] else spread).to_string()
     )  # the long way
     if args.out:
-        labelled(table, argv, args.workers).to_csv(args.out, index=False)
+        labelled(table, argv, args.workers, args.device).to_csv(
+            args.out, index=False
+        )
     return table
 
 

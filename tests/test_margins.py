@@ -10,6 +10,7 @@ import pytest
 import torch
 from conftest import load_script, run_script
 
+import helpers.tasks.digits
 import helpers.tasks.retrieval
 import helpers.tasks.reverse
 import helpers.tasks.shakespeare
@@ -26,6 +27,7 @@ CHAPTERS = {
     "lm": 10,
     "long": 13,
     "shakespeare": 12,
+    "digits": 14,
 }
 
 
@@ -66,7 +68,16 @@ def test_the_parser_knows_every_chapter_by_name_and_number():
         3,
         3,
         3,
+        10,
     ]
+    # a part's own default number of seeds, where it has one (the others take the chapter's)
+    own = {
+        (name, part): spec[2]
+        for name, (_, _, parts) in margins.CHAPTERS.items()
+        for part, spec in parts.items()
+        if len(spec) > 2
+    }
+    assert own == {("shapes", "full"): 3}
     assert parser.parse_args(["12", "--steps", "30"]).steps == 30
     assert parser.parse_args(["6"]).lr == 0.005
 
@@ -78,12 +89,32 @@ def test_the_parts_reproduce_every_measurement_of_the_old_scripts():
     assert parts == {
         "encoder": ["warmup"],
         "reverse": ["chapter", "schedules", "ablations"],
-        "shapes": ["seeds", "overfit"],
+        "shapes": ["seeds", "overfit", "full"],
         "encoder-decoder": ["seeds"],
         "lm": ["all", "quick"],
         "long": ["cost", "shapes", "retrieval"],
         "shakespeare": ["recipe"],
+        "digits": ["seeds", "attention"],
     }
+    # the parts that train on --device, and the epochs each shapes part chooses
+    assert set(margins.USE_DEVICE) == {
+        ("shapes", "full"),
+        ("digits", "seeds"),
+        ("digits", "attention"),
+    }
+    parser = margins.build_parser()
+    assert parser.parse_args(["shapes"]).epochs is None
+    assert (margins.SEEDS_EPOCHS, margins.FULL_EPOCHS) == (3, 50)
+    digits = parser.parse_args(["14", "--seeds", "2", "--first-seed", "3"])
+    assert (digits.chapter, digits.part, digits.sizes, digits.device) == (
+        "digits",
+        "seeds",
+        [50, 100, 300],
+        "cpu",
+    )
+    jobs = margins.digits_jobs(range(3, 5), [50])
+    assert {job["seed"] for job in jobs} == {3, 4}
+    assert jobs[0]["experiment"] == "patch"  # the slowest first
 
 
 @pytest.mark.parametrize(
@@ -122,6 +153,49 @@ def test_the_label_names_the_numerics_the_machine_and_the_command(
     assert margins.numerics_label() == "avx2"
 
 
+def test_the_label_names_the_device_a_part_trains_on(monkeypatch):
+    monkeypatch.setattr(
+        margins, "machine_label", lambda device, workers: f"{device} x{workers}"
+    )
+    table = pd.DataFrame({"seed": [0]})
+    argv = ["digits", "--device", "cuda", "--workers", "1"]
+    assert margins.labelled(table, argv, 1, "cuda")["machine"][0] == "cuda x1"
+    assert margins.labelled(table, ["lm"], 2)["machine"][0] == "cpu x2"
+    # rows a part labelled itself (runs kept from an earlier sitting) keep their labels
+    kept = table.assign(machine="there", command="python scripts/margins.py x")
+    kept = margins.labelled(kept, argv, 1, "cuda")
+    assert (kept["machine"][0], kept["command"][0]) == (
+        "there",
+        "python scripts/margins.py x",
+    )
+    assert list(kept) == ["seed", "machine", "command", "numerics"]
+
+
+def test_the_command_leaves_out_the_options_that_pick_among_the_same_runs():
+    argv = ["shapes", "--part", "full", "--models", "CNN", "CNN + attention"]
+    argv += ["--collect", "--out", "x.csv", "--epochs", "2"]
+    assert (
+        margins.command_line(argv)
+        == "python scripts/margins.py shapes --part full --out x.csv --epochs 2"
+    )
+    resumed = margins.command_line(["digits", "--resume", "--out", "d.csv"])
+    assert resumed == "python scripts/margins.py digits --out d.csv"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["shapes", "--device", "cuda"], "trains on the CPU only"),
+        (["shapes", "--part", "full"], "--part full needs --out"),
+        (["digits", "--resume"], "--resume needs --out"),
+    ],
+)
+def test_an_option_a_part_cannot_honour_is_refused(argv, message, capsys):
+    with pytest.raises(SystemExit) as refused:
+        margins.main(argv)
+    assert refused.value.code == 2 and message in capsys.readouterr().err
+
+
 def shipped_commands(monkeypatch) -> list[str]:
     """Every ``how_to_make`` command of the shipped results' readers in helpers.tasks."""
     commands = []
@@ -132,6 +206,7 @@ def shipped_commands(monkeypatch) -> list[str]:
         helpers.tasks.retrieval,
         helpers.tasks.warmup,
         helpers.tasks.shakespeare,
+        helpers.tasks.digits,
     ):
         monkeypatch.setattr(
             module, "shipped_table", lambda _, command: commands.append(command)
@@ -149,8 +224,8 @@ def test_every_shipped_files_command_parses(monkeypatch):
     commands = [
         c for c in shipped_commands(monkeypatch) if "scripts/margins" in c
     ]
-    # encoder 1, reverse 2, shapes 2, encoder-decoder 1, shakespeare 1, long 1
-    assert len(commands) == 8
+    # encoder 1, reverse 2, shapes 3, encoder-decoder 1, shakespeare 1, long 1, digits 2
+    assert len(commands) == 11
     parser = margins.build_parser()
     for command in commands:
         python, script, *argv = shlex.split(command)

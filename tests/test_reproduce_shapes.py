@@ -1,13 +1,13 @@
-"""scripts/reproduce_shapes.py, chapter 8's full-scale reproduction outside CI, and the results
-file it wrote, which the package ships and the chapter draws (helpers.tasks.shapes.
+"""scripts/margins.py shapes --part full, chapter 8's full-scale reproduction outside CI, and the
+results file it wrote, which the package ships and the chapter draws (helpers.tasks.shapes.
 full_scale_results): a tiny run writes one row per model, seed and epoch, saves each run as it
-goes, and --collect rebuilds the file from those; the shipped file is the whole protocol."""
+goes, and --collect rebuilds the file from those; the shipped file is the whole protocol (written
+by the script the part replaced, with the same options)."""
 
 from __future__ import annotations
 
 import fnmatch
 import re
-import sys
 
 import pandas as pd
 import pytest
@@ -27,9 +27,8 @@ from helpers.tasks.shapes import (
     source_split,
 )
 
-SCRIPT = ROOT / "scripts" / "reproduce_shapes.py"
 PROTOCOL = "--protocol source --epochs 50 --seeds 3 --num-train 25000 --batch-size 128 --lr 0.001"
-COLUMNS = [
+SHIPPED_COLUMNS = [
     "model",
     "seed",
     "epoch",
@@ -38,12 +37,13 @@ COLUMNS = [
     "seconds",
     "machine",
     "command",
-]
+]  # the shipped file's, written before the part labelled its numerics
+COLUMNS = [*SHIPPED_COLUMNS[:-2], "numerics", "machine", "command"]
 MODELS = ["CNN", "CNN + attention", "bidirectional LSTM"]
 
 
 def run_script(*args):
-    return run_script_named("reproduce_shapes.py", *args)
+    return run_script_named("margins.py", "shapes", "--part", "full", *args)
 
 
 def tiny_run(epochs: int, num_train: int) -> list[str]:
@@ -106,16 +106,15 @@ def test_the_source_protocol_validates_on_a_fifth_and_runs_the_batch_axis_lstm(
         table["valid_mse"].between(0, 10).all()
         and table["test_mse"].between(0, 10).all()
     )
-    assert "--protocol source" in table["command"].iloc[0]
+    # the command names margins.py's default protocol by leaving it out: the source's
+    _, _, *argv = table["command"].iloc[0].split()
+    parsed = load_script("margins.py").build_parser().parse_args(argv)
+    assert parsed.protocol == "source"
 
 
 def test_the_source_protocol_is_fastais_defaults():
     """AdamW with fastai's betas, eps and decoupled weight decay; a seeded 80/20 split."""
-    sys.path.insert(0, str(SCRIPT.parent))
-    try:
-        import reproduce_shapes as script
-    finally:
-        sys.path.remove(str(SCRIPT.parent))
+    script = load_script("margins.py")
     parameter = torch.nn.Parameter(torch.ones(3))
     optimizer = script.make_optimizer("source", [parameter], 1e-3)
     assert isinstance(optimizer, torch.optim.AdamW)
@@ -147,6 +146,26 @@ def test_an_unknown_model_is_refused_by_name(tmp_path):
     )
 
 
+def test_the_part_refuses_to_run_without_out():
+    """Its runs are saved beside --out as they go: a clear parser error without one."""
+    done = run_script("--models", "CNN")
+    assert done.returncode == 2 and "--part full needs --out CSV" in done.stderr
+
+
+def test_the_parts_defaults_are_the_blog_posts_and_the_seeds_part_keeps_its_own():
+    """50 epochs and 3 seeds for --part full; --part seeds keeps the chapter's 3 epochs."""
+    margins = load_script("margins.py")
+    args = margins.build_parser().parse_args(["shapes", "--part", "full"])
+    assert (args.epochs, args.protocol, args.num_train) == (
+        None,
+        "source",
+        25_000,
+    )
+    assert (args.batch_size, args.lr, args.device) == (128, 1e-3, "cpu")
+    assert margins.FULL_EPOCHS == 50 and margins.SEEDS_EPOCHS == 3
+    assert margins.CHAPTERS["shapes"][2]["full"][2] == 3
+
+
 def test_collect_without_a_run_says_what_to_do(tmp_path):
     done = run_script("--out", str(tmp_path / "none.csv"), "--collect")
     assert done.returncode != 0
@@ -174,7 +193,7 @@ def test_the_shipped_results_are_one_whole_run_at_the_blog_posts_scale(results):
         results["command"].nunique() == 1 and results["machine"].nunique() == 1
     )
     assert PROTOCOL in results["command"].iloc[0]
-    assert list(results.columns) == COLUMNS
+    assert list(results.columns) == SHIPPED_COLUMNS
     runs = results.groupby(["model", "seed"])["epoch"].apply(list)
     assert sorted(runs.index) == sorted(
         (m, s) for m in SHAPES_MODELS for s in range(3)
@@ -193,7 +212,9 @@ def test_a_missing_results_file_says_how_to_make_it(monkeypatch):
     import helpers.tasks.shapes as shapes
 
     monkeypatch.setattr(shapes, "FULL_SCALE_FILE", "no_such_file.csv")
-    with pytest.raises(FileNotFoundError, match="scripts/reproduce_shapes.py"):
+    with pytest.raises(
+        FileNotFoundError, match="scripts/margins.py shapes --part full"
+    ):
         shapes.full_scale_results()
 
 
@@ -269,7 +290,16 @@ def test_the_same_command_again_skips_the_runs_it_finished(tmp_path):
     assert "CNN seed 0: complete" in again.stdout
     assert re.search(r"CNN \+ attention +seed 0 epoch +1", again.stdout)
     assert (tmp_path / "parts.partial" / "CNN-seed0.csv").read_text() == saved
-    assert set(pd.read_csv(out)["model"]) == {"CNN", "CNN + attention"}
+    merged = pd.read_csv(out)
+    assert set(merged["model"]) == {"CNN", "CNN + attention"}
+    # one command for both sittings: the one margins.py records, less --models
+    assert merged["command"].nunique() == 1
+    assert (
+        merged["command"]
+        .iloc[0]
+        .startswith("python scripts/margins.py shapes --part full --epochs 1")
+    )
+    assert "--models" not in merged["command"].iloc[0]
     # another command (here, more epochs) trains the run again rather than mixing files
     longer = run_script(*tiny_run(epochs=2, num_train=64), "--models", "CNN",
                         "--protocol", "book", "--out", str(out))  # fmt: skip

@@ -132,21 +132,23 @@ def test_the_books_recipe_reaches_the_threshold_and_stops_there():
 def test_digits_attention_rows_read_each_vit_and_its_untrained_start(
     monkeypatch,
 ):
-    """scripts/reproduce_digits_attention.py on a three-step recipe: one row per ViT, the
+    """scripts/margins.py digits --part attention on a three-step recipe: one row per ViT, the
     untrained one only beside a training on the true labels, the machine on every row."""
     import functools
 
     from helpers.tasks.digits import DigitsTrainConfig, train_digits
 
-    script = load_script("reproduce_digits_attention.py")
+    script = load_script("margins.py")
     tiny = DigitsTrainConfig(steps=3, batch_size=16)
     monkeypatch.setattr(
         script, "train_digits", functools.partial(train_digits, config=tiny)
     )
     label = dict(machine="here", command="python scripts/...")
-    rows = script.one_seed(seed=0, shuffled=False, device="cpu", label=label)
+    rows = script.digits_attention_seed(
+        seed=0, shuffled=False, device="cpu", label=label
+    )
     assert [row["kind"] for row in rows] == ["trained", "untrained"]
-    (control,) = script.one_seed(
+    (control,) = script.digits_attention_seed(
         seed=0, shuffled=True, device="cpu", label=label
     )
     assert control["kind"] == "shuffled labels"

@@ -1,12 +1,11 @@
 """Tests of helpers.vit (chapter 14's Vision Transformer) and helpers.tasks.digits (its task)."""
 
 import dataclasses
-import importlib.util
 import re
 
 import pytest
 import torch
-from conftest import ROOT
+from conftest import load_script
 
 from helpers import checks
 from helpers.analysis import count_parameters
@@ -541,14 +540,6 @@ def test_train_digits_returns_the_model_on_the_cpu_in_eval_mode(monkeypatch):
         )  # CPU data, no device error
 
 
-def load_script():
-    path = ROOT / "scripts" / "reproduce_digits.py"
-    spec = importlib.util.spec_from_file_location("reproduce_digits", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_shipped_seed_results_are_every_run_of_the_script_command():
     table = seed_results()
     assert set(table["experiment"]) == {"models", "size", "variant", "patch"}
@@ -560,7 +551,7 @@ def test_shipped_seed_results_are_every_run_of_the_script_command():
         int(n) for n in re.search(r"--sizes ([\d ]+?) --", command)[1].split()
     ]
     assert seeds >= 5 and sizes == [50, 100, 300]
-    jobs = load_script().jobs(seeds, sizes)
+    jobs = load_script("margins.py").digits_jobs(range(seeds), sizes)
     assert len(table) == len(jobs)
     for job, (_, row) in zip(jobs, table.iterrows(), strict=True):
         config = dataclasses.replace(ViTConfig(), **job["vit"])

@@ -19,10 +19,10 @@ training-set size); it is a module-level function so that
 attention, a model fitted to training labels permuted at random.
 
 The shipped runs over seeds are read back as tables: :func:`seed_results` and
-:func:`accuracy_over_seeds` (the accuracies, by ``scripts/reproduce_digits.py``),
+:func:`accuracy_over_seeds` (the accuracies, by ``scripts/margins.py digits``),
 :func:`attention_results` (:func:`attention_readings` of trained,
 shuffled-label and untrained ViTs, by
-``scripts/reproduce_digits_attention.py``).
+``scripts/margins.py digits --part attention``).
 """
 
 from __future__ import annotations
@@ -327,7 +327,7 @@ SEEDS_FILE = "digits_seeds.csv"
 
 def seed_results() -> pd.DataFrame:
     """Chapter 14's runs over seeds, as measured by
-    ``scripts/reproduce_digits.py``.
+    ``scripts/margins.py digits``.
 
     One row per run: ``experiment`` (``"models"``, ``"size"``, ``"variant"`` or
     ``"patch"``), ``model``, ``pool``, ``positions``, ``patch_size``,
@@ -337,7 +337,7 @@ def seed_results() -> pd.DataFrame:
     """
     return shipped_table(
         SEEDS_FILE,
-        f"python scripts/reproduce_digits.py --out helpers/tasks/{SEEDS_FILE}",
+        f"python scripts/margins.py digits --out helpers/tasks/{SEEDS_FILE}",
     )
 
 
@@ -485,7 +485,7 @@ ATTENTION_FILE = "digits_attention.csv"
 
 def attention_results() -> pd.DataFrame:
     """Chapter 14's :func:`attention_readings` over seeds, as measured by
-    ``scripts/reproduce_digits_attention.py``.
+    ``scripts/margins.py digits --part attention``.
 
     One row per ViT: ``kind`` (``"trained"``, ``"shuffled labels"``: trained
     the same way on training labels permuted at random, or ``"untrained"``:
@@ -495,6 +495,6 @@ def attention_results() -> pd.DataFrame:
     """
     return shipped_table(
         ATTENTION_FILE,
-        "python scripts/reproduce_digits_attention.py "
+        "python scripts/margins.py digits --part attention "
         f"--out helpers/tasks/{ATTENTION_FILE}",
     )

@@ -772,9 +772,9 @@ def source_split(
     makes one.
 
     Returns (training indices, validation indices), the validation part
-    ``int(valid_pct * count)`` long. ``scripts/reproduce_shapes.py`` splits the
-    blog post's 25,000 sequences with it, and chapter 8 takes the same
-    validation sequences to compute their oracle's floor.
+    ``int(valid_pct * count)`` long. ``scripts/margins.py shapes --part full``
+    splits the blog post's 25,000 sequences with it, and chapter 8 takes the
+    same validation sequences to compute their oracle's floor.
     """
     if not 0 < valid_pct < 1:
         raise ValueError(
@@ -791,18 +791,19 @@ SEEDS_FILE = "shapes_seeds.csv"
 
 def full_scale_results() -> pd.DataFrame:
     """Fifty epochs at the blog post's scale, as measured by
-    ``scripts/reproduce_shapes.py``.
+    ``scripts/margins.py shapes --part full``.
 
     One row per model, seed and epoch: the validation MSE (the source's protocol
     only) and the test MSE (normalized) after that epoch, the seconds of
     training so far, and the machine and command that produced it (its
-    ``--protocol`` says which recipe). The file ships with the package
+    ``--protocol`` says which recipe, the source's where it names none). The
+    file ships with the package
     (``helpers/tasks/shapes_full.csv``), so that chapter 8 draws its figure of
     hours of training anywhere, Colab included, without training anything.
     """
     return shipped_table(
         FULL_SCALE_FILE,
-        "python scripts/reproduce_shapes.py --out "
+        "python scripts/margins.py shapes --part full --out "
         f"helpers/tasks/{FULL_SCALE_FILE}",
     )
 

@@ -393,22 +393,19 @@ class GPT(nn.Module):
             nn.init.zeros_(module.bias)
 
     def forward(
-        self, tokens: Tensor, caches: list[KVCache] | None = None
+        self,
+        tokens: Tensor,
+        caches: list[KVCache] | None = None,
+        validate: bool = True,
     ) -> Tensor:
-        """Logits ``(B, T, V)`` for token ids ``(B, T)``, checked first.
+        """Logits ``(B, T, V)`` for token ids ``(B, T)``.
 
         With ``caches`` (one :class:`KVCache` per layer), the tokens continue
-        the cached ones.
+        the cached ones. ``validate=False`` skips the check of the tokens, which
+        reads their values back (``generate`` checks its prompt once).
         """
-        _check_gpt_input(self, tokens, caches)
-        return self.logits(tokens, caches)
-
-    def logits(
-        self, tokens: Tensor, caches: list[KVCache] | None = None
-    ) -> Tensor:
-        """``forward`` without the check of the tokens (which reads their values
-        back): for a caller that checked them, as ``generate`` checks its prompt
-        once."""
+        if validate:
+            _check_gpt_input(self, tokens, caches)
         # the position of the first token: the caches hold the ones before it
         offset = 0 if caches is None else caches[0].length
         x = self.token_embedding(tokens)  # (B, T, D)
@@ -521,7 +518,7 @@ class GPT(nn.Module):
                 step_input = tokens[:, position - context : position]
                 caches = None
             # the last position's logits (B, V); the prompt was checked above
-            logits = self.logits(step_input, caches)[:, -1]
+            logits = self(step_input, caches, validate=False)[:, -1]
             if greedy:
                 next_token = logits.argmax(dim=-1, keepdim=True)
             else:

@@ -213,15 +213,14 @@ def alibi_bias(
 # --- RoPE ---------------------------------------------------------------------
 
 
-def _check_rotary(x, positions, base) -> None:
+def _check_rotary(x, positions) -> None:
     check.tensor("x", x, floating=True)
     if x.dim() < 2:
         raise ValueError(
             "apply_rotary expects x of shape (..., T, D), got shape "
             f"{tuple(x.shape)}; add a sequence dimension"
         )
-    seq_len, width = x.shape[-2], x.shape[-1]
-    angular_speeds(width, base)  # width even, base above 1
+    seq_len = x.shape[-2]
     if positions is None:
         return
     if not isinstance(positions, torch.Tensor) or positions.shape != (seq_len,):
@@ -252,7 +251,7 @@ def apply_rotary(
     k_n`` depends on the positions only through ``n - m``. Returns the same
     shape and dtype as x; norms are preserved.
     """
-    _check_rotary(x, positions, base)
+    _check_rotary(x, positions)
     seq_len, width = x.shape[-2], x.shape[-1]
     speeds = angular_speeds(width, base)
     if positions is None:

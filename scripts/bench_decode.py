@@ -98,16 +98,18 @@ def _step_seconds(
         else None
     )
     # the prompt's pass: not timed
-    logits = model.logits(prompt, caches)[:, -1]
+    logits = model(prompt, caches, validate=False)[:, -1]
     tokens[:, context : context + 1] = logits.argmax(dim=-1, keepdim=True)
     times = []
     for position in range(context + 1, context + steps + 1):
         _synchronize(device)
         start = time.perf_counter()
         if use_cache:
-            logits = model.logits(tokens[:, position - 1 : position], caches)
+            logits = model(
+                tokens[:, position - 1 : position], caches, validate=False
+            )
         else:
-            logits = model.logits(tokens[:, :position])
+            logits = model(tokens[:, :position], validate=False)
         tokens[:, position : position + 1] = logits[:, -1].argmax(
             dim=-1, keepdim=True
         )

@@ -1157,7 +1157,7 @@ def test_a_gpt_forward_reads_one_value_back_whatever_its_depth():
             model(tokens)
         assert reads.count == 1, (layers, reads.count)
         with host_reads() as reads:
-            model.logits(tokens)
+            model(tokens, validate=False)
         assert reads.count == 0
     with pytest.raises(
         ValueError, match=rf"0 \.\. {VOCAB - 1}, got values from 0 to {VOCAB}"
@@ -1166,7 +1166,7 @@ def test_a_gpt_forward_reads_one_value_back_whatever_its_depth():
 
 
 def test_torch_export_takes_the_gpt_as_built():
-    """The model as built, checked forward: under tracing the token check reads no value."""
+    """No validate=False: under tracing the token check reads no value."""
     torch.manual_seed(0)
     model = GPT(
         GPTConfig(vocab_size=VOCAB, context_length=16, num_layers=2)

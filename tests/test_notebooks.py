@@ -330,12 +330,14 @@ def shown_library_lines(cells) -> int:
     return lines
 
 
-CHECK_LINE = re.compile(r"\bcheck\.|_check_|validate|raise \w*Error")
+CHECK_LINE = re.compile(r"\bcheck\.\w+\(|\b_check_\w+\(|raise \w*Error")
 
 
 def check_lines_per_function(text: str) -> dict[str, int]:
-    """Lines that check arguments (``check.*``, ``_check_*``, ``validate``, ``raise
-    ...Error``) in shown code, per function or method (``def`` line to the next)."""
+    """Lines that call argument checks (``check.*(``, ``_check_*(``, ``raise ...Error``) in
+    shown code, per function or method (``def`` line to the next). A flag that lets a caller
+    who checked already skip the call (``GPT.forward``'s ``validate``, which ``generate``
+    sets to False after checking its prompt once) is not a check."""
     counts, current = {}, "<class body>"
     for line in text.splitlines():
         match = re.match(r"\s*def (\w+)", line)

@@ -599,6 +599,8 @@ def stale_shown_outputs(twin) -> list[str]:
     stale = []
     for index, cell in enumerate(notebook["cells"]):
         source = "".join(cell["source"]).strip()
+        if not SHOW_CALL.fullmatch(source):  # a cell that ends with the call
+            source = source.splitlines()[-1] if source else ""
         if cell["cell_type"] != "code" or not SHOW_CALL.fullmatch(source):
             continue
         stored = [

@@ -305,29 +305,12 @@ def test_make_test_verifies_the_notebooks_under_other_numerics():
 def shown_library_lines(cells) -> int:
     """Non-blank lines of package source that ``show_source`` prints in reading-path cells (a
     folded output, tag ``hide-output``, is one click away and not counted)."""
-    lines = 0
-    for cell in cells:
-        tags = set(cell["metadata"].get("tags", []))
-        if (
-            cell["cell_type"] != "code"
-            or "show_source(" not in "".join(cell["source"])
-            or tags & (OFF_PATH | {"hide-output", "remove-output"})
-        ):
-            continue
-        for output in cell.get("outputs", []):
-            data = output.get("data", {})
-            text = (
-                data.get("text/markdown")
-                or data.get("text/plain")
-                or output.get("text", "")
-            )
-            text = "".join(text) if isinstance(text, list) else text
-            lines += sum(
-                1
-                for line in text.splitlines()
-                if line.strip() and not line.startswith("```")
-            )
-    return lines
+    return sum(
+        1
+        for _, text in shown_outputs(cells)
+        for line in text.splitlines()
+        if line.strip() and not line.startswith("```")
+    )
 
 
 CHECK_LINE = re.compile(r"\bcheck\.\w+\(|\b_check_\w+\(|raise \w*Error")
@@ -360,8 +343,14 @@ def shown_outputs(cells):
         ):
             continue
         for output in cell.get("outputs", []):
-            text = output.get("data", {}).get("text/markdown", "")
-            yield "".join(cell["source"]), "".join(text)
+            data = output.get("data", {})
+            text = (
+                data.get("text/markdown")
+                or data.get("text/plain")
+                or output.get("text", "")
+            )
+            text = "".join(text) if isinstance(text, list) else text
+            yield "".join(cell["source"]), text
 
 
 def test_shown_code_calls_its_checks_in_one_line_per_function():

@@ -1,6 +1,7 @@
 """The Shakespeare text, its tokenizer and split, the n-gram baseline and the training run."""
 
 import math
+from collections import Counter
 
 import pytest
 import torch
@@ -112,6 +113,24 @@ def test_kneser_ney_counts_continuations_at_lower_orders():
     assert (
         model.counts[2]["a"]["b"] == 20
     )  # the highest order counts occurrences
+
+
+@pytest.mark.parametrize("sample", ["abracadabra, cadabra!", "abc", "a"])
+def test_kneser_ney_raw_tables_count_every_occurrence(sample):
+    """The lower orders' raw tables are derived from the order-grams' counts plus
+    the text's tail; they must equal a direct count of every k-gram, also for a
+    text shorter than the order."""
+    model = KneserNeyModel(sample, 5, sorted(set(sample)))
+    for k in range(1, 5):
+        direct = Counter(sample[i : i + k] for i in range(len(sample) - k + 1))
+        derived = Counter(
+            {
+                h + c: n
+                for h, row in model.raw[k].items()
+                for c, n in row.items()
+            }
+        )
+        assert derived == direct, k
 
 
 def test_kneser_ney_with_a_short_context_is_the_lower_order_model(text):

@@ -209,9 +209,10 @@ class KneserNeyModel:
         self.vocab_size = len(self.vocab)
         # counts[k][context][c] for k = 1..order (context of k - 1 characters)
         self.counts: list[dict[str, Counter]] = [{} for _ in range(order + 1)]
-        grams = Counter(
+        occurrences = Counter(
             text[i : i + order] for i in range(len(text) - order + 1)
         )
+        grams: dict[str, int] = occurrences
         for k in range(order, 0, -1):
             table: dict[str, Counter] = defaultdict(Counter)
             for gram, count in grams.items():
@@ -228,8 +229,16 @@ class KneserNeyModel:
         self.raw: list[dict[str, Counter]] = [{} for _ in range(order + 1)]
         self.raw[order] = self.counts[order]
         for k in range(1, order):
+            # a k-gram occurs as the start of an order-gram, or in the text's
+            # last order - k positions, where no order-gram starts
+            kgrams: Counter = Counter()
+            for gram, count in occurrences.items():
+                kgrams[gram[:k]] += count
+            kgrams.update(
+                text[i : i + k]
+                for i in range(max(len(text) - order + 1, 0), len(text) - k + 1)
+            )
             table = defaultdict(Counter)
-            kgrams = Counter(text[i : i + k] for i in range(len(text) - k + 1))
             for gram, count in kgrams.items():
                 table[gram[:-1]][gram[-1]] += count
             self.raw[k] = dict(table)

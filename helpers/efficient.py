@@ -203,8 +203,9 @@ def attention_cost(
     """FLOPs and bytes of one attention call, from its shapes (nothing is run).
 
     ``flops``: the two matrix products, q k^T and weights @ v, at 2 FLOPs per
-    multiply-add: ``4 B H T^2 d_head`` (half of it with ``causal`` for a kernel
-    that skips masked tiles). ``weights_bytes``: the (B, H, T, T) matrix a naive
+    multiply-add: ``4 B H T^2 d_head`` (half of it with ``causal``: the ideal,
+    which a kernel that skips masked tiles approaches, computing ``(n + 1) /
+    2n`` of ``n x n`` tiles). ``weights_bytes``: the (B, H, T, T) matrix a naive
     implementation materializes. ``qkvo_bytes``: queries, keys, values and
     output, ``4 B H T d_head`` elements, all that a tiled kernel must hold.
     Softmax and scaling (O(T^2) too, but cheap) are left out.

@@ -96,9 +96,9 @@ class GPTConfig:
     (GPT-2's tanh approximation). ``residual_init``: None or ``"gpt2"`` (see
     :class:`GPT`). GPT-2 small: ``GPTConfig(vocab_size=50_257,
     context_length=1024, d_model=768, num_layers=12, num_heads=12, bias=True,
-    norm="layer", activation="gelu_tanh")``. Fields are keywords;
-    ``config.replace(window=4)`` is a copy with some of them changed. A model
-    with a ``window`` and relative positions (``"rope"``, ``"alibi"``,
+    norm="layer", activation="gelu_tanh", residual_init="gpt2")``. Fields are
+    keywords; ``config.replace(window=4)`` is a copy with some of them changed.
+    A model with a ``window`` and relative positions (``"rope"``, ``"alibi"``,
     ``"none"``) :attr:`streams`: it reads sequences longer than
     ``context_length``.
     """

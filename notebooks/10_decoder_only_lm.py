@@ -197,7 +197,8 @@ glue("ch10_text_length", f"{len(text):,}")
 # {glue:text}`ch10_num_characters` distinct ones: a tiny vocabulary, and long sequences.
 # A *subword* tokenizer trades the other way: a larger vocabulary of frequent chunks
 # (`" the"`, `"tion"`), so the same text becomes fewer tokens. GPT-2's is byte-pair
-# encoding (BPE) {cite}`sennrich2016bpe` with 50,257 tokens. BPE starts from characters and
+# encoding (BPE) {cite}`sennrich2016bpe` over bytes: 256 byte tokens, 50,000 merges and one
+# end-of-text token make its 50,257. BPE starts from characters (or bytes) and
 # repeatedly merges the most frequent adjacent pair into a new token, inside words only:
 
 
@@ -1058,7 +1059,7 @@ assert valid["τ = 1"] - ngram_valid > 0.35
 # Each generated token needs the model's output at the last position of the whole string
 # so far. Run naively, every step recomputes the earlier positions; `generate` avoids that
 # with a cache. {doc}`Chapter 11 <11_generation_cost>` explains the cache, measures what a
-# step costs, and loads GPT-2's weights into the same class.
+# step costs, and loads a GPT-2 checkpoint into the same class.
 
 # %% tags=["remove-cell"]
 vocabulary, width, heads = 65, 32, 4

@@ -216,9 +216,10 @@ for name, gigabytes in GPU_GB.items():
 # :::{admonition} Going deeper: why one $T \times T$ matrix is only a lower bound
 # :class: dropdown
 # The naive kernel computes the scores, then the softmax of the scores: both are
-# $T \times T$ and both are alive when the softmax finishes. A causal mask applied with
-# `masked_fill` makes a third, masked copy of the scores (and the boolean mask is itself
-# $T \times T$), and training keeps them all for the backward pass. Measured on this CPU at
+# $T \times T$ and both are alive when the softmax finishes. The book's kernel then gives a
+# row with no allowed key zero weights with a second `masked_fill`, after the softmax: a
+# third $T \times T$ matrix (and the boolean mask is itself $T \times T$). Training keeps
+# more for the backward pass (autograd saves the softmax's output, the weights and the mask). Measured on this CPU at
 # the table's shapes (32 heads of width 128, 16-bit numbers, a causal mask) and short
 # lengths, in the hidden cell below, the naive kernel's peak is
 # {glue:text}`ch11_paper_factor` times the table's middle column: three $T \times T$
@@ -309,8 +310,9 @@ assert not torch.isfinite(naive_sum)
 # what lets the softmax stream at all. Tiled attention applies the update to whole tiles, a
 # block of queries against a block of keys, so the largest tensor alive is one tile of
 # scores, never $T \times T$. With a causal mask, the tiles above the diagonal are skipped:
-# about half of the work. This is FlashAttention's forward pass
-# {cite}`dao2022flashattention`, in plain PyTorch:
+# about half of the work. This is the algorithm of FlashAttention's forward pass
+# {cite}`dao2022flashattention`, in the loop order of its second version (query tiles
+# outside, the division by the sum at the end), in plain PyTorch:
 
 # %%
 show_source(online_softmax_update)
@@ -419,7 +421,8 @@ plt.show()
 # **Figure.** Time and peak memory of one call against $T$ ({glue:text}`ch11_cost_heads`
 # heads of width {glue:text}`ch11_cost_width`, log-log axes). Look at the right panel: the
 # naive kernel's memory rises with slope 2 (quadratic), the fused and the tiled ones with
-# slope 1 at most (linear; the tiled one starts from the fixed cost of its tiles): at
+# slope about 1 overall (linear, noisy at small $T$; the tiled one starts from the fixed
+# cost of its tiles): at
 # $T = 4096$ the tiled version peaks at {glue:text}`ch11_tiled_peak_mib` MiB,
 # {glue:text}`ch11_memory_ratio` of the naive one. On the left, all three grow about
 # quadratically at long lengths.
@@ -456,8 +459,9 @@ plt.show()
 # head for every query head of its group (`repeat_interleave`) would copy the whole cache at
 # every decoding step, writing out again the memory the sharing saved. The layer instead
 # views the queries `(B, H, T, d_head)` as `(B, H_kv, group × T, d_head)`: each group is one
-# longer block of queries reading one key/value head as it is. PyTorch's kernel shares heads
-# the same way with `enable_gqa=True`; the layer agrees with it:
+# longer block of queries reading one key/value head as it is. PyTorch's kernel groups the
+# heads the same way with `enable_gqa=True` (its reference implementation repeats them; a
+# fused backend may not); the layer agrees with it:
 
 # %%
 torch.manual_seed(0)
@@ -723,7 +727,7 @@ assert all(0.5 < ratios[kind].median() < 2 for kind in ("GQA-2", "MQA"))
 # {glue:text}`ch11_speed_rounds` rounds, multi-query ran at
 # {glue:text}`ch11_mqa_over_mha_low` to {glue:text}`ch11_mqa_over_mha_high` times the
 # speed of multi-head, a spread of noise. At this size a step's time goes into the weights'
-# products and Python's dispatch, not into a cache of a few hundred kilobytes. The saving
+# products and Python's dispatch, not into a cache of at most a megabyte. The saving
 # is in *memory*, which decides how many sequences fit on a GPU.
 #
 # ## Local attention: sliding windows
@@ -859,8 +863,9 @@ plt.show()
 
 # %% [markdown]
 # **Figure.** The bytes of the key/value caches of a two-layer model with a window of
-# {glue:text}`ch11_roll_window`, counted after each decoded token; the dotted line is the
-# model's context. The cache that keeps everything grows linearly, to
+# {glue:text}`ch11_roll_window`, counted after each decoded token (the positions held: the
+# rolling cache's buffers have room for about twice as many, so that it shifts them
+# rarely); the dotted line is the model's context. The cache that keeps everything grows linearly, to
 # {glue:text}`ch11_keep_bytes` bytes; the rolling one stops at {glue:text}`ch11_roll_bytes`
 # bytes once it holds $w$ positions, with the same logits, past the context as before it.
 #
@@ -1034,8 +1039,8 @@ assert window_mse[WINDOWS[1]] < 0.6 * oracle_mse
 # With a window of {glue:text}`ch11_window_small` the model ends at
 # {glue:text}`ch11_window_3_ratio` times the local oracle's error: like the CNN, it cannot
 # see the partner. With the full window it reaches {glue:text}`ch11_window_100_ratio` of
-# it. A sliding window is a bet that what matters is near; on this task, half of the time,
-# it is not.
+# it. A sliding window is a bet that what matters is near; on this task the partner lies
+# beyond the small window's reach, and the model learns no more than the local oracle knows.
 #
 # ## Length generalization: train short, test long
 #
@@ -1128,13 +1133,21 @@ plt.show()
 # each line goes right of it, and at how long the bars of learned positions are.
 
 # %% tags=["remove-cell"]
+from helpers.tasks.retrieval import retrieval_targets
+
 by_seed = {
     kind: plain[plain["positions"] == kind].set_index("seed")[COLUMNS]
     for kind in KINDS
 }
 train, longest = COLUMNS[0], COLUMNS[-1]
 glue("ch11_longest", int(longest))
-glue("ch11_longest_distance", int(longest) - 1)
+# the answer to position t sits right after t's earlier occurrence j >= 0, so
+# the second hop reads at most T - 2 back: the last position of a sequence whose
+# second half is the first rotated by one reads position 1
+half = torch.arange(int(longest) // 2)
+rotated_by_one = torch.cat([half, half.roll(-1)])[None]
+assert retrieval_targets(rotated_by_one)[0, -1] == rotated_by_one[0, 1]
+glue("ch11_longest_distance", int(longest) - 2)
 for kind in KINDS:
     for name, column in (("train", train), ("longest", longest)):
         glue(f"ch11_{kind}_at_{name}", f"{by_seed[kind][column].median():.2f}")
@@ -1197,8 +1210,8 @@ print("every claim holds on each of the", len(by_seed["alibi"]), "seeds")
 # The shipped runs hold two fixes (`train_retrieval(scale=...)`, the hidden cells below):
 # multiply the token embeddings by $\sqrt{D}$ = {glue:text}`ch11_sqrt_d` on their way in,
 # as the Transformer paper does {cite}`vaswani2017attention` (here that narrows the gap to
-# {glue:text}`ch11_position_to_scaled_token` times, since GPT-2's initialization is smaller
-# than theirs), or shrink the encoding to the tokens' size, a root-mean-square of 0.02.
+# only {glue:text}`ch11_position_to_scaled_token` times, from token embeddings that start at
+# a standard deviation of 0.02), or shrink the encoding to the tokens' size, a root-mean-square of 0.02.
 # Louder tokens are not enough: with them the model still reaches at most
 # {glue:text}`ch11_louder_at_train_max` at the training length. Shrinking the encoding is:
 # a median of {glue:text}`ch11_small_at_train` at the training length, better than the
@@ -1226,6 +1239,7 @@ glue(
 assert position_rms / token_rms > 20  # ~0.71 / ~0.02
 
 # %% tags=["hide-cell"]
+train, longest = COLUMNS[0], COLUMNS[-1]  # the training length and 4 times it
 SCALE_NAMES = {
     "-": "as built",
     "tokens": "tokens x sqrt(D)",
@@ -1245,6 +1259,9 @@ glue("ch11_small_at_train", f"{small[train].median():.2f}")
 glue("ch11_small_learners", int((small[train] > 0.4).sum()))
 glue("ch11_small_at_longest_max", f"{small[longest].max():.2f}")
 glue("ch11_louder_at_train_max", f"{louder[train].max():.2f}")
+fixes.round(2)
+
+# %% tags=["remove-cell"]
 # the summary's absolute-position runs that learned the rule: each below half
 # at four times the length
 absolute = pd.concat([learners, small[small[train] > 0.4]])
@@ -1259,7 +1276,6 @@ assert (
     small[longest].max() < 0.25 and (small[longest] < 0.5 * small[train]).all()
 )
 assert louder[train].max() < 0.3
-fixes.round(2)
 
 # %% [markdown]
 # :::{admonition} Going deeper: how RoPE models are stretched to longer contexts

@@ -9,13 +9,14 @@ language leaves no choice (which kind of bracket closes here) there is a right
 answer to score (:func:`closing_accuracy`).
 
 Characters are the tokens (:data:`ALPHABET`, a newline then the six brackets).
-Each training row is a newline, one string, a newline: the model learns to start
-after a newline and to end a string with one. Shapes: ``N`` rows, ``T``
-positions (``context_length``), ``V`` = 7.
+Each training row is a newline followed by as many whole strings as fit, each
+ended by a newline (:func:`make_rows`): the model learns to start after a
+newline and to end a string with one. Shapes: ``N`` rows, ``T`` positions
+(``context_length``), ``V`` = 7.
 
 The model is :class:`helpers.gpt.GPT`; :func:`train_brackets` trains it with
 :func:`helpers.training.fit`. The baseline is an n-gram model fitted to the same
-rows (:class:`NGramModel`).
+strings, each counted on its own between two newlines (:class:`NGramModel`).
 """
 
 from __future__ import annotations

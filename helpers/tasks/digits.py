@@ -16,7 +16,7 @@ parameter count. :func:`train_digits` trains either on the split with one recipe
 training-set size); it is a module-level function so that
 :func:`helpers.parallel.run_in_processes` can run several side by side; with
 ``shuffled_labels`` it trains the control of the chapter's claims about
-attention, a model fitted to training labels permuted at random.
+attention, a model trained on training labels permuted at random.
 
 The shipped runs over seeds are read back as tables: :func:`seed_results` and
 :func:`accuracy_over_seeds` (the accuracies, by ``scripts/margins.py digits``),
@@ -265,9 +265,10 @@ def train_digits(
     the same for every seed. ``num_train`` takes the first images of the
     balanced training order. With ``shuffled_labels``, the control of a claim
     about what training on the task does: the training labels are permuted at
-    random (seeded by ``seed``), so the model fits labels that say nothing
-    about the images (its training accuracy is measured on those labels, its
-    test accuracy on the true ones). The returned model is on the CPU, in eval
+    random (seeded by ``seed``), so the model trains on labels that say nothing
+    about the images, and the recipe's steps fit them only in part (its
+    training accuracy is measured on those labels, its test accuracy on the
+    true ones). The returned model is on the CPU, in eval
     mode, whatever ``device`` trained it.
     """
     check.instance("config", config, DigitsTrainConfig)

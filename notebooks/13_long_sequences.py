@@ -216,10 +216,9 @@ for name, gigabytes in GPU_GB.items():
 # :::{admonition} Going deeper: why one $T \times T$ matrix is only a lower bound
 # :class: dropdown
 # The naive kernel computes the scores, then the softmax of the scores: both are
-# $T \times T$ and both are alive when the softmax finishes. The book's kernel then gives a
-# row with no allowed key zero weights with a second `masked_fill`, after the softmax: a
-# third $T \times T$ matrix (and the boolean mask is itself $T \times T$). Training keeps
-# more for the backward pass (autograd saves the softmax's output, the weights and the mask). Measured on this CPU at
+# $T \times T$ and both are alive when the softmax finishes. The book's kernel then zeroes
+# the weights of rows with no allowed key, after the softmax: a third $T \times T$ matrix,
+# besides the boolean mask. Training keeps more for the backward pass. Measured on this CPU at
 # the table's shapes (32 heads of width 128, 16-bit numbers, a causal mask) and short
 # lengths, in the hidden cell below, the naive kernel's peak is
 # {glue:text}`ch11_paper_factor` times the table's middle column: three $T \times T$
@@ -310,9 +309,8 @@ assert not torch.isfinite(naive_sum)
 # what lets the softmax stream at all. Tiled attention applies the update to whole tiles, a
 # block of queries against a block of keys, so the largest tensor alive is one tile of
 # scores, never $T \times T$. With a causal mask, the tiles above the diagonal are skipped:
-# about half of the work. This is the algorithm of FlashAttention's forward pass
-# {cite}`dao2022flashattention`, in the loop order of its second version (query tiles
-# outside, the division by the sum at the end), in plain PyTorch:
+# about half of the work. This is FlashAttention's forward pass
+# {cite}`dao2022flashattention` (in its second version's loop order), in plain PyTorch:
 
 # %%
 show_source(online_softmax_update)
@@ -421,8 +419,7 @@ plt.show()
 # **Figure.** Time and peak memory of one call against $T$ ({glue:text}`ch11_cost_heads`
 # heads of width {glue:text}`ch11_cost_width`, log-log axes). Look at the right panel: the
 # naive kernel's memory rises with slope 2 (quadratic), the fused and the tiled ones with
-# slope about 1 overall (linear, noisy at small $T$; the tiled one starts from the fixed
-# cost of its tiles): at
+# slope about 1 (linear; noisy at small $T$): at
 # $T = 4096$ the tiled version peaks at {glue:text}`ch11_tiled_peak_mib` MiB,
 # {glue:text}`ch11_memory_ratio` of the naive one. On the left, all three grow about
 # quadratically at long lengths.
@@ -430,8 +427,8 @@ plt.show()
 # So it is the naive *implementation* that needs $O(T^2)$ memory, not attention
 # {cite}`rabe2021self`; the time stays quadratic. (One of the sources says otherwise; see
 # [Sources and errata](../book/sources.md).) The Python loop is
-# {glue:text}`ch11_tiled_over_fused` times slower than the fused kernel, which runs the same
-# algorithm as compiled code: a loop shows the algorithm, only a fused kernel its speed.
+# {glue:text}`ch11_tiled_over_fused` times slower than the fused kernel, the same algorithm
+# compiled: a loop shows the algorithm, only a fused kernel its speed.
 #
 # :::{admonition} Going deeper: why the loop is slow and FlashAttention fast
 # :class: dropdown
@@ -451,17 +448,15 @@ plt.show()
 # memory, and reading it limits generation speed. *Multi-query attention*
 # {cite}`shazeer2019mqa` keeps all the query heads but one key and one value head;
 # *grouped-query attention* {cite}`ainslie2023gqa` keeps $H_{kv}$ key/value heads, each
-# shared by a group of $H / H_{kv}$ query heads. Chapter 11's `CausalSelfAttention` reads
-# `num_kv_heads` from its `GPTConfig`: equal to `num_heads` it is multi-head attention, 1 is
-# multi-query.
+# shared by a group of $H / H_{kv}$ query heads. In `GPTConfig`, `num_kv_heads` equal to
+# `num_heads` is multi-head attention, 1 is multi-query.
 #
 # How should a group's query heads read their one key/value head? Repeating each key/value
 # head for every query head of its group (`repeat_interleave`) would copy the whole cache at
 # every decoding step, writing out again the memory the sharing saved. The layer instead
 # views the queries `(B, H, T, d_head)` as `(B, H_kv, group × T, d_head)`: each group is one
-# longer block of queries reading one key/value head as it is. PyTorch's kernel groups the
-# heads the same way with `enable_gqa=True` (its reference implementation repeats them; a
-# fused backend may not); the layer agrees with it:
+# longer block of queries reading one key/value head as it is. With `enable_gqa=True`
+# PyTorch groups heads the same way (its reference code repeats them); the layer agrees:
 
 # %%
 torch.manual_seed(0)
@@ -863,9 +858,8 @@ plt.show()
 
 # %% [markdown]
 # **Figure.** The bytes of the key/value caches of a two-layer model with a window of
-# {glue:text}`ch11_roll_window`, counted after each decoded token (the positions held: the
-# rolling cache's buffers have room for about twice as many, so that it shifts them
-# rarely); the dotted line is the model's context. The cache that keeps everything grows linearly, to
+# {glue:text}`ch11_roll_window`, counted after each decoded token (positions held; the
+# buffers have room for twice as many); the dotted line is the model's context. The cache that keeps everything grows linearly, to
 # {glue:text}`ch11_keep_bytes` bytes; the rolling one stops at {glue:text}`ch11_roll_bytes`
 # bytes once it holds $w$ positions, with the same logits, past the context as before it.
 #
@@ -1039,8 +1033,8 @@ assert window_mse[WINDOWS[1]] < 0.6 * oracle_mse
 # With a window of {glue:text}`ch11_window_small` the model ends at
 # {glue:text}`ch11_window_3_ratio` times the local oracle's error: like the CNN, it cannot
 # see the partner. With the full window it reaches {glue:text}`ch11_window_100_ratio` of
-# it. A sliding window is a bet that what matters is near; on this task the partner lies
-# beyond the small window's reach, and the model learns no more than the local oracle knows.
+# it. A sliding window is a bet that what matters is near; here the partner lies beyond the
+# small window's reach.
 #
 # ## Length generalization: train short, test long
 #
@@ -1189,7 +1183,7 @@ print("every claim holds on each of the", len(by_seed["alibi"]), "seeds")
 # **Does it survive four times the length?** RoPE falls to
 # {glue:text}`ch11_rope_at_longest`, below half of its training-length accuracy on every
 # seed: rotations at distances never seen in training are new inputs to the heads that
-# learned the rule. The one seed whose learned table learned the rule falls below half too.
+# learned the rule. So does the one seed whose learned table learned the rule.
 # ALiBi keeps
 # {glue:text}`ch11_alibi_kept` of its accuracy, and its worst seed beats every other kind's
 # best. So the ALiBi paper's claim holds in part: ALiBi extrapolates best, but not
@@ -1209,9 +1203,8 @@ print("every claim holds on each of the", len(by_seed["alibi"]), "seeds")
 #
 # The shipped runs hold two fixes (`train_retrieval(scale=...)`, the hidden cells below):
 # multiply the token embeddings by $\sqrt{D}$ = {glue:text}`ch11_sqrt_d` on their way in,
-# as the Transformer paper does {cite}`vaswani2017attention` (here that narrows the gap to
-# only {glue:text}`ch11_position_to_scaled_token` times, from token embeddings that start at
-# a standard deviation of 0.02), or shrink the encoding to the tokens' size, a root-mean-square of 0.02.
+# as the Transformer paper does {cite}`vaswani2017attention` (here that narrows the gap only
+# to {glue:text}`ch11_position_to_scaled_token` times), or shrink the encoding to the tokens' size, a root-mean-square of 0.02.
 # Louder tokens are not enough: with them the model still reaches at most
 # {glue:text}`ch11_louder_at_train_max` at the training length. Shrinking the encoding is:
 # a median of {glue:text}`ch11_small_at_train` at the training length, better than the

@@ -6,9 +6,9 @@ commit into MyST substitutions, so that the Performance page quotes the run rath
 it: ``{{ gpu_machine }}``, ``{{ gpu_torch }}``, ``{{ gpu_python }}``, ``{{ gpu_date }}``,
 ``{{ gpu_commit }}``, ``{{ gpu_jobs }}``, ``{{ gpu_notebook_cells }}`` (cells that passed),
 ``{{ gpu_notebook_seconds }}``, ``{{ gpu_unit_passed }}``, ``{{ gpu_unit_seconds }}`` and
-``{{ gpu_notebook_verdict }}`` (whether every chapter ran to its end), ``{{ gpu_verdict }}`` (how many checks failed, with the recorded note on why, or that
-nothing did). Like ``book_time``, it imports nothing from Sphinx, so the unit tests read the same
-figures.
+``{{ gpu_notebook_verdict }}`` (whether every chapter ran to its end), ``{{ gpu_verdict }}``
+(how many checks failed, with the recorded note on why, or that nothing did). Like
+``book_time``, it imports nothing from Sphinx, so the unit tests read the same figures.
 """
 
 import csv

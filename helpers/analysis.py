@@ -52,19 +52,35 @@ def parameter_table(module: nn.Module, max_depth: int = 1) -> pd.DataFrame:
     levels.
 
     Submodules without parameters (dropout, activations) are left out. Columns:
-    ``module`` (dotted name), ``type`` and ``parameters``; a last row ``total``.
+    ``module`` (dotted name), ``type`` and ``parameters``; a last row ``total``,
+    which counts a shared parameter once. Where a module shares a parameter with
+    an earlier one (a head tied to the token embedding), a column ``tied to``
+    names the earlier parameter, so the rows visibly count it twice.
     """
     check.module(module)
     check.positive_int("max_depth", max_depth)
+    first_name = {}  # parameter -> its first name in the module
+    for name, parameter in module.named_parameters(remove_duplicate=False):
+        first_name.setdefault(parameter, name)
     rows = []
     for name, child in module.named_modules():
         depth = name.count(".") + 1
         count = count_parameters(child)
         # skip dropout, activations
         if name and depth <= max_depth and count > 0:
-            rows.append((name, type(child).__name__, count))
-    rows.append(("total", type(module).__name__, count_parameters(module)))
-    return pd.DataFrame(rows, columns=["module", "type", "parameters"])
+            tied = [
+                first_name[p]
+                for p in child.parameters()
+                if not first_name[p].startswith(name + ".")
+            ]
+            rows.append((name, type(child).__name__, count, ", ".join(tied)))
+    total = count_parameters(module)
+    rows.append(("total", type(module).__name__, total, ""))
+    columns = ["module", "type", "parameters", "tied to"]
+    table = pd.DataFrame(rows, columns=columns)
+    if not table["tied to"].any():
+        table = table.drop(columns="tied to")
+    return table
 
 
 def stable_rank(matrix: torch.Tensor) -> float:

@@ -32,12 +32,12 @@
 # - say what a query with no allowed key should return, and why NaN is the worst answer.
 #
 # ```{figure} ../book/_static/diagrams/map_02.svg
-# :alt: The book's map of the Transformer: the decoder's masked self-attention box and the padding masks of the encoder and the decoder are highlighted.
+# :alt: The book's map of the Transformer: the encoder's self-attention box and the decoder's masked self-attention and cross-attention boxes are highlighted.
 # :width: 60%
 # :name: fig-map-02
 #
-# Where this chapter sits in the Transformer: the masks, causal in the decoder's
-# self-attention, padding in both the encoder and the decoder.
+# Where this chapter sits in the Transformer: every attention box takes a mask, causal in the
+# decoder's self-attention, padding in the encoder's self-attention and in cross-attention.
 # ```
 #
 # The book uses one convention everywhere: **a boolean mask, `True` = may attend**, the
@@ -613,7 +613,8 @@ assert (cross_weights[1, :, 3:] == 0).all()
 # is one encoder position, shared by all queries; for the second sequence the last three
 # columns are padding and get zero weight from every decoder query.
 #
-# A lower-triangular mask on a non-square shape, such as `torch.ones(4, 6).tril()`, is
+# A lower-triangular mask on a non-square shape, such as
+# `torch.ones(4, 6, dtype=torch.bool).tril()`, is
 # legal but means "query $i$ may see keys $0, \dots, i$": causal only if query $i$ and key $i$
 # stand for the same moment in time, which two different sequences rarely do.
 #
@@ -665,9 +666,10 @@ glue("ch2_torch_version", torch.__version__.split("+")[0])
 
 # %% [markdown]
 # NaN is the worst answer: it spreads through every later layer into the loss, and one
-# backward pass later every parameter is NaN. The uniform average of $-10^9$ is quieter and as
-# wrong, since it reads exactly the positions the mask was meant to hide. PyTorch's fused
-# kernel returns zeros with the version this page was built with
+# optimizer step later every parameter is NaN. The uniform average of $-10^9$ is quieter and as
+# wrong, since it reads exactly the positions the mask was meant to hide.
+# `F.scaled_dot_product_attention` (here its plain-math path: no fused kernel takes 2-D inputs)
+# returns zeros with the version this page was built with
 # ({glue:text}`ch2_torch_version`, on the CPU), but that is version- and backend-dependent:
 # it has not always done so and need not on every device. The book's
 # `scaled_dot_product_attention` therefore fixes the answer itself: **a query with no allowed

@@ -29,7 +29,7 @@
 # After this chapter you will be able to:
 #
 # - write scaled dot-product attention for any batch and head axes, and check it against
-#   PyTorch's fused kernel;
+#   PyTorch's `F.scaled_dot_product_attention`;
 # - explain, with a measurement, why the scores are divided by $\sqrt{d}$;
 # - say what attention costs in memory as the sequence grows, and what dropout on the weights
 #   does in training and in evaluation.
@@ -191,7 +191,7 @@ with expect_error(RuntimeError):
 show_source(scaled_dot_product_attention)
 
 # %% [markdown]
-# It agrees with ours and with PyTorch's fused `F.scaled_dot_product_attention`, here on a
+# It agrees with ours and with PyTorch's `F.scaled_dot_product_attention`, here on a
 # batch of 2 sequences with 3 heads, the shapes multi-head attention will use in chapter 4:
 
 # %%
@@ -242,7 +242,7 @@ ax_points.scatter(
     output[:, 1],
     s=60,
     marker="*",
-    label="outputs $(AV)_i$, by query $i$",
+    label="outputs $(AV)_i$",
 )
 for i, (x, y) in enumerate(output.tolist()):  # each star labelled by its query
     offset = (-4, -14) if i % 2 == 0 else (3, 5)
@@ -254,14 +254,15 @@ ax_points.set(
     ylabel="value coordinate 2",
     title="outputs vs values",
 )
-ax_points.legend(loc="best")
+ax_points.legend(loc="lower left")  # the upper left holds a value
 fig.tight_layout()
 plt.show()
 
 # %% [markdown]
 # **Figure.** Left: each row of the weight matrix is one query's distribution over the five
-# keys. Right: the outputs (stars) all land inside the region spanned by the five values
-# (squares); a query whose weights concentrate on one key lands near that key's value.
+# keys. Right: the outputs (stars, numbered by query) all land inside the region spanned by
+# the five values (squares); a query whose weights concentrate on one key lands near that key's
+# value.
 
 # %% tags=["remove-cell"]
 # A source audit (Sources and errata): the attention function as a source wrote it,
@@ -364,9 +365,10 @@ def query_jacobian_norm(weights, keys, scale):
 
 # %% tags=["remove-cell"]
 # The closed form of the query Jacobian's norm, checked against autograd for one query.
+check_draws = torch.Generator().manual_seed(1)  # not the page's generator
 q_check, k_check = (
-    torch.randn(8, generator=generator),
-    torch.randn(5, 8, generator=generator),
+    torch.randn(8, generator=check_draws),
+    torch.randn(5, 8, generator=check_draws),
 )
 jacobian = torch.autograd.functional.jacobian(
     lambda query: (k_check @ query / math.sqrt(8)).softmax(-1), q_check
@@ -471,9 +473,12 @@ q_grads = scaling_table.pivot(
 assert (q_grads["none"] > q_grads["1/sqrt(d)"]).all()
 # flat with it
 assert q_grads["1/sqrt(d)"].max() / q_grads["1/sqrt(d)"].min() < 1.2
-# without it, its size depends on the width, and saturation starts to win at the widest
-assert q_grads["none"].max() / q_grads["none"].min() > 1.5
-assert q_grads["none"].iloc[-1] < q_grads["none"].max()
+# without it, its size depends on the width (more than twice as large at d = 256 as at d = 4;
+# beyond that, whether it still grows depends on the draw: from 256 to 1024 it changed by
+# -0.17 to +0.28 over seven draws of this table)
+unscaled_q = q_grads["none"]
+assert unscaled_q.max() / unscaled_q.min() > 1.5
+assert unscaled_q[256] > 2 * unscaled_q[4]
 
 # %% tags=["remove-cell"]
 # Numbers quoted in the prose of this section.
@@ -513,8 +518,8 @@ glue("ch3_qgrad_scaled", round(float(scaled["Jacobian w.r.t. q"]), 2))
 # At $d =$ {glue:text}`ch3_width_max` the unscaled Jacobian is
 # {glue:text}`ch3_qgrad_unscaled:.2f` against {glue:text}`ch3_qgrad_scaled:.2f` scaled: the
 # $\sqrt{d}$ that the scaling removes from the scores also removes it from their sensitivity
-# to $q$, so in this range a wide unscaled head does not simply stop receiving gradient
-# (only at the widest heads does the saturation start to pull it down). What goes wrong is
+# to $q$, so in this range a wide unscaled head does not simply stop receiving gradient. What
+# goes wrong is
 # *what* the gradient can do, as above. The unscaled gradient's size also changes with $d$,
 # so the same learning rate would not suit every width.
 # :::
@@ -971,7 +976,7 @@ glue("ch3_mha_spread", round(spread, 2))
 # - Scaled dot-product attention is $\operatorname{softmax}(QK^\top/\sqrt{d})\,V$: scores for
 #   every (query, key) pair, a softmax over the keys, a weighted average of the values. Written
 #   with `k.transpose(-2, -1)` or an `einsum` with `...`, it runs on any batch and head axes
-#   and agrees with PyTorch's fused kernel.
+#   and agrees with PyTorch's `F.scaled_dot_product_attention`.
 # - Every output is a convex combination of the values.
 # - Dot products of $d$ independent unit-variance entries have variance $d$; without the
 #   $1/\sqrt{d}$ the softmax saturates (largest weight {glue:text}`ch3_maxw_unscaled:.2f` at

@@ -638,7 +638,7 @@ plt.show()
 #
 # :::{admonition} Going deeper: how often the distance dips
 # :class: dropdown
-# Walk along the top row of the right-hand matrix from offset 1 to offset 99, one step at a
+# Walk along the top row of the right-hand matrix from offset 0 to offset 99, one step at a
 # time. At {glue:text}`ch5_falls` of these {glue:text}`ch5_distance_steps` steps the distance
 # to position 0 *falls* instead of rising. On average it still rises, but slowly: the fast
 # hands have already turned past their farthest point and come back, while the slow hands have
@@ -944,7 +944,8 @@ plt.show()
 # deviation $1/\sqrt{D}$ becomes one with entries of size 1, the encoding's size. That helps if
 # the inputs really are that small. If they already have entries of size 1 (a LayerNorm output,
 # or `nn.Embedding`'s default $\mathcal{N}(0, 1)$ initialization), scaling makes them
-# $\sqrt{D}$ times larger than the encoding, and the position signal drowns instead:
+# $\sqrt{2D}$ times larger than the encoding (whose entries have root-mean-square $1/\sqrt{2}$),
+# and the position signal drowns instead:
 
 # %% tags=["hide-input"]
 widths = [2, 8, 32, 128, 300, 512]
@@ -1195,7 +1196,8 @@ print(weights[0, 0, 6].numpy().round(3))
 
 # %% tags=["remove-cell"]
 torch.testing.assert_close(weights[0], bias.softmax(dim=-1))
-values = torch.randn(1, num_heads, alibi_len, 4, generator=generator)
+check_draws = torch.Generator().manual_seed(1)  # not the page's generator
+values = torch.randn(1, num_heads, alibi_len, 4, generator=check_draws)
 torch.testing.assert_close(
     F.scaled_dot_product_attention(
         identical, identical, values, attn_mask=bias
@@ -1467,7 +1469,7 @@ glue("ch5_order_blind", order_blind)
 # - `SinusoidalPositionalEncoding` keeps its table in a buffer: saved and moved with the
 #   module, never trained. It refuses sequences longer than `max_len` and odd widths.
 # - The $\sqrt{D}$ input scaling fixes crowding out only for small inputs; inputs of unit size
-#   it makes $\sqrt{D}$ times larger than the encoding (at $D = 300$ the encoding is
+#   it makes $\sqrt{2D}$ times larger than the encoding (at $D = 300$ the encoding is
 #   {glue:text}`ch5_ratio_300:.3f` of the input's size).
 # - Learned embeddings, ALiBi and RoPE trade the fixed table for learned vectors, a distance
 #   penalty on the scores, or rotated queries and keys.

@@ -472,8 +472,8 @@ assert abs(pre_slope + stream_slope) < 0.15
 
 # %% [markdown]
 # The root-mean-square of the pre-LN residual stream grows by a factor
-# {glue:text}`ch6_stream_growth` over the first 16 blocks, and over depths 2 to 32 like
-# $L^{a}$ with $a =$ {glue:text}`ch6_stream_slope` (a log-log fit). Every normalization
+# {glue:text}`ch6_stream_growth` from block 1's output to block 16's, and over depths 2 to 32
+# like $L^{a}$ with $a =$ {glue:text}`ch6_stream_slope` (a log-log fit). Every normalization
 # divides by that scale, so the last block's gradient should fall like $L^{-a}$: close to
 # the measured slope {glue:text}`ch6_pre_slope`.
 # The $1/\sqrt{L}$ of the argument corresponds to a stream growing like $\sqrt{L}$; in these
@@ -503,31 +503,11 @@ for name, run in (("post-LN", post_ln), ("pre-LN", pre_ln)):
     loss, accuracy = run["losses"][-1], run["accuracy"]
     print(f"{name}: final loss {loss:.2f}, test accuracy {accuracy:.2f}")
 
-# %% tags=["remove-cell", "nbval-ignore-output"]
+# %% tags=["hide-input", "nbval-ignore-output"]
 grid = shipped_warmup_runs()
 final = grid.pivot_table(
     index="seed", columns=["norm", "warmup"], values="accuracy"
 )
-# pre-LN learns on every seed, with or without warm-up
-assert (final[("pre-LN", 0)] > 0.95).all() and (
-    final[("pre-LN", 100)] > 0.95
-).all()
-# post-LN without warm-up never learns it (chance is 0.1, one seed ends at 0.36)...
-assert final[("post-LN", 0)].max() < 0.5
-# ...and learns with it on most seeds, every seed above every run without
-assert final[("post-LN", 100)].median() > 0.95
-assert final[("post-LN", 100)].min() > final[("post-LN", 0)].max() + 0.2
-# the live runs land in the shipped spread
-assert post_ln["accuracy"] < 0.5 and post_ln["losses"][-1] > 1.0
-assert pre_ln["accuracy"] > 0.95
-glue("ch6_warm_seeds", grid["seed"].nunique())
-glue("ch6_post_cold", f"{final[('post-LN', 0)].max():.2f}")
-learned = int((final[("post-LN", 100)] > 0.95).sum())
-glue("ch6_post_warm_learned", learned)
-glue("ch6_post_warm_min", f"{final[('post-LN', 100)].min():.2f}")
-glue("ch6_pre_cold", f"{final[('pre-LN', 0)].min():.2f}")
-
-# %% tags=["hide-input", "nbval-ignore-output"]
 fig, (left, right) = plt.subplots(
     1, 2, figsize=(6.2, 2.8), layout="constrained"
 )
@@ -548,6 +528,26 @@ right.set(
     ylabel="test accuracy", title="shipped runs, one dot a seed", ylim=(0, 1.05)
 )
 plt.show()
+
+# %% tags=["remove-cell", "nbval-ignore-output"]
+# pre-LN learns on every seed, with or without warm-up
+assert (final[("pre-LN", 0)] > 0.95).all() and (
+    final[("pre-LN", 100)] > 0.95
+).all()
+# post-LN without warm-up never learns it (chance is 0.1, one seed ends at 0.36)...
+assert final[("post-LN", 0)].max() < 0.5
+# ...and learns with it on most seeds, every seed above every run without
+assert final[("post-LN", 100)].median() > 0.95
+assert final[("post-LN", 100)].min() > final[("post-LN", 0)].max() + 0.2
+# the live runs land in the shipped spread
+assert post_ln["accuracy"] < 0.5 and post_ln["losses"][-1] > 1.0
+assert pre_ln["accuracy"] > 0.95
+glue("ch6_warm_seeds", grid["seed"].nunique())
+glue("ch6_post_cold", f"{final[('post-LN', 0)].max():.2f}")
+learned = int((final[("post-LN", 100)] > 0.95).sum())
+glue("ch6_post_warm_learned", learned)
+glue("ch6_post_warm_min", f"{final[('post-LN', 100)].min():.2f}")
+glue("ch6_pre_cold", f"{final[('pre-LN', 0)].min():.2f}")
 
 # %% [markdown]
 # **Figure.** Left: the training loss of this page's two runs without warm-up; the post-LN
@@ -690,6 +690,7 @@ _ = glue("ch6_shared_saving", saving / count_parameters(separate))
 
 # %% tags=["nbval-ignore-output"]
 torch.manual_seed(0)
+x = torch.randn(2, 10, 64)  # a batch of two sequences of width 64
 block = EncoderBlock(64, 4, 256, dropout=0.3, norm_first=False).train()
 with torch.no_grad():
     for parameter in [*block.self_attn.parameters(), *block.ffn.parameters()]:
@@ -820,7 +821,7 @@ assert map_error > 0.1
 # Chapter 4 found that at initialization, where the attention weights are nearly uniform,
 # every query receives almost the same average of the values: the output of multi-head
 # attention is close to rank one, as measured by chapter 4's *stable rank*. For 1024
-# random tokens of width 128 (folded cell below) the output's stable rank is
+# random tokens of width 128 (cell below) the output's stable rank is
 # {glue:text}`ch6_rank_mha` against {glue:text}`ch6_rank_input` for its input. What happens
 # when such layers are stacked? Six attention layers (fresh random weights, no FFN, no
 # normalization), with and without residual connections, measured after each:

@@ -881,7 +881,7 @@ glue("ch7_mirror_reads_seeds_min", int(mirror_seeds.min().min()))
 #   decay);
 # - a learning rate {glue:text}`ch7_lr_ratio` times smaller, 0.001 (the source notebook's), with the
 #   book's schedule;
-# - larger learning rates, 0.05 and 0.1, with and without the 10-step warm-up;
+# - larger learning rates: 0.1 with and without the 10-step warm-up, and 0.05 without it;
 # - the same model with post-LN blocks, at the book's rate and at 0.05, with and without
 #   warm-up. Chapter 6 argued from gradients at initialization that post-LN needs a warm-up
 #   and pre-LN does not; this tests the claim by training.
@@ -975,8 +975,9 @@ plt.show()
 # %% [markdown]
 # **Figure.** Training accuracy (mean over ten steps) of every run of the experiment, two
 # seeds each (two lines of one colour); dashed lines are runs without warm-up, the dotted line
-# is 99%. Top: at the book's learning rate, pre-LN climbs at the same pace with warm-up and
-# decay, without the warm-up and at a constant rate; at the source's learning rate, 0.001, it
+# is 99%. Top: at the book's learning rate, pre-LN reaches 99% at about the same step with
+# warm-up and decay (which starts more slowly), without the warm-up and at a constant rate
+# (table below); at the source's learning rate, 0.001, it
 # climbs far more slowly. Middle: at 0.1, pre-LN
 # trains with its 10-step warm-up and stays at chance without it. Bottom: post-LN trains at
 # the book's rate with or without warm-up; at 0.05 it needs the warm-up. (In the top panel
@@ -1004,8 +1005,8 @@ table["final accuracy"] = final_range.apply(
 table
 
 # %% [markdown]
-# **Table.** Steps to 99% training accuracy, per run and seed, to the nearest ten steps (the
-# history has a row every ten steps); "-" means not within
+# **Table.** Steps to 99% training accuracy, per run and seed: the first row of the history (one
+# every ten steps) whose mean accuracy over its ten steps reaches 99%; "-" means not within
 # {glue:text}`ch7_experiment_steps` steps. The last column is the spread over the seeds of the
 # accuracy over each run's last ten steps. Measured by a longer run of the same code, shipped
 # with the book.
@@ -1097,7 +1098,7 @@ assert not live_steps.loc["lr 0.001"].min() < 150  # (NaN, not reached, passes)
 # by side on one machine, is on the book's performance page
 # ({ref}`performance-reversal`). On this page one step of batch
 # {glue:text}`ch7_batch_size` took {glue:text}`ch7_ms_per_step` milliseconds on average,
-# including the validation every ten steps.
+# including the validation pass at the end of each epoch (here one).
 #
 # ## Summary
 #

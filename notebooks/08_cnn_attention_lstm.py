@@ -339,9 +339,9 @@ assert receptive_field == 21 and far_apart > 0.5
 # %% [markdown]
 # The window reaches 10 samples to each side. In {glue:text}`ch8_far_apart:.0%` of the test
 # sequences the two triangles' peaks are further apart, so at the peak of one triangle the
-# network cannot see the other: it can only guess, like the local oracle, whose floor is
-# therefore nearly a floor for the CNN too (nearly: a partner that comes within the window
-# can be seen).
+# window does not reach the other's peak: the network can only guess, like the local oracle,
+# whose floor is therefore nearly a floor for the CNN too (nearly: a partner whose flank comes
+# within the window can be partly seen).
 #
 # ### Self-attention looks everywhere
 #

@@ -591,7 +591,8 @@ glue("ch10_attention_share", f"{attention_share:.0%}")
 assert ffn_share > 0.6
 
 # %% [markdown]
-# The model has {glue:text}`ch10_num_parameters` parameters; the feed-forward networks hold
+# The head is the token embedding's matrix (tied), so the total counts it once: the model has
+# {glue:text}`ch10_num_parameters` parameters; the feed-forward networks hold
 # {glue:text}`ch10_ffn_share` of them and attention {glue:text}`ch10_attention_share`.
 # (A source of this chapter gets several details of such a model wrong; see
 # [Sources and errata](../book/sources.md).)

@@ -605,7 +605,7 @@ def kv_cache() -> Diagram:
 # block of each (repeated L times), and the parts a chapter teaches filled in the query colour.
 MAP_PARTS = {
     "01_kernel_regression": {"enc_attn", "dec_mattn", "dec_xattn"},
-    "02_masking": {"dec_mattn"},
+    "02_masking": {"enc_attn", "dec_mattn", "dec_xattn"},
     "03_scaled_dot_product_attention": {"enc_attn", "dec_mattn", "dec_xattn"},
     "04_multi_head_attention": {"enc_attn", "dec_mattn", "dec_xattn"},
     "05_positional_encoding": {"enc_emb", "dec_emb"},

@@ -76,6 +76,24 @@ def test_parameter_table_depth_one_lists_the_children():
     assert table["parameters"].iloc[:2].sum() == table["parameters"].iloc[-1]
 
 
+def test_parameter_table_names_a_tied_parameter():
+    """A head tied to the token embedding appears in both rows; the table says
+    so, and its total counts the matrix once."""
+    from helpers.gpt import GPT, GPTConfig
+
+    def table(tie):
+        config = GPTConfig(vocab_size=7, context_length=8, tie_weights=tie)
+        return parameter_table(GPT(config)).set_index("module")
+
+    tied, untied = table(True), table(False)
+    assert tied.loc["head", "tied to"] == "token_embedding.weight"
+    assert tied.loc["token_embedding", "tied to"] == ""
+    assert "tied to" not in untied.columns
+    rows = tied["parameters"].drop("total").sum()
+    assert rows - tied.loc["total", "parameters"] == 7 * 64
+    assert rows - untied.loc["total", "parameters"] == 0
+
+
 def test_parameter_helpers_reject_non_modules():
     with pytest.raises(
         TypeError, match="model must be a torch.nn.Module, got Tensor"

@@ -55,7 +55,7 @@ def parameter_table(module: nn.Module, max_depth: int = 1) -> pd.DataFrame:
     ``module`` (dotted name), ``type`` and ``parameters``; a last row ``total``,
     which counts a shared parameter once. Where a module shares a parameter with
     an earlier one (a head tied to the token embedding), a column ``tied to``
-    names the earlier parameter, so the rows visibly count it twice.
+    names the module that holds it first, so the rows visibly count it twice.
     """
     check.module(module)
     check.positive_int("max_depth", max_depth)
@@ -68,12 +68,14 @@ def parameter_table(module: nn.Module, max_depth: int = 1) -> pd.DataFrame:
         count = count_parameters(child)
         # skip dropout, activations
         if name and depth <= max_depth and count > 0:
-            tied = [
-                first_name[p]
+            tied = {
+                first_name[p].rpartition(".")[0] or "(the model itself)"
                 for p in child.parameters()
                 if not first_name[p].startswith(name + ".")
-            ]
-            rows.append((name, type(child).__name__, count, ", ".join(tied)))
+            }
+            rows.append(
+                (name, type(child).__name__, count, ", ".join(sorted(tied)))
+            )
     total = count_parameters(module)
     rows.append(("total", type(module).__name__, total, ""))
     columns = ["module", "type", "parameters", "tied to"]

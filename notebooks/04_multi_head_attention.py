@@ -1275,6 +1275,11 @@ entropy, rank = "attention entropy / log T", "stable rank of MHA(x)"
 helpers.glue("ch4_entropy_scale1", round(float(at.loc[1, entropy]), 2))
 helpers.glue("ch4_entropy_scale4", round(float(at.loc[4, entropy]), 2))
 helpers.glue("ch4_srank_out_scale4", round(float(at.loc[4, rank]), 1))
+# the extremes, quoted by the Sources and errata page
+helpers.glue("ch4_srank_scale_low", round(float(at.loc[0.5, rank]), 2))
+helpers.glue("ch4_entropy_scale_low", round(float(at.loc[0.5, entropy]), 2))
+helpers.glue("ch4_srank_scale_high", round(float(at.loc[6, rank]), 2))
+helpers.glue("ch4_entropy_scale_high", round(float(at.loc[6, entropy]), 2))
 helpers.glue("ch4_params_512", int(parameter_table["ours"].iloc[-1]))
 
 

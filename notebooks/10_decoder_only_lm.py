@@ -33,7 +33,7 @@
 # - sample from it greedily, with a temperature and with top-$k$, and say what each trades.
 #
 # ```{figure} ../book/_static/diagrams/map_10.svg
-# :alt: The book's map of the Transformer: the decoder stack, without its cross-attention, and the output layer are highlighted; the encoder is greyed out.
+# :alt: The book's map of the Transformer: the decoder stack without its cross-attention, its embeddings and its output layer are highlighted; the encoder is greyed out.
 # :width: 60%
 # :name: fig-map-10
 #
@@ -364,7 +364,7 @@ glue("ch10_plus_one_ratio", round(ratios[V_GPT2 + 1], 2))
 # computed from this run (a difference under 5% counts as none).
 faster = [f"{w:,}" for w in widths[1:] if ratios[w] < 0.95]
 if not faster:
-    verdict = "this machine's kernels did not care about the width"
+    verdict = "this machine's kernels did not care about the width (no width was 5% faster)"
 else:
     verdict = f"{', '.join(faster)} beat the odd width by 5% or more"
     if ratios[V_PADDED] > 0.95 * ratios[V_GPT2 - 1]:
@@ -513,7 +513,7 @@ show_source(GPTBlock)
 # maps each position to logits with a head that reuses the embedding matrix: the last lines
 # of `__init__` make `head.weight` and `token_embedding.weight` one tensor (*weight tying*
 # {cite}`press2017tying`). Its two generation methods, `generate` and `new_caches`, are left
-# out here: this chapter calls `generate`, chapter 11 shows both:
+# out here: this chapter calls `generate`, chapter 11 shows it and uses `new_caches`:
 
 # %%
 show_source(GPT, without=("new_caches", "generate"))
@@ -705,8 +705,9 @@ assert 0 < above_floor < 0.05 and 0 < above_packed < 0.06
 # both. Scored with the generator's probabilities conditioned on them
 # (`packed_generator_loss`), the floor drops to {glue:text}`ch10_packed_floor`, and the
 # model is {glue:text}`ch10_above_packed` above that. A model that reads one string at a
-# time could not go below {glue:text}`ch10_val_floor` in expectation (a cross-entropy is at
-# least the entropy); ours reads packed rows, so its floor is the lower one.
+# time could not, on average, go below the strings' entropy (a cross-entropy is at least the
+# entropy), which the generator's own loss on these strings puts at
+# {glue:text}`ch10_val_floor`; ours reads packed rows, so its floor is the lower one.
 # :::
 #
 # :::{admonition} Going deeper: what overfitting looks like

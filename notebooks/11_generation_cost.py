@@ -38,7 +38,7 @@
 #   checkpoint, checked against a reference implementation.
 #
 # ```{figure} ../book/_static/diagrams/map_11.svg
-# :alt: The book's map of the Transformer: the decoder stack, without its cross-attention, and the output layer are highlighted; the encoder is greyed out.
+# :alt: The book's map of the Transformer: the decoder stack without its cross-attention, its embeddings and its output layer are highlighted; the encoder is greyed out.
 # :width: 60%
 # :name: fig-map-11
 #
@@ -352,8 +352,9 @@ assert not torch.allclose(torch.cat(forgetful, dim=1), full_pass, atol=1e-6)
 #
 # The book's `KVCache` is this cache for every head of a layer, with one change that
 # matters here: it does not copy what it holds at every step. Its `append` writes the new
-# positions into buffers allocated once and returns every key and value held, which the
-# layer's attention then reads:
+# positions into preallocated buffers (allocated once when it is told the final length, as
+# `generate` tells it; otherwise grown by doubling) and returns every key and value held,
+# which the layer's attention then reads:
 
 # %%
 show_source(KVCache.append)

@@ -230,8 +230,9 @@ glue("shk_ngram6_bits", round(ngram_loss[6] / math.log(2), 2))
 #
 # ## The model and its training
 #
-# The model is {doc}`chapter 10 <10_decoder_only_lm>`'s `GPT` with LayerNorm and GELU as in
-# GPT-2: width 128 in 4 heads of 32, and a context of 64 characters, as in nanoGPT's recipe
+# The model is {doc}`chapter 10 <10_decoder_only_lm>`'s `GPT` with LayerNorm (without biases)
+# and the exact GELU, close to GPT-2's choices (biased LayerNorm, the tanh GELU: chapter 11):
+# width 128 in 4 heads of 32, and a context of 64 characters, as in nanoGPT's recipe
 # for a laptop {cite:p}`karpathy2022nanogpt`, but {glue:text}`shk_layers` layers where that
 # recipe has 4, so that it learns in a few minutes on a CPU. The model that ships
 # with the book, later in this chapter, has 4.
@@ -401,7 +402,8 @@ for temperature in (0.5, 0.8, 1.0):
 # any device, with the tokenizer.
 
 # %%
-trained, _ = pretrained(device)  # the weights that ship with the book
+# the shipped weights, on the CPU: sampling is cheap there
+trained, _ = pretrained()
 record = pretrained_record()
 recipe, shipped_loss = record["recipe"], record["held_out_loss"]
 print(f"{recipe['model']['num_layers']} layers, {recipe['steps']:,} steps")
@@ -463,10 +465,10 @@ restored.load_state_dict(torch.load("my_shakespeare.pt"))
 # %% tags=["remove-cell"]
 import os
 
-restored = restored.to(device).eval()
-window = held_ids[:64][None].to(device)
+restored = restored.eval()
+window = held_ids[:64][None]  # on the CPU, where the trained model is
 with torch.no_grad():
-    assert torch.equal(restored(window), model.to(device)(window))
+    assert torch.equal(restored(window), model(window))
 os.remove("my_shakespeare.pt")
 # the prompts name speakers as the text does (ROMEO. and HAMLET. never head a speech)
 assert "\nRomeo.\n" in train_text and "\nHam.\n" in train_text

@@ -333,7 +333,7 @@ plt.show()
 # no augmentation, the same for the ViT and the CNN. We train both models on the whole
 # training set, on seeds {glue:text}`ch12_live_seeds`, here and now
 # ({glue:text}`ch12_live_seconds` s in all; the same call also trains two ViT variants on
-# seed 0 for the next section, and the control of the last section):
+# seed 0 for the next section, and the control of the section on what the ViT looks at):
 
 # %% tags=["nbval-ignore-output"]
 SEEDS = [0, 1, 2]
@@ -346,7 +346,8 @@ jobs = [
     dict(model=name, seed=seed) for name in ("ViT", "CNN") for seed in SEEDS
 ]
 jobs += [dict(model="ViT", seed=0, vit=vit) for vit in VARIANTS.values()]
-# a control for the last section: the ViT trained on labels shuffled at random
+# a control for the section on what the ViT looks at: the ViT trained on
+# labels shuffled at random
 jobs += [dict(model="ViT", seed=seed, shuffled_labels=True) for seed in SEEDS]
 workers = 2 if device.type == "cpu" else 1
 start = time.perf_counter()
@@ -543,8 +544,9 @@ print("no positions: worse than every other variant, on every seed")
 #   {glue:text}`ch12_sinusoidal_behind`, and the medians differ by less than the spread over
 #   seeds. With {glue:text}`ch12_tokens_p2` patches there are only
 #   {glue:text}`ch12_tokens_p2` vectors to learn, and the data teach them. The ViT paper
-#   found the same on ImageNet: no positions were clearly worse, while 1-D, 2-D and relative
-#   positions differed little {cite}`dosovitskiy2021image`.
+#   found the same (pre-trained models evaluated on ImageNet): no positions were clearly
+#   worse, while 1-D, 2-D and relative positions differed little
+#   {cite}`dosovitskiy2021image`.
 # - **Class token or mean pooling: no winner either.** Mean pooling reaches
 #   {glue:text}`ch12_mean_median`, ahead of the class token on
 #   {glue:text}`ch12_mean_ahead` seeds and behind on {glue:text}`ch12_mean_behind`.

@@ -1017,7 +1017,10 @@ comparison = pd.DataFrame(
     {
         "model": [f"{best_n}-gram", "GPT"],
         "validation loss": [ngram_losses[best_n], val_loss],
-        "valid samples (τ = 1)": [ngram_valid, valid["τ = 1"]],
+        "valid samples (τ = 1)": [
+            ngram_valid,
+            sampling_table.set_index("sampling").loc["τ = 1", "valid"],
+        ],
         "closing right": [ngram_closing, lm_closing],
         "opener in sight": [ngram_at(near), lm_at(near)],
         "opener farther": [ngram_at(far), lm_at(far)],

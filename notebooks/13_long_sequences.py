@@ -305,12 +305,12 @@ assert all(error < 1e-5 for error in stream_errors.values())
 assert not torch.isfinite(naive_sum)
 
 # %% [markdown]
-# A score here passes 88.72, and $e^s$ overflows float32 above $s \approx 88.72$ (the log of
-# its largest value, $3.4 \times 10^{38}$): the running maximum is what lets the softmax stream
-# at all. Tiled attention applies the update to whole tiles, a block of queries against a
-# block of keys, so the largest block of scores alive is one tile, never $T \times T$. With a
-# causal mask, the tiles above the diagonal are skipped: about half of the work. This is FlashAttention's forward pass
-# {cite}`dao2022flashattention` (in its second version's loop order), in plain PyTorch:
+# One score here passes 88.72, above which $e^s$ overflows float32: the running maximum is what
+# lets the softmax stream at all. Tiled attention applies the update to whole tiles, a block of
+# queries against a block of keys, so the largest block of scores alive is one tile, never
+# $T \times T$. With a causal mask, the tiles above the diagonal are skipped: about half of the
+# work. This is FlashAttention's forward pass {cite}`dao2022flashattention` (in its second
+# version's loop order), in plain PyTorch:
 
 # %%
 show_source(online_softmax_update)
@@ -418,9 +418,8 @@ plt.show()
 # %% [markdown]
 # **Figure.** Time and peak memory of one call against $T$ ({glue:text}`ch11_cost_heads`
 # heads of width {glue:text}`ch11_cost_width`, log-log axes). Look at the right panel: the
-# naive kernel's memory rises with slope 2 (quadratic), the fused one with slope about 1
-# (linear); the tiled one stays nearly flat until the longest lengths (a fixed cost for its
-# tiles, plus the output, which grows linearly): at
+# naive kernel's memory rises with slope 2 (quadratic), the fused one with slope about 1, the
+# tiled one nearly flat (its tiles cost the same at every length; only its output grows): at
 # $T = 4096$ the tiled version peaks at {glue:text}`ch11_tiled_peak_mib` MiB,
 # {glue:text}`ch11_memory_ratio` of the naive one. On the left, all three grow about
 # quadratically at long lengths.
@@ -738,9 +737,8 @@ print(sliding_window_mask(8, 3).int())
 
 # %% [markdown]
 # A token sees $w$ positions in one layer, but those have each seen $w$ in the layer below:
-# after $L$ layers information travels $L \times (w - 1)$ positions back (`receptive_field`
-# counts the $L(w - 1) + 1$ positions a token can draw on, itself included),
-# drawn here for a window of 3 by composing the masks:
+# after $L$ layers a token draws on $L(w - 1) + 1$ positions, itself included
+# (`receptive_field`), drawn here for a window of 3 by composing the masks:
 
 # %%
 T_SMALL, WINDOW_SMALL = 16, 3

@@ -93,7 +93,9 @@ def without_removed_cells(notebook):
 
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=[path.stem for path in CHAPTERS])
-def test_the_reading_path_alone_prints_the_stored_outputs(path, monkeypatch):
+def test_the_reading_path_alone_prints_the_stored_outputs(
+    path, monkeypatch, tmp_path
+):
     from nbclient import NotebookClient
 
     for name, value in NUMERICS.items():
@@ -101,9 +103,9 @@ def test_the_reading_path_alone_prints_the_stored_outputs(path, monkeypatch):
     notebook, stored = without_removed_cells(nbformat.read(path, as_version=4))
     NotebookClient(
         notebook,
-        timeout=600,
+        timeout=1200,  # nbval's cell timeout in `make notebooks`
         kernel_name="python3",
-        resources={"metadata": {"path": str(path.parent)}},
+        resources={"metadata": {"path": str(tmp_path)}},  # files it writes
     ).execute()
     assert not differing_cells(stored, notebook.cells, sanitizers())
 

@@ -197,10 +197,10 @@ def run_script(
     )
 
 
-def load_script(name: str):
-    """``scripts/<name>`` imported as a module (scripts/ is not a package)."""
+def load_script(name: str, folder: str = "scripts"):
+    """``<folder>/<name>`` imported as a module (scripts/ and book/_ext/ are not packages)."""
     spec = importlib.util.spec_from_file_location(
-        name.removesuffix(".py"), ROOT / "scripts" / name
+        name.removesuffix(".py"), ROOT / folder / name
     )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

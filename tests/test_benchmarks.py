@@ -7,13 +7,12 @@ everywhere: the README quotes the file's total, and the pages read it at build t
 from __future__ import annotations
 
 import csv
-import importlib.util
 import re
 import subprocess
 import sys
 
 import pytest
-from conftest import CHAPTERS, NOTEBOOKS, ROOT
+from conftest import CHAPTERS, NOTEBOOKS, ROOT, load_script
 
 BUDGET_S = 780
 
@@ -92,12 +91,7 @@ def test_the_readme_quotes_the_measured_total():
 
 def book_time():
     """book/_ext/book_time.py, the Sphinx extension that gives the pages the total."""
-    spec = importlib.util.spec_from_file_location(
-        "book_time", ROOT / "book/_ext/book_time.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("book_time.py", folder="book/_ext")
 
 
 def test_the_pages_read_the_total_from_the_file():

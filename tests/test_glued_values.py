@@ -1,19 +1,13 @@
 """The Sources and errata page quotes the chapters' glued values (book/_ext/glued_values.py)."""
 
-import importlib.util
 import json
 import re
 
-from conftest import ROOT
+from conftest import ROOT, load_script
 
 
 def extension():
-    spec = importlib.util.spec_from_file_location(
-        "glued_values", ROOT / "book/_ext/glued_values.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("glued_values.py", folder="book/_ext")
 
 
 def glue_output(name, text):
